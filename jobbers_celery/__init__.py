@@ -1,0 +1,54 @@
+"""jobbers_celery: a recorded lifecycle, real retry backoff and a dead-letter queue for Celery.
+
+Everything a user imports is here; ``jobbers_django`` uses only these names.
+"""
+
+from __future__ import annotations
+
+from jobbers_celery.backoff import BackoffStrategy
+from jobbers_celery.config import JobbersConfig
+from jobbers_celery.errors import (
+    CheckpointTooLarge,
+    ConfigurationError,
+    InvalidTaskOption,
+    InvalidTransition,
+    JobbersError,
+    TaskCancelled,
+    TaskTimeout,
+)
+from jobbers_celery.install import get_jobbers, install
+from jobbers_celery.jobbers import Jobbers
+from jobbers_celery.options import DeadLetterPolicy, ShutdownPolicy, TaskOptions
+from jobbers_celery.records import DeadLetter, ErrorInfo, TaskRecord, Transition
+from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
+from jobbers_celery.states import TaskState
+from jobbers_celery.task import JobbersTask
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "BackoffStrategy",
+    "CheckpointTooLarge",
+    "ConfigurationError",
+    "DeadLetter",
+    "DeadLetterPolicy",
+    "DeadLetterSink",
+    "ErrorInfo",
+    "InvalidTaskOption",
+    "InvalidTransition",
+    "Jobbers",
+    "JobbersConfig",
+    "JobbersError",
+    "JobbersTask",
+    "RedisDeadLetterSink",
+    "ShutdownPolicy",
+    "TaskCancelled",
+    "TaskOptions",
+    "TaskRecord",
+    "TaskState",
+    "TaskTimeout",
+    "Transition",
+    "__version__",
+    "get_jobbers",
+    "install",
+]

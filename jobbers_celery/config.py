@@ -1,0 +1,80 @@
+"""Library-wide settings, read once from ``app.conf`` (``jobbers_*`` keys). Pure.
+
+Django projects that load Celery settings with ``namespace="CELERY"`` write
+``CELERY_JOBBERS_*``; Celery hands them to us as ``jobbers_*``. No environment variables.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from jobbers_celery.errors import ConfigurationError
+
+__all__ = ["DEFAULT_SINK", "JobbersConfig"]
+
+DEFAULT_SINK = "jobbers_celery.sinks.RedisDeadLetterSink"
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class JobbersConfig:
+    """Every ``jobbers_*`` setting with its default."""
+
+    #: Where lifecycle state lives; defaults to the broker URL when the broker is Redis.
+    redis_url: str = ""
+    #: Namespace of every key; wrapped in a hash tag so scripts run on Redis Cluster.
+    key_prefix: str = "jobbers"
+    #: Seconds between cleaner passes (scheduled by celery beat).
+    cleaner_interval: float = 10.0
+    #: Seconds without a sign of life after which a worker's started tasks are stalled.
+    worker_lost_after: float = 60.0
+    #: Seconds that terminal records (and their history) are kept.
+    retention: float = 7 * 24 * 3600.0
+    #: Dotted path of the dead-letter sink factory, called with the ``Jobbers`` instance.
+    dead_letter_sink: str = DEFAULT_SINK
+    #: Seconds between the in-worker scheduler's polls for due delayed retries.
+    scheduler_interval: float = 0.5
+    #: Seconds a scheduler may take to publish what it claimed before another may re-publish.
+    publish_lease: float = 30.0
+
+    @classmethod
+    def from_mapping(cls, conf: Mapping[str, Any], broker_url: str | None = None) -> JobbersConfig:
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            key = f"jobbers_{f.name}"
+            if conf.get(key) is not None:
+                values[f.name] = conf[key]
+        if not values.get("redis_url"):
+            if broker_url and broker_url.split("://", 1)[0] in {"redis", "rediss"}:
+                values["redis_url"] = broker_url
+            else:
+                raise ConfigurationError(
+                    "jobbers needs Redis: set jobbers_redis_url (CELERY_JOBBERS_REDIS_URL in "
+                    "Django) or use a redis:// broker URL"
+                )
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if not isinstance(self.redis_url, str) or "://" not in self.redis_url:
+            raise ConfigurationError(f"jobbers_redis_url is not a URL: {self.redis_url!r}")
+        if not isinstance(self.key_prefix, str) or not _PREFIX_RE.match(self.key_prefix):
+            raise ConfigurationError(
+                "jobbers_key_prefix must be 1-64 letters, digits or _.- "
+                f"(no braces), got {self.key_prefix!r}"
+            )
+        for name in ("cleaner_interval", "worker_lost_after", "retention",
+                     "scheduler_interval", "publish_lease"):
+            value = getattr(self, name)
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not math.isfinite(value) or value <= 0):
+                raise ConfigurationError(f"jobbers_{name} must be a number > 0, got {value!r}")
+        if not isinstance(self.dead_letter_sink, str) or "." not in self.dead_letter_sink:
+            raise ConfigurationError(
+                f"jobbers_dead_letter_sink must be a dotted path, got {self.dead_letter_sink!r}"
+            )

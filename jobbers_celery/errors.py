@@ -1,0 +1,50 @@
+"""Exceptions raised by jobbers. Pure: imports nothing outside the standard library."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointTooLarge",
+    "ConfigurationError",
+    "InvalidTaskOption",
+    "InvalidTransition",
+    "JobbersError",
+    "TaskCancelled",
+    "TaskTimeout",
+]
+
+
+class JobbersError(Exception):
+    """Base class of every jobbers error."""
+
+
+class ConfigurationError(JobbersError):
+    """A ``jobbers_*`` setting is missing or wrong; raised by ``install()``."""
+
+
+class InvalidTaskOption(JobbersError, ValueError):
+    """A task was declared with a bad option; raised when the task is declared."""
+
+
+class InvalidTransition(JobbersError):
+    """A state change that the lifecycle table does not allow."""
+
+    def __init__(self, current: str, target: str) -> None:
+        super().__init__(f"transition {current} -> {target} is not allowed")
+        self.current = current
+        self.target = target
+
+
+class TaskCancelled(BaseException):  # noqa: N818 - named by the public API contract
+    """Raised inside a running task whose cancellation was requested.
+
+    A ``BaseException`` so that ``except Exception`` in task code and Celery's
+    ``autoretry_for=(Exception,)`` do not swallow it.
+    """
+
+
+class TaskTimeout(JobbersError):
+    """The task ran longer than its ``timeout`` option; treated as an expected exception."""
+
+
+class CheckpointTooLarge(JobbersError, ValueError):
+    """A checkpoint or progress value exceeds the size limit once encoded as JSON."""

@@ -1,0 +1,170 @@
+"""Turns what happens to a task into store steps and dead letters.
+
+Used by the task base class (outcomes), the signal handlers (publish, main-process failures,
+unknown tasks), the request class (version mismatch) and the scheduler. Nothing here decides
+an outcome; it records the one that was decided.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from jobbers_celery import payload as pl
+from jobbers_celery.records import DeadLetter, from_ms
+from jobbers_celery.states import TaskState
+
+if TYPE_CHECKING:
+    from jobbers_celery.jobbers import Jobbers
+    from jobbers_celery.store import StepResult
+
+__all__ = [
+    "dead_letter",
+    "error_fields",
+    "internal_publish",
+    "on_publish",
+    "publishing_internally",
+]
+
+log = logging.getLogger("jobbers.lifecycle")
+
+S = TaskState
+
+#: Set while jobbers itself publishes a task whose "submitted" step it already recorded
+#: (scheduler claims, resubmits): holds the Redis time of that step.
+_internal: ContextVar[int | None] = ContextVar("jobbers_internal_publish", default=None)
+
+
+@contextmanager
+def internal_publish(now_ms: int) -> Iterator[None]:
+    token = _internal.set(now_ms)
+    try:
+        yield
+    finally:
+        _internal.reset(token)
+
+
+def publishing_internally() -> bool:
+    return _internal.get() is not None
+
+
+def on_publish(
+    jobbers: Jobbers,
+    name: str,
+    headers: dict[str, Any],
+    body: Any,
+    exchange: str | None,
+    routing_key: str | None,
+    properties: Mapping[str, Any],
+    version: int | None,
+    dead_letter: bool,
+) -> None:
+    """Stamp the message headers and record ``unsubmitted -> submitted`` (one round trip)."""
+    task_id = headers.get("id")
+    if not task_id:
+        return
+    headers.setdefault(pl.HEADER_TASK, name)
+    if version is not None:
+        headers[pl.HEADER_VERSION] = version
+    if dead_letter:
+        headers[pl.HEADER_DEAD_LETTER] = 1
+    now = _internal.get()
+    if now is None:
+        payload = pl.from_publish(headers, body, exchange, routing_key, properties)
+        if payload is None:
+            log.warning("task %s[%s] uses a message protocol jobbers cannot record", name, task_id)
+            return
+        queue = pl.queue_of(payload["options"])
+        fields = {"msg": _encode_payload(payload), "retries": str(headers.get("retries") or 0)}
+        create = {"name": name, "queue": queue, "dlq": "1" if dead_letter else "0"}
+        if version is not None:
+            create["ver"] = str(version)
+        result = jobbers.store.step(
+            task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,), create=create, set_fields=fields,
+            reason="published", name=name, queue=queue,
+        )
+        now = result.now_ms
+    headers.setdefault(pl.HEADER_ENQUEUED_AT, now)
+    headers[pl.HEADER_PUBLISHED_AT] = now
+
+
+def _encode_payload(payload: dict[str, Any]) -> str:
+    try:
+        return pl.dumps(payload)
+    except TypeError:
+        # Not JSON: keep what a person can read; such a task cannot be republished by jobbers.
+        return pl.dumps({"unserializable": True, "args": repr(payload.get("args")),
+                         "kwargs": repr(payload.get("kwargs")), "options": {}})
+
+
+def error_fields(exc: BaseException | None, message: str | None = None) -> dict[str, str]:
+    if exc is None:
+        return {"err": pl.dumps({"type": "", "message": message or ""})}
+    type_name, text, _ = pl.describe_exception(exc)
+    return {"err": pl.dumps({"type": type_name, "message": message or text})}
+
+
+def dead_letter(
+    jobbers: Jobbers,
+    *,
+    task_id: str,
+    name: str,
+    reason: str,
+    result: StepResult,
+    raw: Mapping[str, str],
+    exc: BaseException | None = None,
+    message: str | None = None,
+    traceback: str | None = None,
+    worker: str | None = None,
+) -> None:
+    """Write the dead letter of a task that just entered a terminal failure state.
+
+    ``raw`` holds the record fields the step returned (``msg``, ``ver``, ``queue``,
+    ``retries``, ``ckpt``) so that no extra read is needed.
+    """
+    payload: dict[str, Any] = {}
+    if raw.get("msg"):
+        try:
+            payload = pl.loads(raw["msg"])
+        except ValueError:
+            payload = {}
+    exc_type = exc_message = None
+    if exc is not None:
+        exc_type, exc_message, tb_text = pl.describe_exception(exc)
+        traceback = traceback or tb_text
+    elif message:
+        exc_message = message
+    checkpoint = None
+    if raw.get("ckpt"):
+        try:
+            checkpoint = pl.loads(raw["ckpt"])
+        except ValueError:
+            checkpoint = raw["ckpt"]
+    args = payload.get("args")
+    kwargs = payload.get("kwargs")
+    entry = DeadLetter(
+        task_id=task_id,
+        name=name,
+        version=int(raw["ver"]) if raw.get("ver") else None,
+        queue=raw.get("queue") or None,
+        reason=reason,
+        args=args if isinstance(args, list) else [],
+        kwargs=kwargs if isinstance(kwargs, dict) else {},
+        exception_type=exc_type,
+        exception_message=exc_message,
+        traceback=traceback,
+        attempt=result.attempt,
+        retry_attempt=int(raw.get("retries") or 0),
+        worker=worker,
+        failed_at=from_ms(result.now_ms),  # type: ignore[arg-type]
+        checkpoint=checkpoint,
+        options=payload.get("options") or {},
+    )
+    jobbers.dead_letters.send(entry)
+
+
+#: Record fields a failing step returns, for the dead letter.
+DEAD_LETTER_FIELDS = ("msg", "ver", "queue", "retries", "ckpt", "dlq", "name")

@@ -1,0 +1,150 @@
+"""What it takes to publish a task again, captured as JSON.
+
+A payload is ``{"args": [...], "kwargs": {...}, "options": {...}}`` where ``options`` are
+``send_task`` keyword arguments (routing, headers, callbacks, limits). It is built from a
+message being published, or from a running task's request for a delayed retry, and stored
+on the record so the scheduler, resubmits and the dead-letter queue can republish the task
+with everything it had, without ETA messages and without pickle.
+"""
+
+from __future__ import annotations
+
+import traceback as tb
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kombu.utils.json import dumps as _kombu_dumps
+from kombu.utils.json import loads as _kombu_loads
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+__all__ = [
+    "HEADER_DEAD_LETTER",
+    "HEADER_ENQUEUED_AT",
+    "HEADER_PUBLISHED_AT",
+    "HEADER_TASK",
+    "HEADER_VERSION",
+    "describe_exception",
+    "dumps",
+    "from_publish",
+    "from_signature_options",
+    "loads",
+    "queue_of",
+    "republish",
+]
+
+HEADER_TASK = "jobbers_task"
+HEADER_VERSION = "jobbers_version"
+HEADER_ENQUEUED_AT = "jobbers_enqueued_at"  # first enqueue, Redis clock ms; kept across retries
+HEADER_PUBLISHED_AT = "jobbers_published_at"  # this publish, Redis clock ms
+HEADER_DEAD_LETTER = "jobbers_dlq"  # 1 when the publisher knew the task saves dead letters
+
+#: Celery protocol-2 headers: not user headers, rebuilt by Celery on every publish.
+_PROTOCOL_HEADERS = frozenset({
+    "lang", "task", "id", "shadow", "eta", "expires", "group", "group_index", "retries",
+    "timelimit", "root_id", "parent_id", "argsrepr", "kwargsrepr", "origin", "ignore_result",
+    "replaced_task_nesting", "stamped_headers", "stamps",
+})
+
+#: ``send_task`` options a payload may carry.
+_OPTIONS = frozenset({
+    "queue", "exchange", "routing_key", "priority", "headers", "link", "link_error", "chain",
+    "chord", "root_id", "parent_id", "group_id", "group_index", "expires", "time_limit",
+    "soft_time_limit", "reply_to", "ignore_result", "shadow", "replaced_task_nesting",
+})
+
+
+def dumps(value: Any) -> str:
+    """JSON with kombu's extra types (datetime, UUID, Decimal), as the json serializer does."""
+    return str(_kombu_dumps(value))
+
+
+def loads(raw: str) -> Any:
+    return _kombu_loads(raw)
+
+
+def _clean(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if k in _OPTIONS and v not in (None, [], {})}
+
+
+def from_publish(
+    headers: Mapping[str, Any],
+    body: Any,
+    exchange: str | None,
+    routing_key: str | None,
+    properties: Mapping[str, Any],
+) -> dict[str, Any] | None:
+    """Payload of a protocol-2 message about to be published (``None`` for other formats)."""
+    if not (isinstance(body, tuple | list) and len(body) == 3):
+        return None
+    args, kwargs, embed = body
+    embed = embed or {}
+    hard, soft = (headers.get("timelimit") or (None, None))[:2]
+    user_headers = {
+        k: v for k, v in headers.items()
+        if k not in _PROTOCOL_HEADERS and not k.startswith("jobbers_")
+    }
+    options: dict[str, Any] = {
+        "headers": user_headers,
+        "link": embed.get("callbacks"),
+        "link_error": embed.get("errbacks"),
+        "chain": embed.get("chain"),
+        "chord": embed.get("chord"),
+        "root_id": headers.get("root_id"),
+        "parent_id": headers.get("parent_id"),
+        "group_id": headers.get("group"),
+        "group_index": headers.get("group_index"),
+        "expires": headers.get("expires"),
+        "time_limit": hard,
+        "soft_time_limit": soft,
+        "shadow": headers.get("shadow"),
+        "ignore_result": headers.get("ignore_result"),
+        "replaced_task_nesting": headers.get("replaced_task_nesting"),
+        "priority": properties.get("priority"),
+        "reply_to": properties.get("reply_to"),
+    }
+    if exchange:
+        options["exchange"] = exchange
+        options["routing_key"] = routing_key
+    else:
+        options["queue"] = routing_key
+    return {"args": list(args or ()), "kwargs": dict(kwargs or {}), "options": _clean(options)}
+
+
+def from_signature_options(
+    args: Any, kwargs: Any, options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Payload from a signature's options (``Task.signature_from_request``)."""
+    return {"args": list(args or ()), "kwargs": dict(kwargs or {}), "options": _clean(options)}
+
+
+def queue_of(options: Mapping[str, Any]) -> str:
+    return str(options.get("queue") or options.get("routing_key") or "")
+
+
+def republish(
+    app: Celery, name: str, task_id: str, payload: Mapping[str, Any], retries: int,
+    extra_headers: Mapping[str, Any] | None = None,
+) -> None:
+    """Publish ``task_id`` again through Celery (signals, routing and queue declaration)."""
+    options = dict(payload.get("options") or {})
+    if extra_headers:
+        options["headers"] = {**(options.get("headers") or {}), **extra_headers}
+    app.send_task(
+        name,
+        args=payload.get("args") or [],
+        kwargs=payload.get("kwargs") or {},
+        task_id=task_id,
+        retries=retries,
+        **options,
+    )
+
+
+def describe_exception(exc: BaseException) -> tuple[str, str, str]:
+    """(qualified type name, message, formatted traceback) of an exception."""
+    cls = type(exc)
+    module = cls.__module__
+    name = cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+    text = "".join(tb.format_exception(cls, exc, exc.__traceback__))
+    return name, str(exc), text

@@ -1,0 +1,115 @@
+"""What reads return: task records, transitions and dead-letter entries. Pure dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from jobbers_celery.states import TaskState
+
+__all__ = ["DeadLetter", "ErrorInfo", "TaskRecord", "Transition", "from_ms"]
+
+
+def from_ms(value: int | float | str | None) -> datetime | None:
+    """Redis-clock milliseconds to an aware UTC datetime (``None`` stays ``None``)."""
+    if value is None or value == "":
+        return None
+    return datetime.fromtimestamp(int(value) / 1000.0, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """The last failure of a task: exception type (qualified name) and message."""
+
+    type: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A task's current state. Datetimes are timezone-aware UTC, from the Redis clock."""
+
+    task_id: str
+    name: str
+    version: int | None
+    queue: str | None
+    state: TaskState
+    attempt: int
+    retry_attempt: int
+    submitted_at: datetime | None
+    started_at: datetime | None
+    retried_at: datetime | None
+    completed_at: datetime | None
+    heartbeat_at: datetime | None
+    run_at: datetime | None
+    worker: str | None
+    error: ErrorInfo | None
+    progress: Any
+    checkpoint: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One entry of a task's history."""
+
+    task_id: str
+    from_state: TaskState
+    to_state: TaskState
+    at: datetime
+    attempt: int
+    worker: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """What a dead-letter sink receives. ``(task_id, attempt)`` identifies it.
+
+    ``options`` holds what is needed to publish the task again (queue, routing, headers,
+    callbacks), so an entry can be resubmitted after its Redis record has expired.
+    """
+
+    task_id: str
+    name: str
+    version: int | None
+    queue: str | None
+    reason: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    exception_type: str | None
+    exception_message: str | None
+    traceback: str | None
+    attempt: int
+    retry_attempt: int
+    worker: str | None
+    failed_at: datetime
+    checkpoint: Any = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (``failed_at`` as ISO 8601)."""
+        return {
+            "task_id": self.task_id,
+            "name": self.name,
+            "version": self.version,
+            "queue": self.queue,
+            "reason": self.reason,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "exception_type": self.exception_type,
+            "exception_message": self.exception_message,
+            "traceback": self.traceback,
+            "attempt": self.attempt,
+            "retry_attempt": self.retry_attempt,
+            "worker": self.worker,
+            "failed_at": self.failed_at.isoformat(),
+            "checkpoint": self.checkpoint,
+            "options": self.options,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DeadLetter:
+        values = dict(data)
+        values["failed_at"] = datetime.fromisoformat(values["failed_at"])
+        return cls(**values)

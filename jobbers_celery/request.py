@@ -1,0 +1,66 @@
+"""JobbersRequest: runs in the worker's main process before a task reaches the pool.
+
+A message whose ``jobbers_version`` header differs from the worker's registered version is
+dropped here (recorded, dead-lettered when the task saves dead letters, rejected without
+requeue) so it never occupies a pool slot.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.worker.request import Request
+from celery.worker.state import task_ready
+
+from jobbers_celery import lifecycle
+from jobbers_celery.options import DeadLetterPolicy
+from jobbers_celery.payload import HEADER_VERSION
+from jobbers_celery.states import TaskState
+
+__all__ = ["JobbersRequest", "VersionMismatch"]
+
+log = logging.getLogger("jobbers.request")
+
+
+class VersionMismatch(Exception):
+    """The message was published for another version of the task than this worker runs."""
+
+
+class JobbersRequest(Request):  # type: ignore[misc]
+    def revoked(self) -> bool:
+        if self._already_revoked:
+            return True
+        got = self.request_dict.get(HEADER_VERSION)
+        want = getattr(self.task, "version", None)
+        if got is not None and want is not None and got != want:
+            self._drop_version_mismatch(got, want)
+            return True
+        return bool(super().revoked())
+
+    def _drop_version_mismatch(self, got: Any, want: Any) -> None:
+        from jobbers_celery.install import get_jobbers
+
+        message = f"message version {got} differs from worker version {want}"
+        log.warning("dropping %s[%s]: %s", self.task.name, self.id, message)
+        exc = VersionMismatch(message)
+        try:
+            jobbers = get_jobbers(self.task.app)
+            res = jobbers.store.step(
+                self.id, TaskState.DROPPED, sources=(TaskState.SUBMITTED,),
+                worker=self.hostname, reason=message, ret=lifecycle.DEAD_LETTER_FIELDS,
+                set_fields=lifecycle.error_fields(exc),
+            )
+            policy = getattr(self.task, "jobbers_options", None)
+            if res.applied and policy is not None \
+                    and policy.dead_letter_policy is DeadLetterPolicy.SAVE:
+                lifecycle.dead_letter(jobbers, task_id=self.id, name=self.task.name,
+                                      reason="dropped", result=res, raw=res.values, exc=exc,
+                                      worker=self.hostname)
+        except Exception:
+            log.exception("could not record the drop of %s[%s]", self.task.name, self.id)
+        self._already_revoked = True
+        task_ready(self)
+        self.task.backend.mark_as_failure(self.id, exc, request=self._context,
+                                          store_result=self.store_errors)
+        self.reject(requeue=False)

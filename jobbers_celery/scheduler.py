@@ -1,0 +1,125 @@
+"""The in-worker scheduler: re-publishes delayed retries when their ``run_at`` arrives.
+
+Runs as a thread in every worker's main process (a worker bootstep). A due task is claimed
+atomically (``scheduled -> submitted`` plus a publish lease) so several workers never both
+publish it; a claim whose publisher died is published again once its lease expires, and the
+start step drops the duplicate should both messages arrive. It also retries parked dead
+letters and prunes expired terminal records.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from celery import bootsteps
+
+from jobbers_celery import lifecycle, payload
+
+if TYPE_CHECKING:
+    from jobbers_celery.jobbers import Jobbers
+    from jobbers_celery.store import Claimed
+
+__all__ = ["Scheduler", "SchedulerStep"]
+
+log = logging.getLogger("jobbers.scheduler")
+
+_BATCH = 500
+_HOUSEKEEPING_EVERY_S = 30.0
+
+
+class Scheduler:
+    def __init__(self, jobbers: Jobbers, worker_name: str | None = None) -> None:
+        self.jobbers = jobbers
+        self.worker_name = worker_name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_housekeeping = 0.0
+
+    def run_once(self) -> tuple[int, float | None]:
+        """Claim and publish what is due. Returns (published, seconds until the next run_at)."""
+        store = self.jobbers.store
+        ids, next_ms = store.due(_BATCH)
+        published = 0
+        if ids:
+            lease_ms = int(self.jobbers.config.publish_lease * 1000)
+            claimed = store.claim(ids, lease_ms, self.worker_name)
+            done = []
+            now_ms = store.now_ms()
+            for item in claimed:
+                try:
+                    self._publish(item, now_ms)
+                    done.append(item.task_id)
+                except Exception:
+                    log.exception("could not publish due task %s; it will be tried again "
+                                  "after its lease", item.task_id)
+            store.confirm_published(done)
+            published = len(done)
+        wait = None
+        if next_ms is not None:
+            wait = max(0.0, (next_ms - store.now_ms()) / 1000.0)
+        return published, wait
+
+    def _publish(self, item: Claimed, now_ms: int) -> None:
+        data: Any = payload.loads(item.msg) if item.msg else {}
+        if data.get("unserializable"):
+            raise ValueError("its arguments were not JSON-serializable when it was recorded")
+        with lifecycle.internal_publish(now_ms):
+            payload.republish(self.jobbers.app, item.name, item.task_id, data, item.retries)
+
+    def housekeeping(self) -> None:
+        self.jobbers.dead_letters.retry_pending()
+        self.jobbers.store.prune()
+
+    def _loop(self) -> None:
+        interval = self.jobbers.config.scheduler_interval
+        while not self._stop.is_set():
+            wait = interval
+            try:
+                _, next_due = self.run_once()
+                if next_due is not None:
+                    wait = min(interval, next_due)
+                if time.monotonic() - self._last_housekeeping > _HOUSEKEEPING_EVERY_S:
+                    self._last_housekeeping = time.monotonic()
+                    self.housekeeping()
+            except Exception:
+                log.exception("jobbers scheduler pass failed; retrying")
+                wait = max(interval, 1.0)
+            self._stop.wait(wait)
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="jobbers-scheduler",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class SchedulerStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Starts the scheduler with the worker and stops it on shutdown."""
+
+    label = "jobbers scheduler"
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.scheduler: Scheduler | None = None
+
+    def start(self, parent: Any) -> None:
+        from jobbers_celery.install import get_jobbers
+
+        self.scheduler = Scheduler(get_jobbers(parent.app), getattr(parent, "hostname", None))
+        self.scheduler.start()
+
+    def stop(self, parent: Any) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
+
+    shutdown = stop

@@ -1,0 +1,176 @@
+"""Signal handlers. They only record: Celery swallows their exceptions, so no decision
+that changes a task's outcome is made here (those live in :class:`JobbersTask`).
+
+- ``before_task_publish`` (every publishing process): stamp headers, record ``submitted``.
+- ``task_failure`` in the worker's main process (lost pool child, rejected message, hard
+  time limit): record ``failed``; in the pool the task class has already recorded it.
+- ``task_unknown`` (main process): no worker has this name, record ``dropped``.
+- ``task_prerun`` for a tracked message that reaches a plain (non-jobbers) task: ``dropped``
+  with the reason, so the record does not claim a state nobody will move it out of.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from celery import current_app, signals
+
+from jobbers_celery import lifecycle
+from jobbers_celery.options import DeadLetterPolicy
+from jobbers_celery.payload import HEADER_DEAD_LETTER, HEADER_TASK
+from jobbers_celery.states import TaskState
+from jobbers_celery.task import JobbersTask
+
+if TYPE_CHECKING:
+    from jobbers_celery.jobbers import Jobbers
+
+__all__ = ["connect", "register"]
+
+log = logging.getLogger("jobbers.signals")
+S = TaskState
+
+_installed: list[weakref.ref[Jobbers]] = []
+
+
+def register(jobbers: Jobbers) -> None:
+    _installed[:] = [r for r in _installed if r() is not None]
+    _installed.append(weakref.ref(jobbers))
+
+
+def _all() -> list[Jobbers]:
+    return [j for j in (r() for r in _installed) if j is not None]
+
+
+def _jobbers_of(app: Any) -> Jobbers | None:
+    found = getattr(app, "_jobbers", None)
+    return found if found is not None and found in _all() else None
+
+
+def _for_publish(name: str) -> tuple[Jobbers | None, Any]:
+    """Which installed jobbers records a publish of ``name``, and the task if known."""
+    candidates = _all()
+    for jobbers in candidates:
+        task = jobbers.app.tasks.get(name)
+        if task is not None:
+            return (jobbers, task) if isinstance(task, JobbersTask) else (None, None)
+    # Unknown here (``send_task`` by name): track it so that a worker lacking it drops it.
+    for jobbers in candidates:
+        if jobbers.app is current_app:
+            return jobbers, None
+    return (candidates[0], None) if candidates else (None, None)
+
+
+def on_before_publish(
+    sender: str | None = None,
+    body: Any = None,
+    exchange: str | None = None,
+    routing_key: str | None = None,
+    headers: dict[str, Any] | None = None,
+    properties: dict[str, Any] | None = None,
+    **_: Any,
+) -> None:
+    if not sender or headers is None:
+        return
+    jobbers, task = _for_publish(sender)
+    if jobbers is None:
+        return
+    opts = getattr(task, "jobbers_options", None)
+    try:
+        lifecycle.on_publish(
+            jobbers, sender, headers, body, exchange, routing_key, properties or {},
+            version=opts.version if opts else None,
+            dead_letter=bool(opts and opts.dead_letter_policy is DeadLetterPolicy.SAVE),
+        )
+    except Exception:
+        # The message still goes out; the worker records the submission when it starts.
+        log.exception("could not record the publish of %s[%s]", sender, headers.get("id"))
+
+
+def on_task_failure(
+    sender: Any = None,
+    task_id: str | None = None,
+    exception: BaseException | None = None,
+    einfo: Any = None,
+    **_: Any,
+) -> None:
+    if not isinstance(sender, JobbersTask) or not task_id:
+        return
+    if getattr(sender.request, "jobbers_outcome_recorded", False):
+        return  # recorded by the task itself, in the pool
+    jobbers = _jobbers_of(sender.app)
+    if jobbers is None:
+        return
+    try:
+        res = jobbers.store.step(
+            task_id, S.FAILED, sources=(S.STARTED,),
+            reason=f"{type(exception).__name__} reported by the worker",
+            set_fields=lifecycle.error_fields(exception), ret=lifecycle.DEAD_LETTER_FIELDS,
+        )
+        if res.applied and sender.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE:
+            lifecycle.dead_letter(
+                jobbers, task_id=task_id, name=sender.name, reason="failed", result=res,
+                raw=res.values, exc=exception,
+                traceback=str(getattr(einfo, "traceback", "") or "") or None,
+                worker=getattr(sender.request, "hostname", None),
+            )
+    except Exception:
+        log.exception("could not record the failure of %s[%s]", sender.name, task_id)
+
+
+def on_task_unknown(
+    sender: Any = None,
+    name: str | None = None,
+    id: str | None = None,  # noqa: A002 - Celery's argument name
+    message: Any = None,
+    **_: Any,
+) -> None:
+    headers = getattr(message, "headers", None) or {}
+    if not id or HEADER_TASK not in headers:
+        return
+    jobbers = _jobbers_of(getattr(sender, "app", None))
+    if jobbers is None:
+        return
+    reason = f"no task named {name!r} is registered on this worker"
+    try:
+        res = jobbers.store.step(
+            id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason,
+            worker=getattr(sender, "hostname", None),
+            set_fields=lifecycle.error_fields(None, reason), ret=lifecycle.DEAD_LETTER_FIELDS,
+        )
+        if res.applied and headers.get(HEADER_DEAD_LETTER):
+            lifecycle.dead_letter(jobbers, task_id=id, name=name or "", reason="dropped",
+                                  result=res, raw=res.values, message=reason,
+                                  worker=getattr(sender, "hostname", None))
+    except Exception:
+        log.exception("could not record the drop of unknown task %s[%s]", name, id)
+
+
+def on_task_prerun(sender: Any = None, task_id: str | None = None, task: Any = None,
+                   **_: Any) -> None:
+    if task is None or isinstance(task, JobbersTask) or not task_id:
+        return
+    if task.request.get(HEADER_TASK) is None:
+        return
+    jobbers = _jobbers_of(task.app)
+    if jobbers is None:
+        return
+    reason = f"{task.name} is not a JobbersTask on this worker; it runs untracked"
+    try:
+        jobbers.store.step(task_id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason,
+                           set_fields=lifecycle.error_fields(None, reason))
+    except Exception:
+        log.exception("could not record %s[%s]", task.name, task_id)
+
+
+def connect() -> None:
+    """Connect the handlers once per process (idempotent through ``dispatch_uid``)."""
+    signals.before_task_publish.connect(on_before_publish, weak=False,
+                                        dispatch_uid="jobbers.before_task_publish")
+    signals.task_failure.connect(on_task_failure, weak=False,
+                                 dispatch_uid="jobbers.task_failure")
+    signals.task_unknown.connect(on_task_unknown, weak=False,
+                                 dispatch_uid="jobbers.task_unknown")
+    signals.task_prerun.connect(on_task_prerun, weak=False,
+                                dispatch_uid="jobbers.task_prerun")

@@ -1,0 +1,149 @@
+"""Dead-letter sinks: where failed, stalled and dropped tasks are written.
+
+A sink is anything with ``write(entry)``; ``jobbers_dead_letter_sink`` names a factory that
+receives the ``Jobbers`` instance. Writing must be idempotent per ``(task_id, attempt)``.
+The dispatcher in front of it makes sure an entry is never lost silently: on failure the
+entry is logged in full, parked in a Redis outbox (or in memory when Redis is down too),
+and written again later.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from jobbers_celery.records import DeadLetter
+from jobbers_celery.store.keys import Keys
+
+if TYPE_CHECKING:
+    import redis
+
+    from jobbers_celery.jobbers import Jobbers
+
+__all__ = ["DeadLetterDispatcher", "DeadLetterSink", "RedisDeadLetterSink"]
+
+log = logging.getLogger("jobbers.deadletter")
+
+#: In-memory backlog bound (only used while both the sink and Redis are unreachable).
+_MAX_PENDING = 10_000
+_RETRY_EVERY_S = 5.0
+
+
+@runtime_checkable
+class DeadLetterSink(Protocol):
+    def write(self, entry: DeadLetter) -> None:
+        """Store ``entry``; writing the same ``(task_id, attempt)`` twice keeps one entry."""
+
+
+class RedisDeadLetterSink:
+    """The default sink: a hash of JSON entries plus a time index, in the jobbers namespace."""
+
+    def __init__(self, jobbers: Jobbers) -> None:
+        self.client: redis.Redis = jobbers.store.client
+        self.keys: Keys = jobbers.store.keys
+
+    def write(self, entry: DeadLetter) -> None:
+        member = f"{entry.task_id}:{entry.attempt}"
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hsetnx(self.keys.dead_letters, member, json.dumps(entry.to_json(), default=str))
+        pipe.zadd(self.keys.dead_letter_index, {member: entry.failed_at.timestamp()}, nx=True)
+        pipe.execute()
+
+    def entries(self, limit: int = 100) -> list[DeadLetter]:
+        """Newest first."""
+        members = self.client.zrevrange(self.keys.dead_letter_index, 0, limit - 1)
+        if not members:
+            return []
+        raw = self.client.hmget(self.keys.dead_letters, members)
+        return [DeadLetter.from_json(json.loads(r)) for r in raw if r]
+
+
+class DeadLetterDispatcher:
+    """Sends entries to the sink, keeping and retrying the ones it could not write."""
+
+    def __init__(self, sink: DeadLetterSink, client: redis.Redis, keys: Keys) -> None:
+        self.sink = sink
+        self.client = client
+        self.keys = keys
+        self._pending: collections.deque[DeadLetter] = collections.deque(maxlen=_MAX_PENDING)
+        self._lock = threading.Lock()
+        self._retrier: threading.Thread | None = None
+
+    def send(self, entry: DeadLetter) -> bool:
+        """Write ``entry``; ``False`` if it was parked for a later retry."""
+        try:
+            self.sink.write(entry)
+            return True
+        except Exception:
+            log.exception(
+                "dead-letter sink failed; entry kept for retry: %s",
+                json.dumps(entry.to_json(), default=str),
+            )
+        self._park(entry)
+        return False
+
+    def _park(self, entry: DeadLetter) -> None:
+        try:
+            self.client.rpush(self.keys.dead_letter_outbox,
+                              json.dumps(entry.to_json(), default=str))
+            return
+        except Exception:
+            log.exception("Redis outbox unavailable too; keeping dead letter %s:%s in memory",
+                          entry.task_id, entry.attempt)
+        with self._lock:
+            if len(self._pending) == self._pending.maxlen:
+                dropped = self._pending[0]
+                log.error("dead-letter memory backlog full; oldest entry only in the log above: "
+                          "%s:%s", dropped.task_id, dropped.attempt)
+            self._pending.append(entry)
+            if self._retrier is None or not self._retrier.is_alive():
+                self._retrier = threading.Thread(target=self._retry_loop, daemon=True,
+                                                 name="jobbers-dlq-retry")
+                self._retrier.start()
+
+    def _retry_loop(self) -> None:
+        stop = threading.Event()
+        while self._pending:
+            stop.wait(_RETRY_EVERY_S)
+            self.retry_pending()
+
+    def retry_pending(self, limit: int = 100) -> int:
+        """Write parked entries again (memory first, then the Redis outbox); returns written."""
+        written = 0
+        while True:
+            with self._lock:
+                if not self._pending:
+                    break
+                entry = self._pending[0]
+            try:
+                self.sink.write(entry)
+            except Exception:
+                return written
+            with self._lock:
+                if self._pending and self._pending[0] is entry:
+                    self._pending.popleft()
+            written += 1
+        for _ in range(limit):
+            try:
+                raw = self.client.lpop(self.keys.dead_letter_outbox)
+            except Exception:
+                return written
+            if raw is None:
+                break
+            entry = DeadLetter.from_json(json.loads(raw))
+            try:
+                self.sink.write(entry)
+            except Exception:
+                log.warning("dead-letter sink still failing; %s:%s stays in the outbox",
+                            entry.task_id, entry.attempt)
+                self.client.lpush(self.keys.dead_letter_outbox, raw)
+                return written
+            written += 1
+        return written
+
+    @property
+    def pending_in_memory(self) -> int:
+        return len(self._pending)

@@ -1,0 +1,9 @@
+"""Lifecycle storage: the only code that talks to Redis."""
+
+from __future__ import annotations
+
+from jobbers_celery.store.base import StepResult
+from jobbers_celery.store.keys import Keys
+from jobbers_celery.store.redis import RedisStore
+
+__all__ = ["Keys", "RedisStore", "StepResult"]

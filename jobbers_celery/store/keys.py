@@ -1,0 +1,90 @@
+"""Every Redis key and record field name jobbers uses, in one place.
+
+All keys share the hash tag ``{<prefix>}`` so that the Lua scripts, which touch several keys
+at once, also run on Redis Cluster (one slot per jobbers namespace).
+
+Record hash ``task:<id>`` fields (the Lua scripts use the same literal names):
+
+=========  ==============================================================
+name       task name                  ver       task version
+queue      queue (routing key)        state     TaskState value
+attempt    starts so far (fence)      retries   retry count (Celery's)
+sub_at     first submission, ms       start_at  first start, ms
+retry_at   latest later start, ms     done_at   entered a terminal state, ms
+hb_at      last heartbeat, ms         run_at    scheduled time, ms
+worker     last worker hostname       err       JSON {"type", "message"}
+progress   JSON                       ckpt      JSON checkpoint
+msg        JSON publish payload       dlq       "1" when dead_letter_policy=save
+=========  ==============================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobbers_celery.states import TaskState
+
+__all__ = ["STATE_ORDER", "Keys"]
+
+#: The order in which per-state index keys are passed to the scripts.
+STATE_ORDER: tuple[TaskState, ...] = tuple(TaskState)
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str
+
+    @property
+    def _ns(self) -> str:
+        return "{" + self.prefix + "}"
+
+    def task(self, task_id: str) -> str:
+        return f"{self._ns}:task:{task_id}"
+
+    def history(self, task_id: str) -> str:
+        return f"{self._ns}:hist:{task_id}"
+
+    def state_index(self, state: TaskState) -> str:
+        """Sorted set of task ids in ``state``, scored by entry time (``scheduled``: run_at)."""
+        return f"{self._ns}:state:{state.value}"
+
+    def state_indexes(self) -> list[str]:
+        return [self.state_index(s) for s in STATE_ORDER]
+
+    @property
+    def all_tasks(self) -> str:
+        """Sorted set of every tracked task id, scored by first submission."""
+        return f"{self._ns}:all"
+
+    def name_index(self, name: str) -> str:
+        return f"{self._ns}:name:{name}"
+
+    def queue_index(self, queue: str) -> str:
+        return f"{self._ns}:queue:{queue}"
+
+    @property
+    def publishing(self) -> str:
+        """Sorted set of ids recorded as submitted but not yet confirmed published (deadline)."""
+        return f"{self._ns}:publishing"
+
+    @property
+    def stats(self) -> str:
+        """Hash of counters (refused transitions by kind)."""
+        return f"{self._ns}:stats"
+
+    @property
+    def dead_letters(self) -> str:
+        """Hash ``<task_id>:<attempt>`` -> JSON entry (the default Redis sink)."""
+        return f"{self._ns}:dlq"
+
+    @property
+    def dead_letter_index(self) -> str:
+        return f"{self._ns}:dlq:index"
+
+    @property
+    def dead_letter_outbox(self) -> str:
+        """List of entries a sink failed to take, retried by the workers."""
+        return f"{self._ns}:dlq:outbox"
+
+    def lock(self, name: str) -> str:
+        return f"{self._ns}:lock:{name}"

@@ -1,0 +1,265 @@
+"""JobbersTask: the Celery task base class. Outcome decisions (retry, fail, drop) live here.
+
+The lifecycle runs inside ``__call__``, which Celery's tracer calls with the request already
+pushed: one round trip to start (the attempt number it returns fences everything after),
+one to complete. ``retry()`` is replaced so that delays wait in Redis, not in ETA messages.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+from celery import Task
+from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
+
+from jobbers_celery import lifecycle, payload
+from jobbers_celery.backoff import BackoffStrategy, compute_delay
+from jobbers_celery.errors import TaskCancelled, TaskTimeout
+from jobbers_celery.options import (
+    OPTION_NAMES,
+    DeadLetterPolicy,
+    ShutdownPolicy,
+    TaskOptions,
+    validate_options,
+)
+from jobbers_celery.states import TaskState
+
+__all__ = ["JobbersTask"]
+
+log = logging.getLogger("jobbers.task")
+S = TaskState
+
+#: Request attributes jobbers sets on a running task's context.
+_ATTEMPT = "jobbers_attempt"
+_CHECKPOINT = "jobbers_checkpoint"
+_DONE = "jobbers_outcome_recorded"
+
+
+def _jobbers(task: Task[Any, Any]) -> Any:
+    from jobbers_celery.install import get_jobbers
+
+    return get_jobbers(task.app)
+
+
+class JobbersTask(Task):  # type: ignore[type-arg]
+    """Base class for tracked tasks: ``@app.task(base=JobbersTask, ...)``."""
+
+    Request = "jobbers_celery.request:JobbersRequest"
+
+    version: int = 1
+    max_retries: int | None = 3
+    retry_delay: float | timedelta | None = None
+    backoff_strategy: BackoffStrategy | str = BackoffStrategy.EXPONENTIAL
+    max_retry_delay: float | timedelta = 3600.0
+    expected_exceptions: tuple[type[BaseException], ...] = ()
+    timeout: float | timedelta | None = None
+    dead_letter_policy: DeadLetterPolicy | str = DeadLetterPolicy.NONE
+    max_heartbeat_interval: float | timedelta | None = None
+    on_shutdown: ShutdownPolicy | str = ShutdownPolicy.STOP
+    max_concurrent: int | None = None
+    max_stall_recoveries: int = 0
+
+    jobbers_options: ClassVar[TaskOptions] = TaskOptions()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.jobbers_options = validate_options({n: getattr(cls, n) for n in OPTION_NAMES})
+        if cls.jobbers_options.timeout and getattr(cls, "soft_time_limit", None) is None:
+            # prefork enforces it by raising SoftTimeLimitExceeded in the task
+            cls.soft_time_limit = cls.jobbers_options.timeout
+
+    # ------------------------------------------------------------------ inside a task
+    @property
+    def attempt(self) -> int:
+        """1 for the first start of this task id, 2 for the next, and so on."""
+        return int(getattr(self.request, _ATTEMPT, 0) or 0)
+
+    @property
+    def checkpoint(self) -> Any:
+        """What an earlier attempt saved with ``heartbeat(checkpoint=...)``, or ``None``."""
+        return getattr(self.request, _CHECKPOINT, None)
+
+    def _tracked(self) -> bool:
+        req = self.request
+        return not (req.called_directly or req.is_eager) and bool(req.id)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.request.called_directly:
+            return super().__call__(*args, **kwargs)
+        if not self._tracked():
+            return self.run(*args, **kwargs)
+        self._start()
+        try:
+            result = self.run(*args, **kwargs)
+        except (Ignore, Retry):
+            raise
+        except Reject as exc:
+            self._on_reject(exc)
+            raise
+        except TaskCancelled:
+            self._finish(S.CANCELLED, reason="cancellation honoured")
+            raise Ignore() from None
+        except BaseException as exc:
+            if getattr(self.request, _DONE, False):
+                raise
+            if isinstance(exc, SoftTimeLimitExceeded) and self.jobbers_options.timeout:
+                exc = TaskTimeout(f"ran longer than timeout={self.jobbers_options.timeout:g}s")
+            expected = (*self.jobbers_options.expected_exceptions, TaskTimeout)
+            if isinstance(exc, expected) and isinstance(exc, Exception):
+                raise self.retry(exc=exc) from exc
+            self._fail(exc, reason="unexpected exception")
+            raise
+        self._finish(S.COMPLETED, reason=None)
+        return result
+
+    # ------------------------------------------------------------------ steps
+    def _worker(self) -> str | None:
+        return self.request.hostname or None
+
+    def _start(self) -> None:
+        jobbers = _jobbers(self)
+        req = self.request
+        ret = ("ckpt",)
+        res = jobbers.store.step(req.id, S.STARTED, start=True, worker=self._worker(), ret=ret)
+        if not res.applied and res.previous in ("missing", S.UNSUBMITTED):
+            # Published without a record (Redis was unreachable at publish, or by a client
+            # without jobbers): record the submission now rather than lose track of it.
+            self._record_late_submit(jobbers)
+            res = jobbers.store.step(req.id, S.STARTED, start=True, worker=self._worker(),
+                                     ret=ret)
+        if not res.applied:
+            log.warning("not running %s[%s]: it is %s (duplicate or stale delivery)",
+                        self.name, req.id, res.previous)
+            raise Ignore()
+        req.jobbers_attempt = res.attempt
+        ckpt = res.values.get("ckpt")
+        req.jobbers_checkpoint = payload.loads(ckpt) if ckpt else None
+
+    def _record_late_submit(self, jobbers: Any) -> None:
+        req = self.request
+        sig = self.signature_from_request(req)
+        data = payload.from_signature_options(req.args, req.kwargs, dict(sig.options))
+        queue = payload.queue_of(data["options"])
+        opts = self.jobbers_options
+        jobbers.store.step(
+            req.id, S.SUBMITTED, sources=(S.UNSUBMITTED,),
+            create={"name": self.name, "ver": str(opts.version), "queue": queue,
+                    "dlq": "1" if opts.dead_letter_policy is DeadLetterPolicy.SAVE else "0"},
+            set_fields={"msg": payload.dumps(data), "retries": str(req.retries or 0)},
+            reason="recorded by the worker: no submission record", name=self.name, queue=queue,
+        )
+
+    def _finish(self, to: TaskState, reason: str | None) -> None:
+        req = self.request
+        req.jobbers_outcome_recorded = True
+        delete = ("msg",) if to is S.COMPLETED else ()
+        res = _jobbers(self).store.step(
+            req.id, to, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
+            reason=reason, delete=delete,
+        )
+        if not res.applied:
+            log.warning("late %s of %s[%s] attempt %s rejected: the task is %s",
+                        to.value, self.name, req.id, self.attempt, res.previous)
+
+    def _fail(self, exc: BaseException, reason: str) -> None:
+        req = self.request
+        req.jobbers_outcome_recorded = True
+        jobbers = _jobbers(self)
+        res = jobbers.store.step(
+            req.id, S.FAILED, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
+            reason=reason, set_fields=lifecycle.error_fields(exc),
+            ret=lifecycle.DEAD_LETTER_FIELDS,
+        )
+        if not res.applied:
+            log.warning("failure of %s[%s] attempt %s not recorded: the task is %s",
+                        self.name, req.id, self.attempt, res.previous)
+            return
+        if self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE:
+            lifecycle.dead_letter(jobbers, task_id=req.id, name=self.name, reason="failed",
+                                  result=res, raw=res.values, exc=exc, worker=self._worker())
+
+    def _on_reject(self, exc: Reject) -> None:
+        if getattr(exc, "requeue", False):
+            # The broker hands the message back; its next start records a new submission.
+            self.request.jobbers_outcome_recorded = True
+            _jobbers(self).store.step(
+                self.request.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
+                worker=self._worker(), reason="rejected with requeue",
+            )
+        else:
+            reason = exc.reason if isinstance(exc.reason, BaseException) else None
+            self._fail(reason or RuntimeError(f"rejected: {exc.reason!r}"), reason="rejected")
+
+    # ------------------------------------------------------------------ retries
+    def retry(  # type: ignore[override]
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: BaseException | None = None,
+        throw: bool = True,
+        eta: datetime | None = None,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+        **options: Any,
+    ) -> Retry:
+        """Retry with jobbers' backoff; a delay waits in Redis, never in an ETA message.
+
+        ``countdown``/``eta`` override the task's backoff for this retry.
+        """
+        if not self._tracked():
+            return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries,
+                                 **options)
+        req = self.request
+        opts = self.jobbers_options
+        limit = opts.max_retries if max_retries is None else max_retries
+        if max_retries is None and self.max_retries != opts.max_retries:
+            limit = self.max_retries  # changed at runtime, as Celery allows
+        n = int(req.retries or 0) + 1
+        if limit is not None and n > limit:
+            error = exc or MaxRetriesExceededError(
+                f"Can't retry {self.name}[{req.id}] args:{req.args} kwargs:{req.kwargs}"
+            )
+            self._fail(error, reason="retries exhausted")
+            raise error
+        delay = self._retry_delay(n, eta, countdown)
+        sig = self.signature_from_request(req, args, kwargs, retries=n, **options)
+        err = lifecycle.error_fields(exc) if exc is not None else {}
+        req.jobbers_outcome_recorded = True
+        store = _jobbers(self).store
+        reason = f"retry {n}" + (f" of {limit}" if limit is not None else "")
+        if delay > 0:
+            data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
+            res = store.step(
+                req.id, S.SCHEDULED, sources=(S.STARTED,), fence=self.attempt,
+                worker=self._worker(), reason=reason, delay_ms=round(delay * 1000),
+                set_fields={**err, "msg": payload.dumps(data), "retries": str(n)},
+            )
+            when: Any = datetime.now(UTC) + timedelta(seconds=delay)
+        else:
+            res = store.step(
+                req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
+                worker=self._worker(), reason=reason, set_fields=err,
+            )
+            if res.applied:
+                sig.apply_async()  # records unsubmitted -> submitted on publish
+            when = None
+        if not res.applied:
+            log.warning("retry of %s[%s] attempt %s not recorded: the task is %s",
+                        self.name, req.id, self.attempt, res.previous)
+        retry = Retry(exc=exc, when=when)
+        if throw:
+            raise retry
+        return retry
+
+    def _retry_delay(self, n: int, eta: datetime | None, countdown: float | None) -> float:
+        opts = self.jobbers_options
+        if eta is not None:
+            aware = eta if eta.tzinfo else eta.replace(tzinfo=UTC)
+            return max(0.0, (aware - datetime.now(UTC)).total_seconds())
+        if countdown is not None:
+            return max(0.0, float(countdown))
+        if opts.retry_delay is None:
+            return 0.0
+        return compute_delay(opts.backoff_strategy, opts.retry_delay, n, opts.max_retry_delay)

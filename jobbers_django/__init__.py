@@ -1,0 +1,1 @@
+"""jobbers_django: see issue 5."""

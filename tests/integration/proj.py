@@ -1,0 +1,87 @@
+"""The Celery app that integration-test workers run (``celery -A tests.integration.proj``)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from celery import Celery
+
+from jobbers_celery import BackoffStrategy, DeadLetterPolicy, JobbersTask, install
+
+REDIS_URL = os.environ["JOBBERS_TEST_REDIS_URL"]
+
+app = Celery("proj", broker=REDIS_URL, backend=REDIS_URL)
+app.conf.update(
+    task_serializer="json",
+    accept_content=["json"],
+    result_serializer="json",
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+    jobbers_scheduler_interval=0.2,
+    task_acks_late=os.environ.get("PROJ_ACKS_LATE") == "1",
+)
+jobbers = install(app)
+
+# Versions this process registers; a test can start a worker that runs "older" code.
+VERSION = int(os.environ.get("PROJ_VERSION", "1"))
+
+
+class Flaky(Exception):
+    pass
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.add")
+def add(self: JobbersTask, x: int, y: int) -> int:
+    return x + y
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.flaky", max_retries=3,
+          expected_exceptions=(Flaky,), dead_letter_policy=DeadLetterPolicy.SAVE)
+def flaky(self: JobbersTask, fail_times: int, delay: float | None = None) -> int:
+    """Fails ``fail_times`` times with an expected exception, then succeeds."""
+    if self.request.retries < fail_times:
+        if delay is not None:
+            raise self.retry(exc=Flaky(f"attempt {self.attempt}"), countdown=delay)
+        raise Flaky(f"attempt {self.attempt}")
+    return self.request.retries
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.backoff", max_retries=2, retry_delay=0.5,
+          backoff_strategy=BackoffStrategy.CONSTANT, expected_exceptions=(Flaky,),
+          dead_letter_policy=DeadLetterPolicy.SAVE)
+def backoff(self: JobbersTask) -> None:
+    raise Flaky(f"always, attempt {self.attempt}")
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.boom", dead_letter_policy="save")
+def boom(self: JobbersTask, secret: str = "") -> None:
+    raise ValueError("boom")
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.versioned", version=VERSION,
+          dead_letter_policy="save")
+def versioned(self: JobbersTask) -> int:
+    return VERSION
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.sleepy")
+def sleepy(self: JobbersTask, seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.timeout", timeout=0.5, max_retries=1,
+          dead_letter_policy="save")
+def timeout(self: JobbersTask) -> None:
+    time.sleep(5)
+
+
+@app.task(bind=True, name="proj.plain")
+def plain(self, x: int) -> int:  # type: ignore[no-untyped-def]
+    return x
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.headers")
+def headers(self: JobbersTask) -> dict[str, object]:
+    return {k: v for k, v in (self.request.headers or {}).items() if k.startswith("jobbers_")}
