@@ -1,0 +1,178 @@
+"""Shared fixtures: a private redis-server for the session and real worker subprocesses.
+
+Nothing here touches the machine's shared Redis: the session starts its own
+``redis-server`` on a free port (persistence off) and stops it at the end. A missing
+``redis-server`` binary fails the run with a clear message; it never skips.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REDIS_DB = 1
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
+             message: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A private redis-server process on a free loopback port."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server is not installed (apt-get install redis-server); "
+                        "the integration tests need a real one", pytrace=False)
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="jobbers-redis-")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, "--maxmemory-policy", "noeviction"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        import redis
+
+        client = redis.Redis(port=self.port)
+        wait_for(lambda: self._ping(client), timeout=10, message="redis-server to answer")
+
+    @staticmethod
+    def _ping(client: Any) -> bool:
+        try:
+            return bool(client.ping())
+        except Exception:
+            return False
+
+    def url(self, db: int = REDIS_DB) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    os.environ["JOBBERS_TEST_REDIS_URL"] = server.url()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """A clean database on the session's private Redis."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url())
+    client.flushdb()
+    yield redis_server.url()
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def proj(redis_url: str) -> Any:
+    """The integration-test Celery app module (imported once the Redis URL is known)."""
+    import importlib
+
+    module = importlib.import_module("tests.integration.proj")
+    return module
+
+
+class Worker:
+    def __init__(self, proc: subprocess.Popen[str], name: str, log_path: Path) -> None:
+        self.proc = proc
+        self.name = name
+        self.log_path = log_path
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return int(self.proc.returncode)
+
+
+@pytest.fixture
+def worker_factory(proj: Any, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+    """Start real ``celery worker`` subprocesses running ``tests.integration.proj``."""
+    workers: list[Worker] = []
+
+    def start(pool: str = "prefork", concurrency: int = 2, env: dict[str, str] | None = None,
+              queues: str | None = None, extra: list[str] | None = None) -> Worker:
+        name = f"w-{uuid.uuid4().hex[:8]}@localhost"
+        log_path = tmp_path / f"{name}.log"
+        cmd = [sys.executable, "-m", "celery", "-A", "tests.integration.proj", "worker",
+               "-P", pool, "-c", str(concurrency), "-n", name, "-l", "INFO",
+               "--without-mingle", "--without-gossip", "--without-heartbeat"]
+        if queues:
+            cmd += ["-Q", queues]
+        cmd += extra or []
+        with log_path.open("w") as log_file:  # the child keeps its own descriptor
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log_file,
+                stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            )
+        worker = Worker(proc, name, log_path)
+        workers.append(worker)
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"worker {name} exited early:\n{worker.log}")
+            return bool(proj.app.control.ping(destination=[name], timeout=0.5))
+
+        wait_for(ready, timeout=30, interval=0.1, message=f"worker {name} to answer ping")
+        return worker
+
+    yield start
+    for worker in workers:
+        if worker.proc.poll() is None:
+            try:
+                os.killpg(worker.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            worker.proc.wait(10)
