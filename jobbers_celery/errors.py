@@ -34,7 +34,7 @@ class InvalidTransition(JobbersError):
         self.target = target
 
 
-class TaskCancelled(BaseException):  # noqa: N818 - named by the public API contract
+class TaskCancelled(BaseException):  # named by the public API contract
     """Raised inside a running task whose cancellation was requested.
 
     A ``BaseException`` so that ``except Exception`` in task code and Celery's

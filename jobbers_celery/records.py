@@ -11,7 +11,7 @@ from jobbers_celery.states import TaskState
 __all__ = ["DeadLetter", "ErrorInfo", "TaskRecord", "Transition", "from_ms"]
 
 
-def from_ms(value: int | float | str | None) -> datetime | None:
+def from_ms(value: float | str | None) -> datetime | None:
     """Redis-clock milliseconds to an aware UTC datetime (``None`` stays ``None``)."""
     if value is None or value == "":
         return None

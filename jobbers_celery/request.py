@@ -27,7 +27,7 @@ class VersionMismatch(Exception):
     """The message was published for another version of the task than this worker runs."""
 
 
-class JobbersRequest(Request):  # type: ignore[misc]
+class JobbersRequest(Request):
     def revoked(self) -> bool:
         if self._already_revoked:
             return True
@@ -61,6 +61,6 @@ class JobbersRequest(Request):  # type: ignore[misc]
             log.exception("could not record the drop of %s[%s]", self.task.name, self.id)
         self._already_revoked = True
         task_ready(self)
-        self.task.backend.mark_as_failure(self.id, exc, request=self._context,
+        self.task.backend.mark_as_failure(self.id, exc, request=self._context,  # type: ignore[attr-defined]
                                           store_result=self.store_errors)
         self.reject(requeue=False)

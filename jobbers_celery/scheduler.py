@@ -103,7 +103,7 @@ class Scheduler:
             self._thread.join(timeout)
 
 
-class SchedulerStep(bootsteps.StartStopStep):  # type: ignore[misc]
+class SchedulerStep(bootsteps.StartStopStep):
     """Starts the scheduler with the worker and stops it on shutdown."""
 
     label = "jobbers scheduler"

@@ -122,7 +122,7 @@ def on_task_failure(
 def on_task_unknown(
     sender: Any = None,
     name: str | None = None,
-    id: str | None = None,  # noqa: A002 - Celery's argument name
+    id: str | None = None,  # Celery's argument name
     message: Any = None,
     **_: Any,
 ) -> None:

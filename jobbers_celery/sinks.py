@@ -13,7 +13,7 @@ import collections
 import json
 import logging
 import threading
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.store.keys import Keys
@@ -54,10 +54,11 @@ class RedisDeadLetterSink:
 
     def entries(self, limit: int = 100) -> list[DeadLetter]:
         """Newest first."""
-        members = self.client.zrevrange(self.keys.dead_letter_index, 0, limit - 1)
+        members = cast("list[str]",
+                       self.client.zrevrange(self.keys.dead_letter_index, 0, limit - 1))
         if not members:
             return []
-        raw = self.client.hmget(self.keys.dead_letters, members)
+        raw = cast("list[str | None]", self.client.hmget(self.keys.dead_letters, members))
         return [DeadLetter.from_json(json.loads(r)) for r in raw if r]
 
 
@@ -120,7 +121,7 @@ class DeadLetterDispatcher:
                 entry = self._pending[0]
             try:
                 self.sink.write(entry)
-            except Exception:
+            except Exception:  # noqa: BLE001 - still failing: keep it, try again later
                 return written
             with self._lock:
                 if self._pending and self._pending[0] is entry:
@@ -128,15 +129,15 @@ class DeadLetterDispatcher:
             written += 1
         for _ in range(limit):
             try:
-                raw = self.client.lpop(self.keys.dead_letter_outbox)
-            except Exception:
+                raw = cast("str | None", self.client.lpop(self.keys.dead_letter_outbox))
+            except Exception:  # noqa: BLE001 - Redis down: the outbox waits for it
                 return written
             if raw is None:
                 break
             entry = DeadLetter.from_json(json.loads(raw))
             try:
                 self.sink.write(entry)
-            except Exception:
+            except Exception:  # noqa: BLE001 - logged; the entry goes back to the outbox
                 log.warning("dead-letter sink still failing; %s:%s stays in the outbox",
                             entry.task_id, entry.attempt)
                 self.client.lpush(self.keys.dead_letter_outbox, raw)

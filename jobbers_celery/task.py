@@ -68,7 +68,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         cls.jobbers_options = validate_options({n: getattr(cls, n) for n in OPTION_NAMES})
         if cls.jobbers_options.timeout and getattr(cls, "soft_time_limit", None) is None:
             # prefork enforces it by raising SoftTimeLimitExceeded in the task
-            cls.soft_time_limit = cls.jobbers_options.timeout
+            cls.soft_time_limit = cls.jobbers_options.timeout  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ inside a task
     @property
@@ -133,9 +133,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             log.warning("not running %s[%s]: it is %s (duplicate or stale delivery)",
                         self.name, req.id, res.previous)
             raise Ignore()
-        req.jobbers_attempt = res.attempt
+        setattr(req, _ATTEMPT, res.attempt)
         ckpt = res.values.get("ckpt")
-        req.jobbers_checkpoint = payload.loads(ckpt) if ckpt else None
+        setattr(req, _CHECKPOINT, payload.loads(ckpt) if ckpt else None)
 
     def _record_late_submit(self, jobbers: Any) -> None:
         req = self.request
@@ -153,7 +153,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
 
     def _finish(self, to: TaskState, reason: str | None) -> None:
         req = self.request
-        req.jobbers_outcome_recorded = True
+        setattr(req, _DONE, True)
         delete = ("msg",) if to is S.COMPLETED else ()
         res = _jobbers(self).store.step(
             req.id, to, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
@@ -165,7 +165,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
 
     def _fail(self, exc: BaseException, reason: str) -> None:
         req = self.request
-        req.jobbers_outcome_recorded = True
+        setattr(req, _DONE, True)
         jobbers = _jobbers(self)
         res = jobbers.store.step(
             req.id, S.FAILED, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
@@ -177,27 +177,28 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                         self.name, req.id, self.attempt, res.previous)
             return
         if self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE:
-            lifecycle.dead_letter(jobbers, task_id=req.id, name=self.name, reason="failed",
+            lifecycle.dead_letter(jobbers, task_id=str(req.id), name=self.name, reason="failed",
                                   result=res, raw=res.values, exc=exc, worker=self._worker())
 
     def _on_reject(self, exc: Reject) -> None:
         if getattr(exc, "requeue", False):
             # The broker hands the message back; its next start records a new submission.
-            self.request.jobbers_outcome_recorded = True
+            setattr(self.request, _DONE, True)
             _jobbers(self).store.step(
                 self.request.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason="rejected with requeue",
             )
         else:
-            reason = exc.reason if isinstance(exc.reason, BaseException) else None
-            self._fail(reason or RuntimeError(f"rejected: {exc.reason!r}"), reason="rejected")
+            why = getattr(exc, "reason", None)
+            cause = why if isinstance(why, BaseException) else RuntimeError(f"rejected: {why!r}")
+            self._fail(cause, reason="rejected")
 
     # ------------------------------------------------------------------ retries
-    def retry(  # type: ignore[override]
+    def retry(
         self,
         args: Any = None,
         kwargs: Any = None,
-        exc: BaseException | None = None,
+        exc: Exception | None = None,
         throw: bool = True,
         eta: datetime | None = None,
         countdown: float | None = None,
@@ -226,7 +227,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         delay = self._retry_delay(n, eta, countdown)
         sig = self.signature_from_request(req, args, kwargs, retries=n, **options)
         err = lifecycle.error_fields(exc) if exc is not None else {}
-        req.jobbers_outcome_recorded = True
+        setattr(req, _DONE, True)
         store = _jobbers(self).store
         reason = f"retry {n}" + (f" of {limit}" if limit is not None else "")
         if delay > 0:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -202,9 +202,9 @@ class RedisStore:
         cutoff = self.now_ms() - self.retention_s * 1000
         ids: list[str] = []
         for state in TERMINAL:
-            ids += self.client.zrangebyscore(
+            ids += cast("list[str]", self.client.zrangebyscore(
                 self.keys.state_index(state), "-inf", cutoff, start=0, num=limit
-            )
+            ))
         if not ids:
             return 0
         pipe = self.client.pipeline(transaction=False)
@@ -224,11 +224,11 @@ class RedisStore:
 
     # ------------------------------------------------------------------ reads
     def get(self, task_id: str) -> TaskRecord | None:
-        raw = self.client.hgetall(self.keys.task(task_id))
+        raw = cast("dict[str, str]", self.client.hgetall(self.keys.task(task_id)))
         return self._record(task_id, raw) if raw else None
 
     def get_raw(self, task_id: str) -> dict[str, str]:
-        return dict(self.client.hgetall(self.keys.task(task_id)))
+        return cast("dict[str, str]", self.client.hgetall(self.keys.task(task_id)))
 
     def history(self, task_id: str) -> list[Transition]:
         out = []
@@ -254,7 +254,8 @@ class RedisStore:
         return {s: int(n) for s, n in zip(STATE_ORDER, pipe.execute(), strict=True)}
 
     def scheduled(self, limit: int = 100) -> list[TaskRecord]:
-        ids = self.client.zrange(self.keys.state_index(TaskState.SCHEDULED), 0, limit - 1)
+        ids = cast("list[str]",
+                   self.client.zrange(self.keys.state_index(TaskState.SCHEDULED), 0, limit - 1))
         return self._records(ids, self.keys.state_index(TaskState.SCHEDULED))
 
     def tasks(
@@ -278,7 +279,7 @@ class RedisStore:
         found: list[TaskRecord] = []
         offset, batch = 0, max(limit, 100)
         while len(found) < limit and offset < _MAX_EXAMINED:
-            ids = self.client.zrevrange(index, offset, offset + batch - 1)
+            ids = cast("list[str]", self.client.zrevrange(index, offset, offset + batch - 1))
             if not ids:
                 break
             offset += len(ids)
@@ -330,4 +331,5 @@ class RedisStore:
         )
 
     def refused_counts(self) -> dict[str, int]:
-        return {k: int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
+        raw = cast("dict[str, str]", self.client.hgetall(self.keys.stats))
+        return {k: int(v) for k, v in raw.items()}

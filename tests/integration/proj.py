@@ -85,3 +85,73 @@ def plain(self, x: int) -> int:  # type: ignore[no-untyped-def]
 @app.task(base=JobbersTask, bind=True, name="proj.headers")
 def headers(self: JobbersTask) -> dict[str, object]:
     return {k: v for k, v in (self.request.headers or {}).items() if k.startswith("jobbers_")}
+
+
+# ---------------------------------------------------------------------------------------
+# Tasks for tests/integration/test_lifecycle.py and test_worker_failures.py.
+# They leave traces in Redis (lists under "proj:") so a test can count executions.
+
+_client = None
+
+
+def _redis():  # type: ignore[no-untyped-def]
+    """A Redis client of this process (created lazily, so prefork children get their own)."""
+    global _client
+    if _client is None:
+        import redis
+
+        _client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    return _client
+
+
+def _jobbers_headers(task: JobbersTask) -> dict[str, object]:
+    return {k: v for k, v in (task.request.headers or {}).items() if k.startswith("jobbers_")}
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.record_run")
+def record_run(self: JobbersTask, key: str, seconds: float = 0.0) -> int:
+    """Appends one entry per execution of its body to the list ``key``, then sleeps."""
+    n = _redis().rpush(key, f"{self.request.id}:{self.attempt}")
+    time.sleep(seconds)
+    return int(n)
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.fail_once", dead_letter_policy="save")
+def fail_once(self: JobbersTask, key: str) -> int:
+    """Fails (unexpected exception) on its first execution, succeeds afterwards."""
+    n = int(_redis().rpush(key, self.attempt))
+    if n == 1:
+        raise ValueError("first run fails")
+    return n
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.sleepy_save", dead_letter_policy="save")
+def sleepy_save(self: JobbersTask, seconds: float, key: str) -> float:
+    """Publishes the pid running it under ``key``, then sleeps."""
+    _redis().set(key, os.getpid())
+    time.sleep(seconds)
+    return seconds
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.headers_retry", max_retries=2,
+          expected_exceptions=(Flaky,))
+def headers_retry(self: JobbersTask, key: str, delay: float | None = None) -> dict[str, object]:
+    """Records its jobbers_* headers on every run; retries once (after ``delay`` if given)."""
+    import json
+
+    _redis().rpush(key, json.dumps(_jobbers_headers(self)))
+    if self.request.retries < 1:
+        if delay is not None:
+            raise self.retry(exc=Flaky("retry with a delay"), countdown=delay)
+        raise Flaky("retry at once")
+    return _jobbers_headers(self)
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.flaky_delay", max_retries=3,
+          retry_delay=0.3, backoff_strategy=BackoffStrategy.CONSTANT,
+          expected_exceptions=(Flaky,))
+def flaky_delay(self: JobbersTask, fail_times: int) -> int:
+    """Like ``flaky`` but its delay comes from the retry_delay option."""
+    if self.request.retries < fail_times:
+        raise Flaky(f"attempt {self.attempt}")
+    return self.request.retries

@@ -1,0 +1,1 @@
+"""Runnable examples of jobbers. ``scripts/demo`` runs ``run_demo``."""

@@ -1,0 +1,35 @@
+# Sourced by scripts/test and scripts/demo: make sure the tools exist, then the venv.
+# Idempotent and quiet when everything is already there.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${JOBBERS_VENV:-$ROOT/.venv}"
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing ${need_apt[*]} (apt-get)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    # Debian starts a redis service on install; jobbers never uses it (tests and the demo
+    # start their own on a free port), so leave whatever was running as it was.
+  else
+    echo "missing: ${need_apt[*]}; install them (e.g. sudo apt-get install ${need_apt[*]})" >&2
+    exit 1
+  fi
+fi
+
+stamp="$VENV/.jobbers-installed"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "==> creating virtual environment in $VENV"
+  python3 -m venv "$VENV"
+fi
+if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+  echo "==> installing jobbers and its development tools into $VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade "pip>=25.1"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[django,otel]" --group "$ROOT/pyproject.toml:dev"
+  touch "$stamp"
+fi
+export PATH="$VENV/bin:$PATH"
+cd "$ROOT"

@@ -1,0 +1,102 @@
+"""Helpers shared by the RedisStore tests: build records in a given state, snapshot them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from jobbers_celery.states import TERMINAL, TaskState
+from jobbers_celery.store import RedisStore, StepResult
+
+S = TaskState
+
+NAME = "proj.work"
+QUEUE = "default"
+#: Delay used when a record is parked in ``scheduled`` and must not become due during a test.
+FAR_DELAY_MS = 600_000
+
+
+@pytest.fixture
+def make_store(redis_url: str) -> Iterator[Callable[..., RedisStore]]:
+    """``make_store(prefix=..., retention=...)``: a RedisStore on its own connection pool."""
+    stores: list[RedisStore] = []
+
+    def make(prefix: str = "jt", retention: float = 604800) -> RedisStore:
+        store = RedisStore.from_url(redis_url, prefix=prefix, retention=retention)
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        store.client.close()
+
+
+def create(store: RedisStore, task_id: str, name: str = NAME, queue: str = QUEUE,
+           **fields: str) -> StepResult:
+    """missing -> submitted, as a publish records it."""
+    res = store.step(task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,),
+                     create={"name": name, "queue": queue, "ver": "1", **fields},
+                     set_fields={"msg": '{"args": [1, 2], "kwargs": {}, "options": {}}',
+                                 "retries": "0"},
+                     reason="published", name=name, queue=queue)
+    assert res.applied, res
+    return res
+
+
+def step_kwargs(to: TaskState) -> dict[str, Any]:
+    """What a real caller passes along with a step into ``to``."""
+    if to == S.STARTED:
+        return {"start": True, "worker": "w1@host"}
+    if to == S.SCHEDULED:
+        return {"delay_ms": FAR_DELAY_MS}
+    return {}
+
+
+def put_in_state(store: RedisStore, task_id: str, state: TaskState, name: str = NAME,
+                 queue: str = QUEUE) -> list[StepResult]:
+    """Build a record in ``state`` through legal steps only; returns the step results."""
+    results = [create(store, task_id, name, queue)]
+    if state == S.SUBMITTED:
+        return results
+    path: list[TaskState] = [S.STARTED]
+    if state == S.UNSUBMITTED:
+        path.append(S.UNSUBMITTED)
+    elif state != S.STARTED:
+        path.append(state)
+    for to in path:
+        res = store.step(task_id, to, **step_kwargs(to))
+        assert res.applied, (to, res)
+        results.append(res)
+    assert store.client.hget(store.keys.task(task_id), "state") == state.value
+    return results
+
+
+def indexed_states(store: RedisStore, task_id: str) -> set[TaskState]:
+    pipe = store.client.pipeline(transaction=False)
+    for s in TaskState:
+        pipe.zscore(store.keys.state_index(s), task_id)
+    return {s for s, score in zip(TaskState, pipe.execute(), strict=True) if score is not None}
+
+
+def assert_indexed_only_in(store: RedisStore, task_id: str, state: TaskState) -> None:
+    assert indexed_states(store, task_id) == {state}
+
+
+def snapshot(store: RedisStore, task_id: str) -> dict[str, Any]:
+    """Everything a step may touch for one task (hash, history, TTLs, every index)."""
+    k = store.keys
+    c = store.client
+    index_keys = [*k.state_indexes(), k.all_tasks, k.publishing, k.name_index(NAME),
+                  k.queue_index(QUEUE)]
+    return {
+        "hash": c.hgetall(k.task(task_id)),
+        "history": c.lrange(k.history(task_id), 0, -1),
+        "ttl": (c.ttl(k.task(task_id)), c.ttl(k.history(task_id))),
+        "index": {key: c.zscore(key, task_id) for key in index_keys},
+    }
+
+
+def is_terminal(state: TaskState) -> bool:
+    return state in TERMINAL

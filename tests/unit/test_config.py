@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import pytest
+
+from jobbers_celery import ConfigurationError, JobbersConfig
+
+
+def test_defaults_and_redis_url_from_a_redis_broker():
+    config = JobbersConfig.from_mapping({}, "redis://h:6379/2")
+    assert config.redis_url == "redis://h:6379/2"
+    assert config.key_prefix == "jobbers"
+    assert config.cleaner_interval == 10
+    assert config.retention == 7 * 24 * 3600
+    assert config.dead_letter_sink == "jobbers_celery.sinks.RedisDeadLetterSink"
+
+
+def test_settings_override_defaults():
+    config = JobbersConfig.from_mapping(
+        {"jobbers_redis_url": "redis://x/3", "jobbers_key_prefix": "app1",
+         "jobbers_retention": 60, "jobbers_worker_lost_after": 30},
+        "amqp://guest@localhost//")
+    assert (config.redis_url, config.key_prefix, config.retention,
+            config.worker_lost_after) == ("redis://x/3", "app1", 60, 30)
+
+
+def test_a_non_redis_broker_needs_an_explicit_url():
+    with pytest.raises(ConfigurationError, match="jobbers_redis_url"):
+        JobbersConfig.from_mapping({}, "amqp://guest@localhost//")
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("jobbers_key_prefix", "a{b}", "key_prefix"),
+    ("jobbers_retention", 0, "jobbers_retention must be a number > 0"),
+    ("jobbers_cleaner_interval", "10", "jobbers_cleaner_interval"),
+    ("jobbers_dead_letter_sink", "nodots", "dotted path"),
+    ("jobbers_redis_url", "localhost", "not a URL"),
+])
+def test_bad_settings_are_refused_clearly(key, value, message):
+    with pytest.raises(ConfigurationError, match=message):
+        JobbersConfig.from_mapping({key: value}, "redis://localhost/0")
