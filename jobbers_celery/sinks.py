@@ -140,7 +140,10 @@ class DeadLetterDispatcher:
             except Exception:  # noqa: BLE001 - logged; the entry goes back to the outbox
                 log.warning("dead-letter sink still failing; %s:%s stays in the outbox",
                             entry.task_id, entry.attempt)
-                self.client.lpush(self.keys.dead_letter_outbox, raw)
+                try:
+                    self.client.lpush(self.keys.dead_letter_outbox, raw)
+                except Exception:  # noqa: BLE001 - popped but not pushed back: keep it in memory
+                    self._park(entry)
                 return written
             written += 1
         return written

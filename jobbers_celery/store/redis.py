@@ -282,8 +282,10 @@ class RedisStore:
             ids = cast("list[str]", self.client.zrevrange(index, offset, offset + batch - 1))
             if not ids:
                 break
-            offset += len(ids)
-            for record in self._records(ids, index):
+            records = self._records(ids, index)
+            # _records removed the ids whose hash is gone from this index: later ones moved up
+            offset += len(records)
+            for record in records:
                 if ((state is None or record.state == state)
                         and (name is None or record.name == name)
                         and (queue is None or record.queue == queue)):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
-
-import pytest
 
 from jobbers_celery.states import TERMINAL, TaskState
 from jobbers_celery.store import RedisStore, StepResult
@@ -18,9 +17,10 @@ QUEUE = "default"
 FAR_DELAY_MS = 600_000
 
 
-@pytest.fixture
-def make_store(redis_url: str) -> Iterator[Callable[..., RedisStore]]:
-    """``make_store(prefix=..., retention=...)``: a RedisStore on its own connection pool."""
+@contextmanager
+def store_factory(redis_url: str) -> Iterator[Callable[..., RedisStore]]:
+    """``make(prefix=..., retention=...)``: RedisStores, each on its own connection pool,
+    closed on exit. Test modules wrap it in their ``make_store`` fixture."""
     stores: list[RedisStore] = []
 
     def make(prefix: str = "jt", retention: float = 604800) -> RedisStore:
@@ -28,9 +28,11 @@ def make_store(redis_url: str) -> Iterator[Callable[..., RedisStore]]:
         stores.append(store)
         return store
 
-    yield make
-    for store in stores:
-        store.client.close()
+    try:
+        yield make
+    finally:
+        for store in stores:
+            store.client.close()
 
 
 def create(store: RedisStore, task_id: str, name: str = NAME, queue: str = QUEUE,

@@ -74,7 +74,11 @@ local function step(ctx, task, hist, spec)
   end
 
   local ttl = tonumber(spec.ttl) or 0
-  if ttl > 0 then redis.call('HSET', task, 'done_at', now) end
+  if ttl > 0 then
+    redis.call('HSET', task, 'done_at', now)
+  else
+    redis.call('HDEL', task, 'done_at')  -- completed_at belongs to terminal states only
+  end
   redis.call('HSET', task, 'state', spec.to)
   if spec.worker and spec.start then redis.call('HSET', task, 'worker', spec.worker) end
 

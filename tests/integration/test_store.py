@@ -1,0 +1,516 @@
+"""RedisStore against a real redis-server: the transition table, fencing, timestamps, indexes,
+reads and pruning. No Celery worker involved."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from jobbers_celery.records import from_ms
+from jobbers_celery.states import TERMINAL, TRANSITIONS, TaskState, allowed_from, can_transition
+from jobbers_celery.store import RedisStore
+from jobbers_celery.store.redis import _EXPIRY_SLACK_S
+from tests.conftest import wait_for
+from tests.integration.store_helpers import (
+    NAME,
+    QUEUE,
+    assert_indexed_only_in,
+    create,
+    indexed_states,
+    put_in_state,
+    snapshot,
+    step_kwargs,
+    store_factory,
+)
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def make_store(redis_url: str) -> Iterator[Callable[..., RedisStore]]:
+    with store_factory(redis_url) as make:
+        yield make
+
+
+S = TaskState
+ALL_PAIRS = list(itertools.product(TaskState, TaskState))
+
+
+def _ms(store) -> int:
+    """Redis server time, read independently of the store (``TIME``)."""
+    sec, usec = store.client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def _next_ms(store, after: int) -> int:
+    """Poll the Redis clock until it has moved past ``after`` (distinct index scores)."""
+    return wait_for(lambda: (now := _ms(store)) > after and now, timeout=2,
+                    message="the Redis clock to advance")
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def test_table_and_sources_agree() -> None:
+    assert set(TRANSITIONS) == set(TaskState)
+    for src, dst in ALL_PAIRS:
+        assert can_transition(src, dst) == (src in allowed_from(dst)), (src, dst)
+    for state in TERMINAL:
+        assert can_transition(S.STARTED, state)
+    assert not TRANSITIONS[S.COMPLETED]
+
+
+@pytest.mark.parametrize(("src", "dst"), ALL_PAIRS, ids=[f"{a}->{b}" for a, b in ALL_PAIRS])
+def test_every_pair_lua_agrees_with_table(make_store, src: TaskState, dst: TaskState) -> None:
+    store = make_store()
+    put_in_state(store, "t1", src)
+    put_in_state(store, "other", S.STARTED)  # an unrelated record must never be touched
+    before = snapshot(store, "t1")
+    other_before = snapshot(store, "other")
+    refused_before = store.refused_counts()
+
+    res = store.step("t1", dst, **step_kwargs(dst))
+
+    assert res.applied == can_transition(src, dst), res
+    assert res.previous == src.value
+    after = snapshot(store, "t1")
+    assert snapshot(store, "other") == other_before
+    if res.applied:
+        assert res.why is None
+        assert after["hash"]["state"] == dst.value
+        assert len(after["history"]) == len(before["history"]) + 1
+        last = store.history("t1")[-1]
+        assert (last.from_state, last.to_state) == (src, dst)
+        assert_indexed_only_in(store, "t1", dst)
+        assert store.refused_counts() == refused_before
+    else:
+        assert res.why == "state"
+        assert after == before  # hash, history, TTLs and every index entry unchanged
+        refused = store.refused_counts()
+        assert refused.get("refused", 0) == refused_before.get("refused", 0) + 1
+        kind = f"refused:{src.value}>{dst.value}"
+        assert refused.get(kind, 0) == refused_before.get(kind, 0) + 1
+
+
+def test_missing_record_is_only_created_by_submitted_with_create(make_store) -> None:
+    store = make_store()
+    for dst in TaskState:
+        res = store.step("ghost", dst, **step_kwargs(dst))
+        assert not res.applied
+        assert res.previous == "missing"
+        # missing counts as unsubmitted: only ->submitted passes the state check
+        assert res.why == ("missing" if dst == S.SUBMITTED else "state")
+    assert store.get("ghost") is None
+    assert store.history("ghost") == []
+    assert not store.client.exists(store.keys.task("ghost"), store.keys.history("ghost"))
+    assert indexed_states(store, "ghost") == set()
+    assert store.client.zscore(store.keys.all_tasks, "ghost") is None
+    refused = store.refused_counts()
+    assert refused["refused"] == len(TaskState)
+    assert refused["refused:unsubmitted>submitted"] == 1
+
+    res = create(store, "ghost")
+    assert res.previous == "missing"
+    assert store.get("ghost").state == S.SUBMITTED
+
+
+def test_create_fields_are_only_written_for_a_new_record(make_store) -> None:
+    store = make_store()
+    put_in_state(store, "t1", S.UNSUBMITTED)
+    res = store.step("t1", S.SUBMITTED, create={"name": "other.name", "queue": "other"},
+                     name="other.name", queue="other")
+    assert res.applied
+    assert res.previous == "unsubmitted"
+    record = store.get("t1")
+    assert (record.name, record.queue) == (NAME, QUEUE)
+    assert store.client.zscore(store.keys.name_index("other.name"), "t1") is None
+
+
+def test_sources_guard_rejects_sources_outside_the_table(make_store) -> None:
+    store = make_store()
+    put_in_state(store, "t1", S.SUBMITTED)
+    before = snapshot(store, "t1")
+    for dst in TaskState:
+        outside = set(TaskState) - allowed_from(dst)
+        for src in outside:
+            with pytest.raises(ValueError, match="not in the transition table"):
+                store.step("t1", dst, sources=(src,))
+        with pytest.raises(ValueError, match="not in the transition table"):
+            store.step("t1", dst, sources=(*allowed_from(dst), *outside))
+    assert snapshot(store, "t1") == before
+    assert store.refused_counts() == {}
+
+
+def test_narrowed_sources_refuse_other_table_sources(make_store) -> None:
+    store = make_store()
+    put_in_state(store, "t1", S.SUBMITTED)
+    before = snapshot(store, "t1")
+    res = store.step("t1", S.CANCELLED, sources=(S.SCHEDULED, S.STARTED))
+    assert not res.applied
+    assert res.why == "state"
+    assert snapshot(store, "t1") == before
+    assert store.step("t1", S.CANCELLED, sources=(S.SUBMITTED,)).applied
+
+
+# --------------------------------------------------------------------------- fencing, times
+
+
+def test_stale_fence_is_refused(make_store) -> None:
+    store = make_store()
+    put_in_state(store, "t1", S.STARTED)
+    assert store.get("t1").attempt == 1
+    for stale in (0, 2, 7):
+        before = snapshot(store, "t1")
+        res = store.step("t1", S.COMPLETED, fence=stale)
+        assert not res.applied
+        assert res.why == "stale_attempt"
+        assert res.attempt == 1
+        assert snapshot(store, "t1") == before
+    assert store.refused_counts()["refused:started>completed"] == 3
+
+    # a second start (after a requeue) makes attempt 1 stale
+    assert store.step("t1", S.UNSUBMITTED, fence=1).applied
+    assert store.step("t1", S.SUBMITTED).applied
+    res = store.step("t1", S.STARTED, start=True, fence=1)
+    assert res.applied
+    assert res.attempt == 2
+    late = store.step("t1", S.FAILED, fence=1)
+    assert not late.applied
+    assert late.why == "stale_attempt"
+    assert store.get("t1").state == S.STARTED
+    done = store.step("t1", S.COMPLETED, fence=2)
+    assert done.applied
+    assert done.attempt == 2
+
+
+def test_start_counts_attempts_and_stamps_times(make_store) -> None:
+    store = make_store()
+    t0 = _ms(store)
+    sub = create(store, "t1")
+    t1 = _ms(store)
+    assert t0 <= sub.now_ms <= t1
+    raw = store.get_raw("t1")
+    assert int(raw["sub_at"]) == sub.now_ms
+    assert "start_at" not in raw
+    assert "retry_at" not in raw
+    assert raw["attempt"] == "0"
+
+    t0 = _ms(store)
+    first = store.step("t1", S.STARTED, start=True, worker="w1@host")
+    t1 = _ms(store)
+    assert first.applied
+    assert first.attempt == 1
+    raw = store.get_raw("t1")
+    assert t0 <= int(raw["start_at"]) <= t1
+    assert int(raw["hb_at"]) == int(raw["start_at"]) == first.now_ms
+    assert "retry_at" not in raw
+    assert raw["worker"] == "w1@host"
+    started_at = int(raw["start_at"])
+
+    # requeue immediately, then start again: retried_at, not started_at, moves
+    assert store.step("t1", S.UNSUBMITTED, fence=1, reason="retry").applied
+    assert store.step("t1", S.SUBMITTED).applied
+    _next_ms(store, first.now_ms)
+    t0 = _ms(store)
+    second = store.step("t1", S.STARTED, start=True, worker="w2@host")
+    t1 = _ms(store)
+    assert second.attempt == 2
+    raw = store.get_raw("t1")
+    assert int(raw["start_at"]) == started_at
+    assert t0 <= int(raw["retry_at"]) <= t1
+    assert int(raw["hb_at"]) == second.now_ms > started_at
+
+    # a delayed retry, then a third start
+    assert store.step("t1", S.SCHEDULED, fence=2, delay_ms=0).applied
+    assert store.step("t1", S.SUBMITTED).applied
+    _next_ms(store, second.now_ms)
+    third = store.step("t1", S.STARTED, start=True, worker="w3@host")
+    assert third.attempt == 3
+    record = store.get("t1")
+    assert record.attempt == 3
+    assert record.started_at == from_ms(started_at)
+    assert record.retried_at == from_ms(third.now_ms)
+    assert record.worker == "w3@host"
+    assert [t.attempt for t in store.history("t1")] == [0, 1, 1, 1, 2, 2, 2, 3]
+
+
+@pytest.mark.parametrize("terminal", sorted(TERMINAL))
+def test_terminal_step_sets_done_at_and_expiry(make_store, terminal: TaskState) -> None:
+    retention = 5000
+    store = make_store(retention=retention)
+    for res in put_in_state(store, "t1", S.STARTED):
+        assert res.applied
+        # non-terminal steps leave no TTL
+        assert store.client.ttl(store.keys.task("t1")) == -1
+        assert store.client.ttl(store.keys.history("t1")) == -1
+    assert "done_at" not in store.get_raw("t1")
+    t0 = _ms(store)
+    res = store.step("t1", terminal, fence=1)
+    t1 = _ms(store)
+    assert res.applied
+    raw = store.get_raw("t1")
+    assert t0 <= int(raw["done_at"]) <= t1
+    assert int(raw["done_at"]) == res.now_ms
+    assert store.get("t1").completed_at == from_ms(res.now_ms)
+    expected = retention + _EXPIRY_SLACK_S
+    for key in (store.keys.task("t1"), store.keys.history("t1")):
+        assert expected - 5 <= store.client.ttl(key) <= expected
+    assert_indexed_only_in(store, "t1", terminal)
+    assert store.client.zscore(store.keys.state_index(terminal), "t1") == res.now_ms
+
+    if terminal != S.COMPLETED:  # resubmitting makes the record permanent again
+        assert store.step("t1", S.SUBMITTED).applied
+        assert store.client.ttl(store.keys.task("t1")) == -1
+        assert store.client.ttl(store.keys.history("t1")) == -1
+
+
+def test_index_membership_follows_every_step(make_store) -> None:
+    store = make_store()
+    path = [
+        (S.SUBMITTED, {"create": {"name": NAME, "queue": QUEUE}, "name": NAME, "queue": QUEUE}),
+        (S.STARTED, {"start": True}),
+        (S.SCHEDULED, {"delay_ms": 2500}),
+        (S.SUBMITTED, {}),
+        (S.SCHEDULED, {"delay_ms": 0}),  # submitted -> scheduled (max_concurrent deferral)
+        (S.CANCELLED, {}),
+        (S.SUBMITTED, {}),
+        (S.STARTED, {"start": True}),
+        (S.UNSUBMITTED, {}),
+        (S.SUBMITTED, {}),
+        (S.STARTED, {"start": True}),
+        (S.STALLED, {}),
+        (S.SUBMITTED, {}),
+        (S.DROPPED, {}),
+        (S.SUBMITTED, {}),
+        (S.STARTED, {"start": True}),
+        (S.FAILED, {}),
+        (S.SUBMITTED, {}),
+        (S.STARTED, {"start": True}),
+        (S.COMPLETED, {}),
+    ]
+    sub_at = None
+    for to, kwargs in path:
+        res = store.step("t1", to, **kwargs)
+        assert res.applied, (to, res)
+        sub_at = sub_at or res.now_ms
+        assert_indexed_only_in(store, "t1", to)
+        score = store.client.zscore(store.keys.state_index(to), "t1")
+        raw = store.get_raw("t1")
+        if to == S.SCHEDULED:
+            run_at = res.now_ms + kwargs["delay_ms"]
+            assert score == run_at == int(raw["run_at"])
+        else:
+            assert score == res.now_ms
+            assert "run_at" not in raw
+        counts = store.counts()
+        assert counts[to] == 1
+        assert sum(counts.values()) == 1
+        # the all/name/queue indexes keep the first submission time
+        for key in (store.keys.all_tasks, store.keys.name_index(NAME),
+                    store.keys.queue_index(QUEUE)):
+            assert store.client.zscore(key, "t1") == sub_at
+    history = store.history("t1")
+    assert [t.to_state for t in history] == [to for to, _ in path]
+    assert history[0].from_state == S.UNSUBMITTED
+    assert all(a.to_state == b.from_state for a, b in itertools.pairwise(history))
+    assert store.get("t1").attempt == 5
+
+
+def test_scheduled_index_is_scored_by_run_at(make_store) -> None:
+    store = make_store()
+    results = {}
+    for task_id, delay in (("late", 30_000), ("soon", 10_000), ("mid", 20_000)):
+        put_in_state(store, task_id, S.STARTED)
+        results[task_id] = (store.step(task_id, S.SCHEDULED, fence=1, delay_ms=delay), delay)
+    for task_id, (res, delay) in results.items():
+        run_at = res.now_ms + delay
+        assert store.client.zscore(store.keys.state_index(S.SCHEDULED), task_id) == run_at
+        assert store.get(task_id).run_at == from_ms(run_at)
+    assert [r.task_id for r in store.scheduled()] == ["soon", "mid", "late"]
+    assert [r.task_id for r in store.scheduled(limit=2)] == ["soon", "mid"]
+    ids, next_ms = store.due()
+    assert ids == []
+    assert next_ms == results["soon"][0].now_ms + 10_000
+    assert store.step("mid", S.CANCELLED).applied
+    assert store.get("mid").run_at is None
+    assert [r.task_id for r in store.scheduled()] == ["soon", "late"]
+
+
+# --------------------------------------------------------------------------- reads
+
+
+def test_get_and_history(make_store) -> None:
+    store = make_store()
+    assert store.get("nope") is None
+    assert store.history("nope") == []
+    sub = create(store, "t1", ver="3")
+    start = store.step("t1", S.STARTED, start=True, worker="w1@host")
+    store.step("t1", S.STARTED, fence=1, set_fields={"progress": '{"done": 4}', "ckpt": "4"},
+               sources=(S.SUBMITTED,))  # refused: not part of the history
+    fail = store.step("t1", S.FAILED, fence=1, reason="boom",
+                      set_fields={"err": '{"type": "builtins.ValueError", "message": "x"}',
+                                  "progress": '{"done": 4}', "ckpt": "4"})
+    record = store.get("t1")
+    assert record.task_id == "t1"
+    assert (record.name, record.version, record.queue) == (NAME, 3, QUEUE)
+    assert record.state == S.FAILED
+    assert (record.attempt, record.retry_attempt) == (1, 0)
+    assert record.submitted_at == from_ms(sub.now_ms)
+    assert record.started_at == from_ms(start.now_ms)
+    assert record.completed_at == from_ms(fail.now_ms)
+    assert record.retried_at is None
+    assert record.run_at is None
+    assert record.worker == "w1@host"
+    assert (record.error.type, record.error.message) == ("builtins.ValueError", "x")
+    assert record.progress == {"done": 4}
+    assert record.checkpoint == 4
+    assert record.submitted_at.tzinfo is not None
+
+    history = store.history("t1")
+    assert [(t.from_state, t.to_state, t.attempt, t.worker, t.reason) for t in history] == [
+        (S.UNSUBMITTED, S.SUBMITTED, 0, None, "published"),
+        (S.SUBMITTED, S.STARTED, 1, "w1@host", None),
+        (S.STARTED, S.FAILED, 1, None, "boom"),
+    ]
+    assert [t.at for t in history] == [from_ms(r.now_ms) for r in (sub, start, fail)]
+    assert all(t.task_id == "t1" for t in history)
+
+
+def _build_catalogue(store) -> list[tuple[str, str, str, TaskState]]:
+    """Tasks with distinct Redis times, oldest first: (id, name, queue, state)."""
+    spec = [
+        ("a", "q1", S.SUBMITTED), ("b", "q1", S.STARTED), ("a", "q2", S.COMPLETED),
+        ("b", "q2", S.SUBMITTED), ("a", "q1", S.STARTED), ("a", "q1", S.COMPLETED),
+        ("b", "q1", S.FAILED), ("a", "q2", S.SUBMITTED), ("b", "q2", S.STARTED),
+        ("a", "q1", S.SUBMITTED), ("b", "q1", S.COMPLETED), ("a", "q2", S.FAILED),
+    ]
+    out = []
+    last = 0
+    for i, (name, queue, state) in enumerate(spec):
+        _next_ms(store, last)
+        task_id = f"task-{i:02d}"
+        results = put_in_state(store, task_id, state, name=name, queue=queue)
+        last = results[-1].now_ms
+        out.append((task_id, name, queue, state))
+    return out
+
+
+def test_tasks_filters_newest_first(make_store) -> None:
+    store = make_store()
+    catalogue = _build_catalogue(store)
+    newest_first = list(reversed(catalogue))
+
+    def expect(state=None, name=None, queue=None, limit=100):
+        return [t for t, n, q, s in newest_first
+                if (state is None or s == state) and (name is None or n == name)
+                and (queue is None or q == queue)][:limit]
+
+    def got(**kw):
+        return [r.task_id for r in store.tasks(**kw)]
+
+    assert got() == expect()
+    assert len(got()) == 12
+    for state in TaskState:
+        assert got(state=state) == expect(state=state), state
+    for name in ("a", "b", "nope"):
+        assert got(name=name) == expect(name=name)
+    for queue in ("q1", "q2", "nope"):
+        assert got(queue=queue) == expect(queue=queue)
+    for state, name, queue in itertools.product(
+            (None, S.SUBMITTED, S.STARTED, S.COMPLETED, S.FAILED), ("a", "b", None),
+            ("q1", "q2", None)):
+        assert got(state=state, name=name, queue=queue) == expect(state, name, queue), (
+            state, name, queue)
+    for limit in (1, 3, 11, 12, 50):
+        assert got(limit=limit) == expect(limit=limit)
+        assert got(name="a", queue="q1", limit=limit) == expect(name="a", queue="q1",
+                                                                limit=limit)
+    assert got(state=S.SUBMITTED, limit=2) == expect(state=S.SUBMITTED, limit=2)
+    assert got(limit=0) == []
+    records = store.tasks()
+    assert all(x.submitted_at >= y.submitted_at for x, y in itertools.pairwise(records))
+
+    counts = store.counts()
+    assert counts == {s: sum(1 for *_, st in catalogue if st == s) for s in TaskState}
+    assert set(counts) == set(TaskState)
+
+
+def test_reads_skip_and_unindex_records_deleted_behind_the_index(make_store) -> None:
+    store = make_store()
+    catalogue = _build_catalogue(store)
+    gone = {"task-03", "task-07", "task-09"}  # submitted ones
+    store.client.delete(*(store.keys.task(t) for t in gone))
+    submitted_index = store.keys.state_index(S.SUBMITTED)
+
+    result = [r.task_id for r in store.tasks(state=S.SUBMITTED)]
+    assert result == [t for t, *_, s in reversed(catalogue) if s == S.SUBMITTED and t not in gone]
+    for task_id in gone:
+        assert store.get(task_id) is None
+        assert store.client.zscore(submitted_index, task_id) is None  # lazily removed
+        assert store.client.zscore(store.keys.all_tasks, task_id) is not None  # not walked yet
+    ids = [r.task_id for r in store.tasks()]
+    assert ids == [t for t, *_ in reversed(catalogue) if t not in gone]
+    assert not gone & set(store.client.zrange(store.keys.all_tasks, 0, -1))
+    assert store.counts()[S.SUBMITTED] == 1
+
+    # the scheduled listing does the same
+    for i in range(3):
+        put_in_state(store, f"sched-{i}", S.SCHEDULED)
+    store.client.delete(store.keys.task("sched-1"))
+    assert [r.task_id for r in store.scheduled()] == ["sched-0", "sched-2"]
+    assert store.client.zscore(store.keys.state_index(S.SCHEDULED), "sched-1") is None
+
+
+def test_tasks_pages_past_deleted_records_without_skipping_live_ones(make_store) -> None:
+    store = make_store()
+    for i in range(150):
+        create(store, f"t{i:03d}")
+    order = store.client.zrevrange(store.keys.all_tasks, 0, -1)  # newest first, ties by id
+    gone = set(order[0:100:5])  # 20 among the first page
+    store.client.delete(*(store.keys.task(t) for t in gone))
+    live = [t for t in order if t not in gone]
+    assert [r.task_id for r in store.tasks(limit=100)] == live[:100]
+    assert [r.task_id for r in store.tasks(limit=200)] == live
+
+
+def test_prune_removes_only_old_terminal_records(make_store) -> None:
+    store = make_store(retention=1)
+    old = {state: f"old-{state.value}" for state in TERMINAL}
+    for state, task_id in old.items():
+        put_in_state(store, task_id, state, name="old.task", queue="oldq")
+    pending = {state: f"pending-{state.value}"
+               for state in (S.SUBMITTED, S.STARTED, S.SCHEDULED, S.UNSUBMITTED)}
+    for state, task_id in pending.items():
+        put_in_state(store, task_id, state, name="old.task", queue="oldq")
+    put_in_state(store, "resubmitted", S.FAILED, name="old.task", queue="oldq")
+    assert store.step("resubmitted", S.SUBMITTED).applied
+    last_done = max(int(store.get_raw(t)["done_at"]) for t in old.values())
+    assert store.prune() == 0  # nothing is older than a second yet
+
+    wait_for(lambda: _ms(store) > last_done + 1000, timeout=5,
+             message="the old records to pass the 1 s retention")
+    put_in_state(store, "fresh", S.COMPLETED, name="old.task", queue="oldq")
+
+    assert store.prune() == len(old)
+    k = store.keys
+    for task_id in old.values():
+        assert not store.client.exists(k.task(task_id), k.history(task_id))
+        assert indexed_states(store, task_id) == set()
+        for key in (k.all_tasks, k.name_index("old.task"), k.queue_index("oldq")):
+            assert store.client.zscore(key, task_id) is None, (key, task_id)
+    survivors = [*pending.values(), "resubmitted", "fresh"]
+    for task_id in survivors:
+        record = store.get(task_id)
+        assert record is not None
+        assert indexed_states(store, task_id) == {record.state}
+        for key in (k.all_tasks, k.name_index("old.task"), k.queue_index("oldq")):
+            assert store.client.zscore(key, task_id) is not None
+    assert sorted(r.task_id for r in store.tasks(name="old.task")) == sorted(survivors)
+    assert store.client.zcard(k.all_tasks) == len(survivors)
+    assert store.prune() == 0
+    counts = store.counts()
+    assert sum(counts[s] for s in TERMINAL) == 1
+    assert counts[S.COMPLETED] == 1
+    assert store.get("fresh").state == S.COMPLETED
