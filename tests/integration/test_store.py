@@ -264,6 +264,7 @@ def test_terminal_step_sets_done_at_and_expiry(make_store, terminal: TaskState) 
         assert store.step("t1", S.SUBMITTED).applied
         assert store.client.ttl(store.keys.task("t1")) == -1
         assert store.client.ttl(store.keys.history("t1")) == -1
+        assert store.get("t1").completed_at is None  # only terminal records have one
 
 
 def test_index_membership_follows_every_step(make_store) -> None:
