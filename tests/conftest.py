@@ -7,6 +7,7 @@ Nothing here touches the machine's shared Redis: the session starts its own
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -67,9 +68,11 @@ class RedisServer:
 
     @staticmethod
     def _ping(client: Any) -> bool:
+        import redis
+
         try:
             return bool(client.ping())
-        except Exception:
+        except redis.ConnectionError:
             return False
 
     def url(self, db: int = REDIS_DB) -> str:
@@ -171,8 +174,6 @@ def worker_factory(proj: Any, tmp_path: Path) -> Iterator[Callable[..., Worker]]
     yield start
     for worker in workers:
         if worker.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             worker.proc.wait(10)

@@ -33,7 +33,8 @@ def test_jitter_is_uniform_over_zero_to_d_times_two_to_the_n():
     rng = random.Random(42)
     samples = [compute_delay(B.EXPONENTIAL_JITTER, 10, 3, cap=10_000, rng=rng)
                for _ in range(20_000)]
-    assert min(samples) >= 0 and max(samples) <= 80
+    assert min(samples) >= 0
+    assert max(samples) <= 80
     mean = sum(samples) / len(samples)
     assert 38 < mean < 42  # uniform(0, 80) has mean 40
     assert sum(s < 40 for s in samples) / len(samples) == pytest.approx(0.5, abs=0.02)
@@ -42,7 +43,8 @@ def test_jitter_is_uniform_over_zero_to_d_times_two_to_the_n():
 def test_jitter_respects_a_low_cap_without_collapsing():
     rng = random.Random(7)
     samples = {compute_delay(B.EXPONENTIAL_JITTER, 10, 10, cap=5, rng=rng) for _ in range(100)}
-    assert max(samples) <= 5 and len(samples) > 50
+    assert max(samples) <= 5
+    assert len(samples) > 50
 
 
 @pytest.mark.parametrize(("base", "n", "cap"), [(-1, 1, 10), (1, 0, 10), (1, 1, -5)])

@@ -47,4 +47,5 @@ def test_describe_exception_names_the_type_and_keeps_the_traceback():
     except ConnectionError as exc:
         name, message, text = payload.describe_exception(exc)
     assert (name, message) == ("ConnectionError", "refused")
-    assert "Traceback" in text and "refused" in text
+    assert "Traceback" in text
+    assert "refused" in text

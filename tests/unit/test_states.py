@@ -53,6 +53,7 @@ def test_every_state_has_an_entry_and_completed_is_final():
 
 
 def test_terminal_and_resubmittable_sets():
-    assert TERMINAL == {S.COMPLETED, S.FAILED, S.CANCELLED, S.STALLED, S.DROPPED}
-    assert RESUBMITTABLE == TERMINAL - {S.COMPLETED}
+    expected_terminal = {S.COMPLETED, S.FAILED, S.CANCELLED, S.STALLED, S.DROPPED}
+    assert set(TERMINAL) == expected_terminal
+    assert set(RESUBMITTABLE) == expected_terminal - {S.COMPLETED}
     assert all(can_transition(s, S.SUBMITTED) for s in RESUBMITTABLE)
