@@ -18,13 +18,13 @@ import redis
 from jobbers_celery.records import ErrorInfo, TaskRecord, Transition, from_ms
 from jobbers_celery.states import TERMINAL, TaskState, allowed_from
 from jobbers_celery.store.base import Claimed, StepResult
+from jobbers_celery.store.fastcall import FastScript
 from jobbers_celery.store.keys import STATE_ORDER, Keys
 
 __all__ = ["RedisStore"]
 
 log = logging.getLogger("jobbers.store")
 
-_STATES_ARG = json.dumps([s.value for s in STATE_ORDER])
 #: Terminal records stay this much longer than the retention period so that the pruner,
 #: which needs their name and queue to clean the indexes, always sees them first.
 _EXPIRY_SLACK_S = 3600
@@ -62,10 +62,12 @@ class RedisStore:
         self.client = client
         self.keys = Keys(prefix)
         self.retention_s = int(retention)
+        self._layouts: dict[frozenset[TaskState], tuple[list[str], str]] = {}
         self._scripts = {
             name: client.register_script(_script_source(name))
             for name in ("transition", "claim", "prune")
         }
+        self._transition = FastScript(client, self._scripts["transition"])
         self._due = client.register_script(
             resources.files("jobbers_celery.store").joinpath("lua", "due.lua").read_text()
         )
@@ -76,9 +78,23 @@ class RedisStore:
         return cls(client, prefix, retention)
 
     # ------------------------------------------------------------------ steps
-    def _shared_keys(self) -> list[str]:
-        k = self.keys
-        return [k.all_tasks, k.publishing, k.stats, *k.state_indexes()]
+    def _shared_keys(self, states: Iterable[TaskState]) -> tuple[list[str], str]:
+        """The shared KEYS prefix of every script and the matching ARGV[1].
+
+        Only the indexes of ``states`` are passed: a step touches the index of its current
+        state (one of its sources) and of its target, nothing else. Cached per state set.
+        """
+        wanted = frozenset(states)
+        cached = self._layouts.get(wanted)
+        if cached is None:
+            ordered = [s for s in STATE_ORDER if s in wanted]
+            k = self.keys
+            cached = (
+                [k.all_tasks, k.publishing, k.stats, *(k.state_index(s) for s in ordered)],
+                json.dumps([s.value for s in ordered]),
+            )
+            self._layouts[wanted] = cached
+        return list(cached[0]), cached[1]
 
     def step(
         self,
@@ -134,10 +150,11 @@ class RedisStore:
             spec["reason"] = reason
         if ret:
             spec["ret"] = list(ret)
-        keys = [*self._shared_keys(), self.keys.task(task_id), self.keys.history(task_id)]
+        keys, states = self._shared_keys(src | {to})
+        keys += [self.keys.task(task_id), self.keys.history(task_id)]
         if create is not None:
             keys += [self.keys.name_index(name or ""), self.keys.queue_index(queue or "")]
-        raw = self._scripts["transition"](keys=keys, args=[_STATES_ARG, _json(spec)])
+        raw = self._transition(keys, [states, _json(spec)])
         applied = bool(int(raw[0]))
         result = StepResult(
             applied=applied,
@@ -171,7 +188,7 @@ class RedisStore:
         """Atomically take due tasks (scheduled -> submitted) for this caller to publish."""
         if not ids:
             return []
-        keys = self._shared_keys()
+        keys, states = self._shared_keys((TaskState.SCHEDULED, TaskState.SUBMITTED))
         for task_id in ids:
             keys += [self.keys.task(task_id), self.keys.history(task_id)]
         spec = {
@@ -180,7 +197,7 @@ class RedisStore:
             "worker": worker or "",
             "from": [TaskState.SCHEDULED.value],
         }
-        raw = self._scripts["claim"](keys=keys, args=[_STATES_ARG, _json(spec)])
+        raw = self._scripts["claim"](keys=keys, args=[states, _json(spec)])
         return [
             Claimed(task_id=str(raw[i]), msg=str(raw[i + 1]), retries=_int(raw[i + 2]),
                     name=str(raw[i + 3]))
@@ -211,7 +228,7 @@ class RedisStore:
         for task_id in ids:
             pipe.hmget(self.keys.task(task_id), ["name", "queue"])
         meta = pipe.execute()
-        keys = self._shared_keys()
+        keys, states = self._shared_keys(TERMINAL)
         for task_id, (name, queue) in zip(ids, meta, strict=True):
             keys += [
                 self.keys.task(task_id),
@@ -220,7 +237,7 @@ class RedisStore:
                 self.keys.queue_index(queue or ""),
             ]
         spec = {"ids": ids, "cutoff_ms": cutoff, "terminal": sorted(s.value for s in TERMINAL)}
-        return int(self._scripts["prune"](keys=keys, args=[_STATES_ARG, _json(spec)]))
+        return int(self._scripts["prune"](keys=keys, args=[states, _json(spec)]))
 
     # ------------------------------------------------------------------ reads
     def get(self, task_id: str) -> TaskRecord | None:

@@ -21,13 +21,18 @@ local function redis_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- States whose records carry a TTL (terminal); leaving one must PERSIST the record.
+local TERMINAL = {completed = true, failed = true, cancelled = true, stalled = true,
+                  dropped = true}
+
 -- ctx: {now, idx = {state -> index key}, all, publishing, stats, name_idx, queue_idx}
 local function step(ctx, task, hist, spec)
   local now = ctx.now
-  local cur = redis.call('HGET', task, 'state')
+  local got = redis.call('HMGET', task, 'state', 'attempt', 'start_at')
+  local cur = got[1]
   local exists = cur ~= false
   if not exists then cur = 'unsubmitted' end
-  local attempt = tonumber(redis.call('HGET', task, 'attempt') or '0') or 0
+  local attempt = tonumber(got[2] or '0') or 0
 
   local function refuse(why)
     redis.call('HINCRBY', ctx.stats, 'refused', 1)
@@ -43,44 +48,47 @@ local function step(ctx, task, hist, spec)
   if not exists and not spec.create then return refuse('missing') end
   if spec.fence and tonumber(spec.fence) ~= attempt then return refuse('stale_attempt') end
 
+  -- Collect every field write and delete, then issue one HSET and at most one HDEL.
+  local w = {'state', spec.to}
+  local d = {}
   if not exists then
-    for k, v in pairs(spec.create) do redis.call('HSET', task, k, v) end
-    redis.call('HSET', task, 'attempt', 0, 'sub_at', now)
+    for k, v in pairs(spec.create) do w[#w + 1] = k; w[#w + 1] = v end
+    w[#w + 1] = 'attempt'; w[#w + 1] = 0
+    w[#w + 1] = 'sub_at'; w[#w + 1] = now
     redis.call('ZADD', ctx.all, now, spec.id)
     if ctx.name_idx then redis.call('ZADD', ctx.name_idx, now, spec.id) end
     if ctx.queue_idx then redis.call('ZADD', ctx.queue_idx, now, spec.id) end
   end
-
   if spec.start then
     attempt = attempt + 1
-    redis.call('HSET', task, 'attempt', attempt, 'hb_at', now)
-    if redis.call('HEXISTS', task, 'start_at') == 0 then
-      redis.call('HSET', task, 'start_at', now)
-    else
-      redis.call('HSET', task, 'retry_at', now)
-    end
+    w[#w + 1] = 'attempt'; w[#w + 1] = attempt
+    w[#w + 1] = 'hb_at'; w[#w + 1] = now
+    w[#w + 1] = got[3] and 'retry_at' or 'start_at'; w[#w + 1] = now
+    if spec.worker then w[#w + 1] = 'worker'; w[#w + 1] = spec.worker end
   end
   if spec.set then
-    for k, v in pairs(spec.set) do redis.call('HSET', task, k, v) end
+    for k, v in pairs(spec.set) do w[#w + 1] = k; w[#w + 1] = v end
   end
-  if spec.del and #spec.del > 0 then redis.call('HDEL', task, unpack(spec.del)) end
+  if spec.del then
+    for _, f in ipairs(spec.del) do d[#d + 1] = f end
+  end
 
   local score = now
   if spec.to == 'scheduled' then
     score = now + (tonumber(spec.delay_ms) or 0)
-    redis.call('HSET', task, 'run_at', score)
+    w[#w + 1] = 'run_at'; w[#w + 1] = score
   elseif cur == 'scheduled' then
-    redis.call('HDEL', task, 'run_at')
+    d[#d + 1] = 'run_at'
   end
-
   local ttl = tonumber(spec.ttl) or 0
   if ttl > 0 then
-    redis.call('HSET', task, 'done_at', now)
-  else
-    redis.call('HDEL', task, 'done_at')  -- completed_at belongs to terminal states only
+    w[#w + 1] = 'done_at'; w[#w + 1] = now
+  elseif TERMINAL[cur] then
+    d[#d + 1] = 'done_at'  -- completed_at belongs to terminal states only
   end
-  redis.call('HSET', task, 'state', spec.to)
-  if spec.worker and spec.start then redis.call('HSET', task, 'worker', spec.worker) end
+
+  redis.call('HSET', task, unpack(w))
+  if #d > 0 then redis.call('HDEL', task, unpack(d)) end
 
   redis.call('ZREM', ctx.idx[cur], spec.id)
   redis.call('ZADD', ctx.idx[spec.to], score, spec.id)
@@ -93,23 +101,24 @@ local function step(ctx, task, hist, spec)
   if ttl > 0 then
     redis.call('EXPIRE', task, ttl)
     redis.call('EXPIRE', hist, ttl)
-  else
+  elseif TERMINAL[cur] then
     redis.call('PERSIST', task)
     redis.call('PERSIST', hist)
   end
 
   local out = {1, exists and cur or 'missing', now, attempt}
-  if spec.ret then
-    for _, f in ipairs(spec.ret) do
-      out[#out + 1] = redis.call('HGET', task, f) or ''
+  if spec.ret and #spec.ret > 0 then
+    for _, v in ipairs(redis.call('HMGET', task, unpack(spec.ret))) do
+      out[#out + 1] = v or ''
     end
   end
   return out
 end
 
 -- Shared KEYS layout of every script: KEYS[1] all-tasks index, KEYS[2] publishing set,
--- KEYS[3] stats hash, KEYS[4 .. 3+n] per-state indexes in the order of the JSON array
--- ARGV[1]. Returns the context and the index of the first script-specific key.
+-- KEYS[3] stats hash, KEYS[4 .. 3+n] the per-state indexes the script may touch (a step:
+-- those of its source states and its target), named in order by the JSON array ARGV[1].
+-- Returns the context and the index of the first script-specific key.
 local function context()
   local states = cjson.decode(ARGV[1])
   local ctx = {now = redis_now(), idx = {}, all = KEYS[1], publishing = KEYS[2],
