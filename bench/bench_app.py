@@ -12,9 +12,16 @@ Environment (set by ``overhead.py``; this module is benchmark scaffolding, not l
     when set, every worker process counts its Redis round trips (calls of redis-py's
     ``send_packed_command``: one per command sent alone, one per pipeline) and writes the
     running total to ``<dir>/<pid>.json`` a few times a second.
+``BENCH_STORE_MODE``
+    diagnostics only, to split the jobbers overhead into its parts: ``real`` (default);
+    ``trivial-lua``: each step still sends its EVALSHA with the same keys and arguments,
+    but to a script that returns at once (round trip without the Lua work); ``noop``: no
+    Redis call at all (only the Python side of jobbers). Records are not written in these
+    modes.
 ``BENCH_PROFILE_DIR``
-    when set, every prefork pool child runs under cProfile and writes
-    ``<dir>/child-<pid>.prof`` every ``BENCH_PROFILE_EVERY`` tasks (default 200).
+    when set, every prefork pool child runs under cProfile. Once ``<dir>/reset`` exists
+    (end of warmup) it starts afresh and then writes ``<dir>/child-<pid>.prof`` (and the
+    number of tasks it covers, ``child-<pid>.json``) every ``BENCH_PROFILE_EVERY`` tasks.
 """
 
 from __future__ import annotations
@@ -55,6 +62,36 @@ def jobbers_noop() -> None:
 TASKS = {"plain": plain_noop, "jobbers": jobbers_noop}
 
 
+# --------------------------------------------------------------------------- store modes
+STORE_MODE = os.environ.get("BENCH_STORE_MODE", "real")
+
+
+def _fake_reply(args: list[Any]) -> list[Any]:
+    spec = json.loads(args[1])
+    previous = spec["from"][0] if spec.get("from") else "missing"
+    return [1, previous, 0, int(spec.get("fence") or 1), *([""] * len(spec.get("ret", ())))]
+
+
+if STORE_MODE == "noop":
+    def _noop_transition(keys: list[str], args: list[Any]) -> list[Any]:
+        return _fake_reply(args)
+
+    jobbers.store._transition = _noop_transition  # type: ignore[assignment]
+elif STORE_MODE == "trivial-lua":
+    from jobbers_celery.store.fastcall import FastScript
+
+    _trivial = FastScript(jobbers.store.client,
+                          jobbers.store.client.register_script("return {1, 'x', 0, 1}"))
+
+    def _trivial_transition(keys: list[str], args: list[Any]) -> list[Any]:
+        _trivial(keys, args)
+        return _fake_reply(args)
+
+    jobbers.store._transition = _trivial_transition  # type: ignore[assignment]
+elif STORE_MODE != "real":
+    raise ValueError(f"BENCH_STORE_MODE must be real, trivial-lua or noop, not {STORE_MODE!r}")
+
+
 # --------------------------------------------------------------------------- round trips
 _round_trips = [0]
 _counting = [False]
@@ -80,7 +117,7 @@ def enable_round_trip_counting() -> None:
 
     def counted(self: Any, command: Any, check_health: bool = True) -> Any:
         _round_trips[0] += 1
-        return original(self, command, check_health)
+        return original(self, command, check_health)  # type: ignore[no-untyped-call]
 
     AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
 
@@ -120,20 +157,34 @@ def _pool_child_init(**_: Any) -> None:
     _start_writer("worker-child")
     directory = os.environ.get("BENCH_PROFILE_DIR")
     if directory:
-        profiler = cProfile.Profile()
-        _profile.update(profiler=profiler, n=0,
-                        every=int(os.environ.get("BENCH_PROFILE_EVERY", "200")),
-                        path=os.path.join(directory, f"child-{os.getpid()}.prof"))
-        profiler.enable()
+        base = os.path.join(directory, f"child-{os.getpid()}")
+        _profile.update(every=int(os.environ.get("BENCH_PROFILE_EVERY", "50")),
+                        path=base + ".prof", meta=base + ".json",
+                        reset=os.path.join(directory, "reset"), reset_seen=False)
+        _reset_profile()
+
+
+def _reset_profile() -> None:
+    if "profiler" in _profile:
+        _profile["profiler"].disable()
+    _profile.update(profiler=cProfile.Profile(), n=0)
+    _profile["profiler"].enable()
 
 
 @signals.task_postrun.connect
 def _dump_profile(**_: Any) -> None:
+    """Dump every few tasks; start afresh once ``<dir>/reset`` appears (end of warmup)."""
     if not _profile:
         return
+    if not _profile["reset_seen"] and os.path.exists(_profile["reset"]):
+        _profile["reset_seen"] = True
+        _reset_profile()
+        return
     _profile["n"] += 1
-    if _profile["n"] % _profile["every"] == 0:
+    if _profile["reset_seen"] and _profile["n"] % _profile["every"] == 0:
         profiler = _profile["profiler"]
         profiler.disable()
         profiler.dump_stats(_profile["path"])
+        with open(_profile["meta"], "w") as fh:
+            json.dump({"tasks": _profile["n"]}, fh)
         profiler.enable()
