@@ -27,7 +27,9 @@ __all__ = ["Scheduler", "SchedulerStep"]
 log = logging.getLogger("jobbers.scheduler")
 
 _BATCH = 500
-_HOUSEKEEPING_EVERY_S = 30.0
+_HOUSEKEEPING_EVERY_S = 10.0
+#: One housekeeping pass prunes for at most this long, then yields to due retries.
+_HOUSEKEEPING_BUDGET_S = 1.0
 
 
 class Scheduler:
@@ -69,9 +71,24 @@ class Scheduler:
         with lifecycle.internal_publish(now_ms):
             payload.republish(self.jobbers.app, item.name, item.task_id, data, item.retries)
 
-    def housekeeping(self) -> None:
+    def housekeeping(self) -> int:
+        """Retry parked dead letters; prune expired records. Returns records pruned.
+
+        One worker at a time (a short lock; pruning is compare-and-set, so the lock only saves
+        duplicate work). Pruning drains in batches until nothing is left or the time budget is
+        spent, so index entries never pile up faster than they are removed.
+        """
         self.jobbers.dead_letters.retry_pending()
-        self.jobbers.store.prune()
+        store = self.jobbers.store
+        if not store.try_lock("housekeeping", int(_HOUSEKEEPING_EVERY_S * 1000)):
+            return 0
+        pruned, started = 0, time.monotonic()
+        while time.monotonic() - started < _HOUSEKEEPING_BUDGET_S:
+            n = store.prune()
+            pruned += n
+            if n == 0:
+                break
+        return pruned
 
     def _loop(self) -> None:
         interval = self.jobbers.config.scheduler_interval

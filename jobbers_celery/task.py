@@ -213,10 +213,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries,
                                  **options)
         req = self.request
-        opts = self.jobbers_options
-        limit = opts.max_retries if max_retries is None else max_retries
-        if max_retries is None and self.max_retries != opts.max_retries:
-            limit = self.max_retries  # changed at runtime, as Celery allows
+        limit = self.max_retries if max_retries is None else max_retries
         n = int(req.retries or 0) + 1
         if limit is not None and n > limit:
             error = exc or MaxRetriesExceededError(

@@ -210,6 +210,10 @@ class RedisStore:
         if ids:
             self.client.zrem(self.keys.publishing, *ids)
 
+    def try_lock(self, name: str, ttl_ms: int) -> bool:
+        """Take a best-effort lock that expires by itself (efficiency only, never safety)."""
+        return bool(self.client.set(self.keys.lock(name), "1", nx=True, px=ttl_ms))
+
     def now_ms(self) -> int:
         sec, usec = self.client.time()
         return int(sec) * 1000 + int(usec) // 1000

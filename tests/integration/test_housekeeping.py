@@ -1,0 +1,40 @@
+"""The workers' housekeeping keeps the indexes from growing: it drains every expired record."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from jobbers_celery.scheduler import Scheduler
+from jobbers_celery.states import TaskState as S
+from jobbers_celery.store import RedisStore
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.redis
+
+
+def _completed(store: RedisStore, task_id: str) -> None:
+    store.step(task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,), name="hk.task", queue="q",
+               create={"name": "hk.task", "queue": "q"})
+    store.step(task_id, S.STARTED, start=True)
+    store.step(task_id, S.COMPLETED, fence=1)
+
+
+def test_housekeeping_prunes_more_than_one_batch_and_only_once_at_a_time(redis_url):
+    store = RedisStore.from_url(redis_url, retention=1)
+    for i in range(1200):  # more than two prune batches of 500
+        _completed(store, f"t{i}")
+    jobbers = types.SimpleNamespace(
+        store=store, dead_letters=types.SimpleNamespace(retry_pending=lambda: 0))
+    first, second = Scheduler(jobbers), Scheduler(jobbers)  # type: ignore[arg-type]
+    cutoff_passed = store.now_ms() + 1100
+    wait_for(lambda: store.now_ms() > cutoff_passed, timeout=5, message="retention to pass")
+
+    assert first.housekeeping() == 1200
+    assert second.housekeeping() == 0  # the other worker skips while the lock is held
+    keys = store.keys
+    for index in (keys.all_tasks, keys.name_index("hk.task"), keys.queue_index("q"),
+                  keys.state_index(S.COMPLETED)):
+        assert store.client.zcard(index) == 0
+    assert store.client.exists(keys.task("t0"), keys.history("t1199")) == 0
