@@ -10,8 +10,10 @@ letters and prunes expired terminal records.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
@@ -30,6 +32,30 @@ _BATCH = 500
 _HOUSEKEEPING_EVERY_S = 10.0
 #: One housekeeping pass prunes for at most this long, then yields to due retries.
 _HOUSEKEEPING_BUDGET_S = 1.0
+#: How long a fork waits for a running scheduler pass to end before going ahead anyway.
+_FORK_WAIT_S = 5.0
+
+#: Schedulers whose thread runs in this process (see ``_before_fork``).
+_running: weakref.WeakSet[Scheduler] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    # A prefork child forked while the scheduler thread is inside a Redis call, a publish or
+    # an import inherits the locks that thread holds (redis-py pool locks, module import
+    # locks) and deadlocks on its first task. Let the current pass end before forking.
+    for scheduler in list(_running):
+        scheduler._held_for_fork = scheduler._pass_lock.acquire(timeout=_FORK_WAIT_S)
+
+
+def _after_fork() -> None:
+    for scheduler in list(_running):
+        if scheduler._held_for_fork:
+            scheduler._held_for_fork = False
+            scheduler._pass_lock.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                    after_in_child=_after_fork)
 
 
 class Scheduler:
@@ -39,6 +65,8 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_housekeeping = 0.0
+        self._pass_lock = threading.Lock()  # held during a pass; a fork waits for it
+        self._held_for_fork = False
 
     def run_once(self) -> tuple[int, float | None]:
         """Claim and publish what is due. Returns (published, seconds until the next run_at)."""
@@ -95,12 +123,13 @@ class Scheduler:
         while not self._stop.is_set():
             wait = interval
             try:
-                _, next_due = self.run_once()
-                if next_due is not None:
-                    wait = min(interval, next_due)
-                if time.monotonic() - self._last_housekeeping > _HOUSEKEEPING_EVERY_S:
-                    self._last_housekeeping = time.monotonic()
-                    self.housekeeping()
+                with self._pass_lock:
+                    _, next_due = self.run_once()
+                    if next_due is not None:
+                        wait = min(interval, next_due)
+                    if time.monotonic() - self._last_housekeeping > _HOUSEKEEPING_EVERY_S:
+                        self._last_housekeeping = time.monotonic()
+                        self.housekeeping()
             except Exception:
                 log.exception("jobbers scheduler pass failed; retrying")
                 wait = max(interval, 1.0)
@@ -112,18 +141,24 @@ class Scheduler:
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="jobbers-scheduler",
                                         daemon=True)
+        _running.add(self)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        _running.discard(self)
 
 
 class SchedulerStep(bootsteps.StartStopStep):
     """Starts the scheduler with the worker and stops it on shutdown."""
 
     label = "jobbers scheduler"
+    # Start once the pool has forked its children: without this, the step order is left to
+    # set iteration (it varies with PYTHONHASHSEED) and prefork children could be forked
+    # while the scheduler thread holds locks (see _before_fork).
+    requires = ("celery.worker.components:Pool",)
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)

@@ -15,9 +15,10 @@ S = TaskState
 POOLS = ["prefork", "threads"]
 
 
-def wait_state(jobbers: Any, task_id: str, *states: TaskState, timeout: float = 20.0
-               ) -> TaskRecord:
-    """Poll the record until it is in one of ``states``; fail with its last state and history."""
+def wait_state(jobbers: Any, task_id: str, *states: TaskState, timeout: float = 20.0,
+               worker: Any = None) -> TaskRecord:
+    """Poll the record until it is in one of ``states``; fail with its last state and history
+    (and the tail of ``worker``'s log when given)."""
     wanted = set(states)
     deadline = time.monotonic() + timeout
     record = None
@@ -29,6 +30,7 @@ def wait_state(jobbers: Any, task_id: str, *states: TaskState, timeout: float = 
             raise AssertionError(
                 f"task {task_id} not in {sorted(wanted)} after {timeout}s: it is "
                 f"{record.state if record else 'unknown'}; history {path(jobbers, task_id)}"
+                + (f"\nworker log:\n{worker.log[-6000:]}" if worker is not None else "")
             )
         time.sleep(0.02)
 
@@ -53,8 +55,8 @@ def ms(value: datetime | None) -> int:
 def assert_utc(*values: datetime | None) -> None:
     for value in values:
         assert value is not None
-        assert value.tzinfo is not None and value.utcoffset() == timedelta(0), value
-        assert value.tzinfo == UTC
+        assert value.tzinfo == UTC, value
+        assert value.utcoffset() == timedelta(0), value
 
 
 def unique(prefix: str) -> str:

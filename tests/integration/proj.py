@@ -155,3 +155,27 @@ def flaky_delay(self: JobbersTask, fail_times: int) -> int:
     if self.request.retries < fail_times:
         raise Flaky(f"attempt {self.attempt}")
     return self.request.retries
+
+
+# A worker started with PROJ_LEGACY=1 runs "older code": it lacks proj.optional, and
+# proj.sometimes_plain is a plain Celery task there (no jobbers tracking).
+LEGACY = os.environ.get("PROJ_LEGACY") == "1"
+
+if not LEGACY:
+
+    @app.task(base=JobbersTask, bind=True, name="proj.optional", dead_letter_policy="save")
+    def optional(self: JobbersTask, x: int) -> int:
+        return x
+
+
+if LEGACY:
+
+    @app.task(bind=True, name="proj.sometimes_plain")
+    def sometimes_plain(self, key: str) -> int:  # type: ignore[no-untyped-def]
+        return int(_redis().rpush(key, "plain"))
+
+else:
+
+    @app.task(base=JobbersTask, bind=True, name="proj.sometimes_plain")
+    def sometimes_plain(self: JobbersTask, key: str) -> int:
+        return int(_redis().rpush(key, "tracked"))
