@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from celery import Task
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
 
-from jobbers_celery import lifecycle, payload
+from jobbers_celery import lifecycle, payload, softlimit
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
 from jobbers_celery.errors import TaskCancelled, TaskTimeout
 from jobbers_celery.options import (
@@ -90,29 +90,33 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             return super().__call__(*args, **kwargs)
         if not self._tracked():
             return self.run(*args, **kwargs)
-        self._start()
-        try:
-            result = self.run(*args, **kwargs)
-        except (Ignore, Retry):
-            raise
-        except Reject as exc:
-            self._on_reject(exc)
-            raise
-        except TaskCancelled:
-            self._finish(S.CANCELLED, reason="cancellation honoured")
-            raise Ignore() from None
-        except BaseException as exc:
-            if getattr(self.request, _DONE, False):
+        # The soft time limit may interrupt the task body only, never a lifecycle step.
+        with softlimit.shielded():
+            self._start()
+            try:
+                with softlimit.allowed():
+                    result = self.run(*args, **kwargs)
+            except (Ignore, Retry):
                 raise
-            if isinstance(exc, SoftTimeLimitExceeded) and self.jobbers_options.timeout:
-                exc = TaskTimeout(f"ran longer than timeout={self.jobbers_options.timeout:g}s")
-            expected = (*self.jobbers_options.expected_exceptions, TaskTimeout)
-            if isinstance(exc, expected) and isinstance(exc, Exception):
-                raise self.retry(exc=exc) from exc
-            self._fail(exc, reason="unexpected exception")
-            raise
-        self._finish(S.COMPLETED, reason=None)
-        return result
+            except Reject as exc:
+                self._on_reject(exc)
+                raise
+            except TaskCancelled:
+                self._finish(S.CANCELLED, reason="cancellation honoured")
+                raise Ignore() from None
+            except BaseException as exc:
+                if getattr(self.request, _DONE, False):
+                    raise
+                if isinstance(exc, SoftTimeLimitExceeded) and self.jobbers_options.timeout:
+                    exc = TaskTimeout(
+                        f"ran longer than timeout={self.jobbers_options.timeout:g}s")
+                expected = (*self.jobbers_options.expected_exceptions, TaskTimeout)
+                if isinstance(exc, expected) and isinstance(exc, Exception):
+                    raise self.retry(exc=exc) from exc
+                self._fail(exc, reason="unexpected exception")
+                raise
+            self._finish(S.COMPLETED, reason=None)
+            return result
 
     # ------------------------------------------------------------------ steps
     def _worker(self) -> str | None:
@@ -212,6 +216,14 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if not self._tracked():
             return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries,
                                  **options)
+        with softlimit.shielded():  # record and publish the retry without interruption
+            return self._retry(args, kwargs, exc, throw, eta, countdown, max_retries, options)
+
+    def _retry(
+        self, args: Any, kwargs: Any, exc: Exception | None, throw: bool,
+        eta: datetime | None, countdown: float | None, max_retries: int | None,
+        options: dict[str, Any],
+    ) -> Retry:
         req = self.request
         limit = self.max_retries if max_retries is None else max_retries
         n = int(req.retries or 0) + 1
