@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -16,17 +15,9 @@ from redis.retry import Retry
 
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, RedisDeadLetterSink
-from jobbers_celery.store import RedisStore
 from tests.conftest import free_port
-from tests.integration.store_helpers import store_factory
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def make_store(redis_url: str) -> Iterator[Callable[..., RedisStore]]:
-    with store_factory(redis_url) as make:
-        yield make
 
 
 ARG_MARKER = "arg-7f3e9c"

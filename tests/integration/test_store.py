@@ -4,13 +4,11 @@ reads and pruning. No Celery worker involved."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
 
 import pytest
 
 from jobbers_celery.records import from_ms
 from jobbers_celery.states import TERMINAL, TRANSITIONS, TaskState, allowed_from, can_transition
-from jobbers_celery.store import RedisStore
 from jobbers_celery.store.redis import _EXPIRY_SLACK_S
 from tests.conftest import wait_for
 from tests.integration.store_helpers import (
@@ -22,16 +20,9 @@ from tests.integration.store_helpers import (
     put_in_state,
     snapshot,
     step_kwargs,
-    store_factory,
 )
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def make_store(redis_url: str) -> Iterator[Callable[..., RedisStore]]:
-    with store_factory(redis_url) as make:
-        yield make
 
 
 S = TaskState

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,16 +22,9 @@ from tests.conftest import wait_for
 from tests.integration.store_helpers import (
     create,
     put_in_state,
-    store_factory,
 )
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def make_store(redis_url: str) -> Iterator[Callable[..., RedisStore]]:
-    with store_factory(redis_url) as make:
-        yield make
 
 
 S = TaskState
