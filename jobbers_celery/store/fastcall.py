@@ -7,9 +7,10 @@ per call against ~50 µs for this path. It still uses redis-py's own ``Connectio
 AUTH, SELECT, TLS, hiredis parsing); it only skips the per-command layers.
 
 Each thread keeps one connection (prefork children and pool threads never share one; a fork
-is detected by pid). A failure while *sending* reconnects and sends once more, since the
-script cannot have run; a failure while *reading* the reply is raised, never retried, because
-the step may have been applied and must not be applied twice.
+is detected by pid). A connection the server already closed is replaced before sending; a
+failure while *sending* reconnects and sends once more, since the script cannot have run; a
+failure while *reading* the reply is raised, never retried, because the step may have been
+applied and must not be applied twice.
 """
 
 from __future__ import annotations
@@ -55,12 +56,30 @@ class FastScript:
             local.conn, local.pid = conn, os.getpid()
         return conn
 
+    @staticmethod
+    def _drop_if_closed(conn: Any) -> None:
+        """Reconnect if the server already closed this connection (restart, idle kill).
+
+        Without it the send would succeed into the kernel buffer and only the read would
+        fail, when a retry is no longer safe. Nothing has been sent yet here, so it is.
+        """
+        if getattr(conn, "_sock", None) is None:
+            return
+        try:
+            stale = conn.can_read(timeout=0)  # EOF or unexpected bytes: not usable
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            stale = True
+        if stale:
+            conn.disconnect()
+
     def __call__(self, keys: list[str], args: list[str]) -> Any:
         command = _pack(["EVALSHA", str(self.script.sha), str(len(keys)), *keys, *args])
         conn = self._connection()
+        self._drop_if_closed(conn)
         for attempt in (1, 2):
             try:
-                conn.send_packed_command([command], check_health=False)
+                # check_health: PINGs first only when idle past health_check_interval
+                conn.send_packed_command([command], check_health=True)
             except _SEND_ERRORS:
                 conn.disconnect()
                 if attempt == 2:

@@ -1,0 +1,55 @@
+"""The lean EVALSHA path recovers from a flushed script cache and a dropped connection."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from jobbers_celery.states import TaskState as S
+from jobbers_celery.store import RedisStore
+
+pytestmark = pytest.mark.redis
+
+
+def _submit(store: RedisStore, task_id: str) -> bool:
+    return store.step(task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,), name="n", queue="q",
+                      create={"name": "n", "queue": "q"}).applied
+
+
+def test_script_cache_flushed_reloads_and_applies_once(redis_url):
+    store = RedisStore.from_url(redis_url)
+    assert _submit(store, "a")
+    store.client.script_flush()  # what a Redis restart does to the script cache
+    assert _submit(store, "b")
+    assert len(store.history("b")) == 1
+
+
+def test_connection_killed_by_the_server_reconnects(redis_url):
+    store = RedisStore.from_url(redis_url)
+    assert _submit(store, "a")
+    conn = store._transition._connection()
+    killed = store.client.execute_command("CLIENT", "KILL", "SKIPME", "yes", "TYPE", "normal")
+    assert killed >= 1
+    assert _submit(store, "b")  # the send fails or the health check reconnects; no error
+    assert store._transition._connection() is conn  # same object, reconnected in place
+    assert len(store.history("b")) == 1
+
+
+def test_each_thread_and_each_forked_process_gets_its_own_connection(redis_url):
+    import threading
+
+    store = RedisStore.from_url(redis_url)
+    mine = store._transition._connection()
+    other: list[object] = []
+    t = threading.Thread(target=lambda: other.append(store._transition._connection()))
+    t.start()
+    t.join()
+    assert other[0] is not mine
+    pid = os.fork()
+    if pid == 0:  # child: must not reuse the parent's socket
+        code = 0 if store._transition._connection() is not mine and _submit(store, "c") else 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.get("c") is not None
