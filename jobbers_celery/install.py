@@ -12,7 +12,7 @@ from jobbers_celery import signals
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.errors import ConfigurationError
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.options import validate_options
+from jobbers_celery.options import OPTION_NAMES, validate_options
 from jobbers_celery.scheduler import SchedulerStep
 
 __all__ = ["get_jobbers", "install"]
@@ -59,13 +59,7 @@ def _validate_on_declaration(app: Celery) -> None:
     def task(*args: Any, **opts: Any) -> Any:
         base = opts.get("base")
         if isinstance(base, type) and issubclass(base, JobbersTask):
-            validate_options({**{n: getattr(base, n) for n in _names()}, **opts})
+            validate_options({**{n: getattr(base, n) for n in OPTION_NAMES}, **opts})
         return original(*args, **opts)
 
     app.task = task  # type: ignore[method-assign]
-
-
-def _names() -> frozenset[str]:
-    from jobbers_celery.options import OPTION_NAMES
-
-    return OPTION_NAMES

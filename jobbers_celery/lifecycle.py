@@ -26,7 +26,6 @@ __all__ = [
     "error_fields",
     "internal_publish",
     "on_publish",
-    "publishing_internally",
 ]
 
 log = logging.getLogger("jobbers.lifecycle")
@@ -45,10 +44,6 @@ def internal_publish(now_ms: int) -> Iterator[None]:
         yield
     finally:
         _internal.reset(token)
-
-
-def publishing_internally() -> bool:
-    return _internal.get() is not None
 
 
 def on_publish(
