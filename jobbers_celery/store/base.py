@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Claimed", "StepResult"]
+__all__ = ["Claimed", "ResultWrite", "StepResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +32,16 @@ class Claimed:
     msg: str
     retries: int
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResultWrite:
+    """Celery's result write, done by the same script as a step (only if the step applies).
+
+    ``key`` is the backend's key for the task, ``value`` the encoded (JSON) meta it would
+    store, ``expires`` its expiry in seconds (0: none).
+    """
+
+    key: str
+    value: str
+    expires: int

@@ -17,7 +17,7 @@ import redis
 
 from jobbers_celery.records import ErrorInfo, TaskRecord, Transition, from_ms
 from jobbers_celery.states import TERMINAL, TaskState, allowed_from
-from jobbers_celery.store.base import Claimed, StepResult
+from jobbers_celery.store.base import Claimed, ResultWrite, StepResult
 from jobbers_celery.store.fastcall import FastScript
 from jobbers_celery.store.keys import STATE_ORDER, Keys
 
@@ -65,9 +65,10 @@ class RedisStore:
         self._layouts: dict[frozenset[TaskState], tuple[list[str], str]] = {}
         self._scripts = {
             name: client.register_script(_script_source(name))
-            for name in ("transition", "claim", "prune")
+            for name in ("transition", "complete", "claim", "prune")
         }
         self._transition = FastScript(client, self._scripts["transition"])
+        self._complete = FastScript(client, self._scripts["complete"])
         self._due = client.register_script(
             resources.files("jobbers_celery.store").joinpath("lua", "due.lua").read_text()
         )
@@ -114,10 +115,13 @@ class RedisStore:
         ret: Sequence[str] = (),
         name: str | None = None,
         queue: str | None = None,
+        write_result: ResultWrite | None = None,
     ) -> StepResult:
         """Apply ``-> to`` atomically if the task is in one of ``sources`` (default: the table).
 
-        ``sources`` may narrow the table's sources, never widen them.
+        ``sources`` may narrow the table's sources, never widen them. ``write_result``: also write
+        Celery's result in the same script if (and only if) the step applies, so that the
+        record and the result never disagree and the write costs no round trip of its own.
         """
         table = allowed_from(to)
         src = table if sources is None else frozenset(sources)
@@ -154,7 +158,14 @@ class RedisStore:
         keys += [self.keys.task(task_id), self.keys.history(task_id)]
         if create is not None:
             keys += [self.keys.name_index(name or ""), self.keys.queue_index(queue or "")]
-        raw = self._transition(keys, [states, _json(spec)])
+        if write_result is not None:
+            if create is not None:
+                raise ValueError("a step that writes a result cannot create the record")
+            keys.append(write_result.key)
+            raw = self._complete(
+                keys, [states, _json(spec), write_result.value, str(write_result.expires)])
+        else:
+            raw = self._transition(keys, [states, _json(spec)])
         applied = bool(int(raw[0]))
         result = StepResult(
             applied=applied,

@@ -506,3 +506,58 @@ def test_prune_removes_only_old_terminal_records(make_store) -> None:
     assert sum(counts[s] for s in TERMINAL) == 1
     assert counts[S.COMPLETED] == 1
     assert store.get("fresh").state == S.COMPLETED
+
+
+# ----------------------------------------------------------------------------- result write
+def test_step_with_result_write_writes_only_when_applied(make_store) -> None:
+    from jobbers_celery.store import ResultWrite
+
+    store = make_store()
+    c = store.client
+    put_in_state(store, "t1", S.STARTED)
+    pubsub = c.pubsub()
+    pubsub.subscribe("meta:t1")
+    wait_for(lambda: pubsub.get_message(timeout=0.1), message="the subscription")
+    write = ResultWrite(key="meta:t1", value='{"status": "SUCCESS", "result": 1}', expires=60)
+
+    stale = store.step("t1", S.COMPLETED, sources=(S.STARTED,), fence=7, write_result=write)
+    assert not stale.applied
+    assert stale.why == "stale_attempt"
+    assert c.exists("meta:t1") == 0
+    before = snapshot(store, "t1")
+
+    done = store.step("t1", S.COMPLETED, sources=(S.STARTED,), fence=1, write_result=write)
+    assert done.applied
+    assert c.hget(store.keys.task("t1"), "state") == S.COMPLETED
+    assert c.get("meta:t1") == write.value
+    assert 0 < c.ttl("meta:t1") <= 60
+    message = wait_for(lambda: pubsub.get_message(timeout=0.1), message="the publish")
+    assert message["data"] == write.value
+    assert snapshot(store, "t1") != before
+    pubsub.close()
+
+
+def test_result_write_keeps_a_stored_success_and_replaces_anything_else(make_store) -> None:
+    from jobbers_celery.store import ResultWrite
+
+    store = make_store()
+    c = store.client
+    for task_id, stored, kept in [("a", '{"status": "SUCCESS", "result": 0}', True),
+                                  ("b", '{"status": "STARTED", "result": null}', False),
+                                  ("c", "not json", False)]:
+        put_in_state(store, task_id, S.STARTED)
+        c.set(f"meta:{task_id}", stored)
+        write = ResultWrite(key=f"meta:{task_id}", value='{"status": "SUCCESS"}', expires=0)
+        assert store.step(task_id, S.COMPLETED, sources=(S.STARTED,), fence=1,
+                          write_result=write).applied
+        assert c.get(f"meta:{task_id}") == (stored if kept else write.value)
+        assert c.ttl(f"meta:{task_id}") == -1  # expires=0: no expiry
+
+
+def test_a_step_with_a_result_write_cannot_create_the_record(make_store) -> None:
+    from jobbers_celery.store import ResultWrite
+
+    store = make_store()
+    with pytest.raises(ValueError, match="cannot create"):
+        store.step("x", S.SUBMITTED, create={"name": NAME}, name=NAME, queue=QUEUE,
+                   write_result=ResultWrite(key="k", value="v", expires=0))

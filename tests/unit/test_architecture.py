@@ -34,4 +34,4 @@ def test_lua_scripts_and_marker_ship_inside_the_package():
     assert root.joinpath("py.typed").is_file()
     lua = root.joinpath("store", "lua")
     assert {p.name for p in lua.iterdir() if p.name.endswith(".lua")} >= {
-        "_lib.lua", "transition.lua", "claim.lua", "due.lua", "prune.lua"}
+        "_lib.lua", "transition.lua", "complete.lua", "claim.lua", "due.lua", "prune.lua"}
