@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from celery import Task
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
 
-from jobbers_celery import lifecycle, payload, softlimit
+from jobbers_celery import lifecycle, payload, results, softlimit
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
 from jobbers_celery.errors import TaskCancelled, TaskTimeout
 from jobbers_celery.options import (
@@ -115,7 +115,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                     raise self.retry(exc=exc) from exc
                 self._fail(exc, reason="unexpected exception")
                 raise
-            self._finish(S.COMPLETED, reason=None)
+            self._complete(result)
             return result
 
     # ------------------------------------------------------------------ steps
@@ -155,13 +155,33 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             reason="recorded by the worker: no submission record", name=self.name, queue=queue,
         )
 
+    def _complete(self, retval: Any) -> None:
+        """Record ``completed``; with Celery's result write in the same script when it can.
+
+        A completion refused because another attempt or outcome owns the record stores no
+        result either (on both paths): the result must not contradict the record. Either
+        way the tracer is told not to store it again.
+        """
+        req = self.request
+        setattr(req, _DONE, True)
+        store = _jobbers(self).store
+        write = results.folded_result(self, store, retval)
+        res = store.step(
+            req.id, S.COMPLETED, sources=(S.STARTED,), fence=self.attempt,
+            worker=self._worker(), delete=("msg",), write_result=write,
+        )
+        if not res.applied:
+            log.warning("late completion of %s[%s] attempt %s rejected: the task is %s",
+                        self.name, req.id, self.attempt, res.previous)
+        if (write is not None and res.applied) or (not res.applied and res.previous != "missing"):
+            req.ignore_result = True  # read by the tracer's mark_as_done: skip its store
+
     def _finish(self, to: TaskState, reason: str | None) -> None:
         req = self.request
         setattr(req, _DONE, True)
-        delete = ("msg",) if to is S.COMPLETED else ()
         res = _jobbers(self).store.step(
             req.id, to, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
-            reason=reason, delete=delete,
+            reason=reason,
         )
         if not res.applied:
             log.warning("late %s of %s[%s] attempt %s rejected: the task is %s",

@@ -11,7 +11,8 @@ from jobbers_celery import BackoffStrategy, DeadLetterPolicy, JobbersTask, insta
 
 REDIS_URL = os.environ["JOBBERS_TEST_REDIS_URL"]
 
-app = Celery("proj", broker=REDIS_URL, backend=REDIS_URL)
+# PROJ_RESULT_BACKEND: a worker storing results elsewhere (tests of the unfolded result path).
+app = Celery("proj", broker=REDIS_URL, backend=os.environ.get("PROJ_RESULT_BACKEND") or REDIS_URL)
 app.conf.update(
     task_serializer="json",
     accept_content=["json"],
@@ -75,6 +76,18 @@ def sleepy(self: JobbersTask, seconds: float) -> float:
           dead_letter_policy="save")
 def timeout(self: JobbersTask) -> None:
     time.sleep(5)
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.by_attempt")
+def by_attempt(self: JobbersTask, sleeps: list[float]) -> int:
+    """Sleeps ``sleeps[attempt - 1]`` seconds (none past the list); returns its attempt."""
+    time.sleep(sleeps[self.attempt - 1] if self.attempt <= len(sleeps) else 0.0)
+    return self.attempt
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.ignored", ignore_result=True)
+def ignored(self: JobbersTask, x: int) -> int:
+    return x
 
 
 @app.task(bind=True, name="proj.plain")
