@@ -15,9 +15,10 @@ Environment (set by ``overhead.py``; this module is benchmark scaffolding, not l
 ``BENCH_STORE_MODE``
     diagnostics only, to split the jobbers overhead into its parts: ``real`` (default);
     ``trivial-lua``: each step still sends its EVALSHA with the same keys and arguments,
-    but to a script that returns at once (round trip without the Lua work); ``noop``: no
-    Redis call at all (only the Python side of jobbers). Records are not written in these
-    modes.
+    but to a script that returns at once (round trip without the Lua work; the completion's
+    script still writes Celery's result); ``noop``: no Redis call at all (only the Python
+    side of jobbers; Celery's backend stores the result as for a plain task). Records are
+    not written in these modes.
 ``BENCH_PROFILE_DIR``
     when set, every prefork pool child runs under cProfile. Once ``<dir>/reset`` exists
     (end of warmup) it starts afresh and then writes ``<dir>/child-<pid>.prof`` (and the
@@ -73,21 +74,37 @@ def _fake_reply(args: list[Any]) -> list[Any]:
 
 
 if STORE_MODE == "noop":
+    from jobbers_celery import results as _results
+
     def _noop_transition(keys: list[str], args: list[Any]) -> list[Any]:
         return _fake_reply(args)
 
     jobbers.store._transition = _noop_transition  # type: ignore[assignment]
+    # No jobbers call at all: Celery's backend stores the result as for a plain task.
+    _results.folded_result = lambda *_: None  # type: ignore[assignment]
 elif STORE_MODE == "trivial-lua":
     from jobbers_celery.store.fastcall import FastScript
 
-    _trivial = FastScript(jobbers.store.client,
-                          jobbers.store.client.register_script("return {1, 'x', 0, 1}"))
+    _client = jobbers.store.client
+    _trivial = FastScript(_client, _client.register_script("return {1, 'x', 0, 1}"))
+    # The completion still writes Celery's result (its last key; ARGV[3] value, ARGV[4] ttl).
+    _trivial_complete = FastScript(_client, _client.register_script(
+        "local k = KEYS[#KEYS]\n"
+        "if tonumber(ARGV[4]) > 0 then redis.call('SET', k, ARGV[3], 'EX', ARGV[4])\n"
+        "else redis.call('SET', k, ARGV[3]) end\n"
+        "redis.call('PUBLISH', k, ARGV[3])\n"
+        "return {1, 'x', 0, 1}"))
 
     def _trivial_transition(keys: list[str], args: list[Any]) -> list[Any]:
         _trivial(keys, args)
         return _fake_reply(args)
 
+    def _trivial_completion(keys: list[str], args: list[Any]) -> list[Any]:
+        _trivial_complete(keys, args)
+        return _fake_reply(args)
+
     jobbers.store._transition = _trivial_transition  # type: ignore[assignment]
+    jobbers.store._complete = _trivial_completion  # type: ignore[assignment]
 elif STORE_MODE != "real":
     raise ValueError(f"BENCH_STORE_MODE must be real, trivial-lua or noop, not {STORE_MODE!r}")
 
