@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from jobbers_celery.store.base import Claimed, StepResult
+from jobbers_celery.store.base import Claimed, Heartbeat, StepResult
 from jobbers_celery.store.keys import Keys
 from jobbers_celery.store.redis import RedisStore
 
-__all__ = ["Claimed", "Keys", "RedisStore", "StepResult"]
+__all__ = ["Claimed", "Heartbeat", "Keys", "RedisStore", "StepResult"]
