@@ -223,7 +223,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
     def _start_step(self, jobbers: Any) -> Any:
         opts = self.jobbers_options
         hb_ms = round(opts.max_heartbeat_interval * 1000) if opts.max_heartbeat_interval else None
-        fields = {"srec": str(opts.max_stall_recoveries)}
+        fields = {}
+        if opts.max_stall_recoveries:
+            fields["srec"] = str(opts.max_stall_recoveries)
         if hb_ms:
             fields["hb_iv"] = str(hb_ms)
         return jobbers.store.step(

@@ -17,7 +17,8 @@ progress   JSON                       ckpt      JSON checkpoint
 msg        JSON publish payload       dlq       "1" when dead_letter_policy=save
 wid        worker incarnation (liveness entry) of the running attempt
 hb_iv      max_heartbeat_interval, ms srec      max_stall_recoveries
-stalls     stall recoveries so far    cancel    cancellation requested ("1")
+stalls     stall recoveries so far    cancel    cancellation requested (ms)
+purged     "1": cancelled by purge (a tombstone purge keeps)
 =========  ==============================================================
 """
 

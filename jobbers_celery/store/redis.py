@@ -244,7 +244,13 @@ class RedisStore:
         return Heartbeat(accepted=False, cancel_requested=False, now_ms=int(raw[3]),
                          state=str(raw[1]), attempt=int(raw[2]))
 
-    def cancel(self, task_id: str, reason: str, terminate_ms: int | None = None) -> tuple[str, str]:
+    def cancel(
+        self,
+        task_id: str,
+        reason: str,
+        terminate_ms: int | None = None,
+        set_fields: dict[str, str] | None = None,
+    ) -> tuple[str, str]:
         """Cancel or flag a task. Returns (``cancelled``/``requested``/``no``, prior state)."""
         S = TaskState
         keys, states = self._shared_keys((S.SUBMITTED, S.SCHEDULED, S.STARTED, S.CANCELLED))
@@ -253,6 +259,8 @@ class RedisStore:
                                 "reason": reason}
         if terminate_ms is not None:
             spec["terminate_ms"] = int(terminate_ms)
+        if set_fields:
+            spec["set"] = set_fields
         outcome, previous = self._scripts["cancel"](keys=keys, args=[states, _json(spec)])
         return str(outcome), str(previous)
 
@@ -350,7 +358,9 @@ class RedisStore:
     ) -> tuple[int, list[str], list[str]]:
         """Walk the most selective index (submission-time order) and act on matches:
         terminal records are removed, submitted and scheduled tasks cancelled, others
-        skipped. Returns (removed, cancelled ids, skipped ids)."""
+        skipped. The records purge cancels are marked ``purged`` and kept (until the
+        retention period) as tombstones, also by a later purge: a message of theirs still
+        queued must find them and be dropped. Returns (removed, cancelled ids, skipped ids)."""
         k = self.keys
         index = (k.name_index(name) if name is not None
                  else k.queue_index(queue) if queue is not None else k.all_tasks)
@@ -369,17 +379,18 @@ class RedisStore:
             batch = [i for i in ids if i not in seen]
             seen.update(batch)
             terminal, gone = [], []
-            meta = self.fields(batch, ("state", "name", "queue"))
-            for task_id, (state, rec_name, rec_queue) in zip(batch, meta, strict=True):
+            meta = self.fields(batch, ("state", "name", "queue", "purged"))
+            for task_id, (state, rec_name, rec_queue, purged) in zip(batch, meta, strict=True):
                 if state is None:
                     gone.append(task_id)  # the index entry of an expired record
                 elif (name is not None and rec_name != name) or (
                         queue is not None and rec_queue != queue):
                     continue
                 elif TaskState(state) in TERMINAL:
-                    terminal.append(task_id)
+                    if not purged:
+                        terminal.append(task_id)
                 elif state in (TaskState.SUBMITTED, TaskState.SCHEDULED):
-                    outcome, _ = self.cancel(task_id, "purged")
+                    outcome, _ = self.cancel(task_id, "purged", set_fields={"purged": "1"})
                     (cancelled if outcome == "cancelled" else skipped).append(task_id)
                 else:
                     skipped.append(task_id)
