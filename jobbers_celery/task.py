@@ -105,8 +105,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         holds in the next attempt. ``None`` leaves either unchanged.
 
         Raises :class:`TaskCancelled` if the task was cancelled, and
-        :class:`AttemptSuperseded` if this attempt was declared stalled meanwhile. Call it
-        from the task's own thread. Outside a worker (called directly, eager) it does
+        :class:`AttemptSuperseded` if this attempt was declared stalled meanwhile. If Redis
+        cannot be reached the heartbeat is logged and kept for the next one; the task goes
+        on. Call it from the task's own thread. Outside a worker (called directly, eager) it does
         nothing.
         """
         if not self._tracked():
@@ -135,6 +136,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 lease_cap_ms=self._lease_ms(jobbers) if opts.max_concurrent else None,
             )
         setattr(req, _HB_SENT, now)
+        if not result.delivered:  # Redis unreachable: keep it for the next one
+            setattr(req, _HB_PENDING, pending)
+            return
         setattr(req, _HB_PENDING, None)
         if not result.accepted:
             setattr(req, _DONE, True)  # nothing this attempt reports would be accepted

@@ -43,10 +43,11 @@ class Claimed:
 class Heartbeat:
     """Outcome of a heartbeat: accepted (and whether cancellation was requested), or
     rejected because the task is no longer started under that attempt (``state``,
-    ``attempt`` say what it is now)."""
+    ``attempt`` say what it is now), or not delivered (Redis unreachable)."""
 
     accepted: bool
     cancel_requested: bool
     now_ms: int
     state: str | None = None
     attempt: int | None = None
+    delivered: bool = True

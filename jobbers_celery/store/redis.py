@@ -233,10 +233,17 @@ class RedisStore:
         if lease_cap_ms:
             spec["lease_cap_ms"] = int(lease_cap_ms)
         k = self.keys
-        raw = self._heartbeat(
-            [k.task(task_id), k.heartbeat_due, k.concurrency(name or ""), k.stats],
-            [_json(spec)],
-        )
+        try:
+            raw = self._heartbeat(
+                [k.task(task_id), k.heartbeat_due, k.concurrency(name or ""), k.stats],
+                [_json(spec)],
+            )
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # best effort: a Redis blip must not kill a long task; the cleaner allows for
+            # outages (see the clock tick), and the next heartbeat carries what this one had
+            log.warning("heartbeat of task %s not delivered: %s", task_id, exc)
+            return Heartbeat(accepted=False, cancel_requested=False, now_ms=0,
+                             delivered=False)
         if int(raw[0]):
             return Heartbeat(accepted=True, cancel_requested=raw[1] == "1", now_ms=int(raw[2]))
         log.warning("rejected heartbeat of task %s attempt %s: the task is %s (attempt %s)",
