@@ -60,20 +60,19 @@ def _add_cleaner(app: Celery, config: JobbersConfig) -> None:
 
     The entry goes into ``app.conf.beat_schedule``, which celery beat's default scheduler
     reads, and which django-celery-beat's ``DatabaseScheduler`` copies into its tables when
-    beat starts. A message older than one interval expires unrun: passes never pile up
-    behind a stopped worker.
+    beat starts. A message older than one interval expires unrun, so passes never pile up
+    behind a stopped worker: the expiry is the task's own (``Task.expires``), because
+    django-celery-beat drops an entry's ``expires`` option.
     """
 
-    @app.task(name=CLEANER_TASK, ignore_result=True, shared=False)
+    @app.task(name=CLEANER_TASK, ignore_result=True, shared=False,
+              expires=config.cleaner_interval)
     def clean() -> dict[str, Any]:
         return get_jobbers(app).cleaner.run(by="beat").as_dict()
 
     schedule = dict(app.conf.beat_schedule or {})
-    schedule.setdefault(CLEANER_TASK, {
-        "task": CLEANER_TASK,
-        "schedule": config.cleaner_interval,
-        "options": {"expires": config.cleaner_interval},
-    })
+    schedule.setdefault(CLEANER_TASK, {"task": CLEANER_TASK,
+                                       "schedule": config.cleaner_interval})
     app.conf.beat_schedule = schedule
 
 

@@ -170,11 +170,6 @@ def _queued_cleaner_messages(client: Any) -> list[dict[str, Any]]:
     return [m for m in messages if m.get("headers", {}).get("task") == CLEANER]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="django-celery-beat only keeps options['expire_seconds'] (ModelEntry._unpack_"
-           "options drops 'expires'), so the cleaner messages it sends never expire",
-)
 def test_database_scheduler_sends_cleaner_messages_that_expire(redis_server, celery_proc,
                                                                dcb_db, tmp_path):
     import redis
