@@ -70,7 +70,8 @@ STORE_MODE = os.environ.get("BENCH_STORE_MODE", "real")
 def _fake_reply(args: list[Any]) -> list[Any]:
     spec = json.loads(args[1])
     previous = spec["from"][0] if spec.get("from") else "missing"
-    return [1, previous, 0, int(spec.get("fence") or 1), *([""] * len(spec.get("ret", ())))]
+    return [1, previous, 0, int(spec.get("fence") or 1), spec["to"],
+            *([""] * len(spec.get("ret", ())))]
 
 
 if STORE_MODE == "noop":

@@ -40,6 +40,9 @@ class JobbersConfig:
     scheduler_interval: float = 0.5
     #: Seconds a scheduler may take to publish what it claimed before another may re-publish.
     publish_lease: float = 30.0
+    #: Seconds a task cancelled with ``terminate=True`` gets to stop at a heartbeat before
+    #: its worker interrupts it.
+    cancel_grace: float = 10.0
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any], broker_url: str | None = None) -> JobbersConfig:
@@ -69,7 +72,7 @@ class JobbersConfig:
                 f"(no braces), got {self.key_prefix!r}"
             )
         for name in ("cleaner_interval", "worker_lost_after", "retention",
-                     "scheduler_interval", "publish_lease"):
+                     "scheduler_interval", "publish_lease", "cancel_grace"):
             value = getattr(self, name)
             if (isinstance(value, bool) or not isinstance(value, int | float)
                     or not math.isfinite(value) or value <= 0):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "AttemptSuperseded",
     "CheckpointTooLarge",
     "ConfigurationError",
     "InvalidTaskOption",
@@ -39,6 +40,15 @@ class TaskCancelled(BaseException):  # named by the public API contract
 
     A ``BaseException`` so that ``except Exception`` in task code and Celery's
     ``autoretry_for=(Exception,)`` do not swallow it.
+    """
+
+
+class AttemptSuperseded(TaskCancelled):
+    """Raised by ``heartbeat()`` in an attempt the cleaner declared stalled.
+
+    The task has been recovered (or dead-lettered) without this attempt: whatever it does
+    from now on would be rejected, so it should stop. A subclass of :class:`TaskCancelled`
+    so that cleanup written for cancellation runs here too.
     """
 
 

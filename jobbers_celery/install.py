@@ -23,9 +23,10 @@ _lock = threading.Lock()
 def install(app: Celery) -> Jobbers:
     """Install jobbers on ``app`` (idempotent) and return its :class:`Jobbers`.
 
-    Reads the ``jobbers_*`` settings, connects the signal handlers, adds the scheduler to
-    the app's workers and makes ``@app.task(base=JobbersTask, ...)`` validate its options
-    when the decorator runs.
+    Reads the ``jobbers_*`` settings, connects the signal handlers, adds the scheduler and
+    liveness thread to the app's workers, registers the ``jobbers.clean`` task and its
+    ``beat_schedule`` entry, and makes ``@app.task(base=JobbersTask, ...)`` validate its
+    options when the decorator runs.
     """
     with _lock:
         existing: Jobbers | None = getattr(app, "_jobbers", None)
@@ -37,6 +38,7 @@ def install(app: Celery) -> Jobbers:
         signals.register(jobbers)
         signals.connect()
         app.steps["worker"].add(SchedulerStep)
+        _add_cleaner(app, config)
         _validate_on_declaration(app)
         return jobbers
 
@@ -47,6 +49,31 @@ def get_jobbers(app: Celery) -> Jobbers:
     if jobbers is None:
         raise ConfigurationError(f"jobbers is not installed on {app!r}: call install(app)")
     return jobbers
+
+
+#: Name of the cleaner task and of its ``beat_schedule`` entry.
+CLEANER_TASK = "jobbers.clean"
+
+
+def _add_cleaner(app: Celery, config: JobbersConfig) -> None:
+    """Register the cleaner task and schedule it every ``jobbers_cleaner_interval`` seconds.
+
+    The entry goes into ``app.conf.beat_schedule``, which celery beat's default scheduler
+    reads, and which django-celery-beat's ``DatabaseScheduler`` copies into its tables when
+    beat starts. A message older than one interval expires unrun, so passes never pile up
+    behind a stopped worker: the expiry is the task's own (``Task.expires``), because
+    django-celery-beat drops an entry's ``expires`` option.
+    """
+
+    @app.task(name=CLEANER_TASK, ignore_result=True, shared=False,
+              expires=config.cleaner_interval)
+    def clean() -> dict[str, Any]:
+        return get_jobbers(app).cleaner.run(by="beat").as_dict()
+
+    schedule = dict(app.conf.beat_schedule or {})
+    schedule.setdefault(CLEANER_TASK, {"task": CLEANER_TASK,
+                                       "schedule": config.cleaner_interval})
+    app.conf.beat_schedule = schedule
 
 
 def _validate_on_declaration(app: Celery) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from kombu.utils.imports import symbol_by_name
 
 from jobbers_celery import lifecycle, payload
+from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.records import TaskRecord, Transition
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink
@@ -18,9 +21,19 @@ from jobbers_celery.store import RedisStore
 if TYPE_CHECKING:
     from celery import Celery
 
-__all__ = ["Jobbers"]
+__all__ = ["Jobbers", "PurgeReport"]
 
 log = logging.getLogger("jobbers")
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeReport:
+    """What ``purge`` did: terminal records removed, pending tasks cancelled, and matching
+    tasks left alone because they are running (or between a retry and its republish)."""
+
+    removed: int = 0
+    cancelled: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
 
 class Jobbers:
@@ -36,6 +49,7 @@ class Jobbers:
             raise TypeError(f"{config.dead_letter_sink} did not build a sink with write(entry)")
         self.sink: DeadLetterSink = sink
         self.dead_letters = DeadLetterDispatcher(sink, self.store.client, self.store.keys)
+        self.cleaner = Cleaner(self)
 
     # ------------------------------------------------------------------ reads
     def get(self, task_id: str) -> TaskRecord | None:
@@ -99,3 +113,48 @@ class Jobbers:
             self.store.confirm_published([task_id])
             done.append(task_id)
         return done
+
+    def cancel(self, task_id: str, terminate: bool = False) -> bool:
+        """Cancel a task durably (it never runs, whichever worker receives it, whenever).
+
+        A submitted or scheduled task is ``cancelled`` at once. A started one raises
+        :class:`TaskCancelled` at its next ``heartbeat()`` and ends ``cancelled``; with
+        ``terminate=True`` its worker also interrupts it (prefork pool) once
+        ``jobbers_cancel_grace`` seconds have passed without it stopping. Returns whether
+        the task was cancelled or its cancellation requested; ``False`` if it is unknown or
+        already finished.
+        """
+        grace = int(self.config.cancel_grace * 1000) if terminate else None
+        outcome, previous = self.store.cancel(task_id, "cancelled by request",
+                                              terminate_ms=grace)
+        if outcome != "no":
+            log.info("task %s: cancellation %s (it was %s)", task_id, outcome, previous)
+        return outcome != "no"
+
+    def clean(self) -> CleanReport:
+        """Run one cleaner pass now (what the ``jobbers.clean`` beat task does)."""
+        return self.cleaner.run(by="clean()")
+
+    def cleaner_status(self) -> CleanerStatus:
+        return self.cleaner.status()
+
+    def purge(
+        self,
+        name: str | None = None,
+        queue: str | None = None,
+        submitted_before: datetime | None = None,
+    ) -> PurgeReport:
+        """Remove matching terminal records; cancel matching submitted or scheduled tasks.
+
+        Criteria combine (all must match). At least one is required: purging everything
+        by accident is not a thing this method does. Running tasks are left alone (see
+        :meth:`cancel`) and reported as skipped.
+        """
+        if name is None and queue is None and submitted_before is None:
+            raise ValueError("purge() needs at least one of name, queue, submitted_before")
+        if submitted_before is not None and submitted_before.tzinfo is None:
+            raise ValueError("submitted_before must be timezone-aware (UTC)")
+        cutoff = (int(submitted_before.timestamp() * 1000) if submitted_before is not None
+                  else None)
+        removed, cancelled, skipped = self.store.purge(name, queue, cutoff)
+        return PurgeReport(removed=removed, cancelled=cancelled, skipped=skipped)

@@ -4,7 +4,10 @@ Runs as a thread in every worker's main process (a worker bootstep). A due task 
 atomically (``scheduled -> submitted`` plus a publish lease) so several workers never both
 publish it; a claim whose publisher died is published again once its lease expires, and the
 start step drops the duplicate should both messages arrive. It also retries parked dead
-letters and prunes expired terminal records.
+letters, prunes expired terminal records, and runs a catch-up cleaner pass when celery beat
+has not run one for three cleaner intervals.
+
+The same worker bootstep starts the worker's liveness thread (see :mod:`liveness`).
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from celery import bootsteps
+from celery import bootsteps, signals
 
-from jobbers_celery import lifecycle, payload
+from jobbers_celery import lifecycle, liveness, payload
 
 if TYPE_CHECKING:
     from jobbers_celery.jobbers import Jobbers
@@ -65,6 +68,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_housekeeping = 0.0
+        self._last_catch_up_check = time.monotonic()
         self._pass_lock = threading.Lock()  # held during a pass; a fork waits for it
         self._held_for_fork = False
 
@@ -130,6 +134,10 @@ class Scheduler:
                     if time.monotonic() - self._last_housekeeping > _HOUSEKEEPING_EVERY_S:
                         self._last_housekeeping = time.monotonic()
                         self.housekeeping()
+                    every = self.jobbers.config.cleaner_interval
+                    if time.monotonic() - self._last_catch_up_check > every:
+                        self._last_catch_up_check = time.monotonic()
+                        self.jobbers.cleaner.catch_up(by=f"catch-up in {self.worker_name}")
             except Exception:
                 log.exception("jobbers scheduler pass failed; retrying")
                 wait = max(interval, 1.0)
@@ -152,7 +160,12 @@ class Scheduler:
 
 
 class SchedulerStep(bootsteps.StartStopStep):
-    """Starts the scheduler with the worker and stops it on shutdown."""
+    """Starts the scheduler and the liveness thread with the worker.
+
+    The scheduler stops with the bootsteps; the liveness thread only at ``worker_shutdown``,
+    once the pool has drained, so that tasks finishing during a warm shutdown keep their
+    worker alive in the cleaner's eyes.
+    """
 
     label = "jobbers scheduler"
     # Start once the pool has forked its children: without this, the step order is left to
@@ -163,11 +176,24 @@ class SchedulerStep(bootsteps.StartStopStep):
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
         self.scheduler: Scheduler | None = None
+        self.liveness: liveness.Liveness | None = None
 
     def start(self, parent: Any) -> None:
         from jobbers_celery.install import get_jobbers
 
-        self.scheduler = Scheduler(get_jobbers(parent.app), getattr(parent, "hostname", None))
+        jobbers = get_jobbers(parent.app)
+        hostname = getattr(parent, "hostname", None)
+        self.liveness = liveness.Liveness(jobbers, liveness.worker_id(),
+                                          getattr(parent, "pool", None))
+        self.liveness.start()
+        stop_liveness = self.liveness.stop
+
+        def _on_shutdown(**_: Any) -> None:
+            stop_liveness()
+
+        signals.worker_shutdown.connect(_on_shutdown, weak=False,
+                                        dispatch_uid=f"jobbers.liveness.{id(self)}")
+        self.scheduler = Scheduler(jobbers, hostname)
         self.scheduler.start()
 
     def stop(self, parent: Any) -> None:

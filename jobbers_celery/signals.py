@@ -7,6 +7,9 @@ that changes a task's outcome is made here (those live in :class:`JobbersTask`).
 - ``task_unknown`` (main process): no worker has this name, record ``dropped``.
 - ``task_prerun`` for a tracked message that reaches a plain (non-jobbers) task: ``dropped``
   with the reason, so the record does not claim a state nobody will move it out of.
+- ``task_revoked`` (main process; Celery's own revoke, or ``cancel(terminate=True)``
+  interrupting a task): ``cancelled``.
+- ``worker_init`` (main process, before the pool forks): make the worker incarnation id.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import current_app, signals
 
-from jobbers_celery import lifecycle
+from jobbers_celery import lifecycle, liveness
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_DEAD_LETTER, HEADER_TASK
 from jobbers_celery.states import TaskState
@@ -103,12 +106,14 @@ def on_task_failure(
     if jobbers is None:
         return
     try:
+        wid = liveness.worker_id()
         res = jobbers.store.step(
-            task_id, S.FAILED, sources=(S.STARTED,),
-            reason=f"{type(exception).__name__} reported by the worker",
+            task_id, S.FAILED, sources=(S.STARTED,), wid_fence=wid, wid=wid, name=sender.name,
+            reason=f"{type(exception).__name__} reported by the worker", cancellable=True,
             set_fields=lifecycle.error_fields(exception), ret=lifecycle.DEAD_LETTER_FIELDS,
         )
-        if res.applied and sender.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE:
+        if (res.applied and res.state is S.FAILED
+                and sender.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE):
             lifecycle.dead_letter(
                 jobbers, task_id=task_id, name=sender.name, reason="failed", result=res,
                 raw=res.values, exc=exception,
@@ -164,6 +169,33 @@ def on_task_prerun(sender: Any = None, task_id: str | None = None, task: Any = N
         log.exception("could not record %s[%s]", task.name, task_id)
 
 
+def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = False,
+                    signum: Any = None, **_: Any) -> None:
+    task_id = getattr(request, "id", None)
+    if not isinstance(sender, JobbersTask) or not task_id:
+        return
+    jobbers = _jobbers_of(sender.app)
+    if jobbers is None:
+        return
+    wid = liveness.worker_id()
+    try:
+        if terminated:  # usually recorded already by the task itself, on its way out
+            jobbers.store.step(task_id, S.CANCELLED, sources=(S.STARTED,), wid_fence=wid,
+                               wid=wid, name=sender.name,
+                               reason=f"interrupted by the worker (signal {signum})",
+                               worker=getattr(request, "hostname", None))
+        else:
+            jobbers.store.step(task_id, S.CANCELLED, sources=(S.SUBMITTED,),
+                               reason="revoked: the worker did not run it",
+                               worker=getattr(request, "hostname", None))
+    except Exception:
+        log.exception("could not record the revoke of %s[%s]", sender.name, task_id)
+
+
+def on_worker_init(sender: Any = None, **_: Any) -> None:
+    liveness.set_worker_id(getattr(sender, "hostname", None))
+
+
 def connect() -> None:
     """Connect the handlers once per process (idempotent through ``dispatch_uid``)."""
     signals.before_task_publish.connect(on_before_publish, weak=False,
@@ -174,3 +206,6 @@ def connect() -> None:
                                  dispatch_uid="jobbers.task_unknown")
     signals.task_prerun.connect(on_task_prerun, weak=False,
                                 dispatch_uid="jobbers.task_prerun")
+    signals.task_revoked.connect(on_task_revoked, weak=False,
+                                 dispatch_uid="jobbers.task_revoked")
+    signals.worker_init.connect(on_worker_init, weak=False, dispatch_uid="jobbers.worker_init")

@@ -26,8 +26,9 @@ def _main_thread() -> bool:
 
 
 @contextmanager
-def shielded() -> Iterator[None]:
-    """Defer the soft limit for the block; drop one that arrived meanwhile."""
+def shielded(drop: bool = True) -> Iterator[None]:
+    """Defer the soft limit for the block; drop one that arrived meanwhile, unless
+    ``drop=False`` (a heartbeat inside the task body: the limit then lands right after)."""
     if not _main_thread():
         yield
         return
@@ -36,7 +37,7 @@ def shielded() -> Iterator[None]:
     try:
         yield
     finally:
-        if _SIG in signal.sigpending():
+        if drop and _SIG in signal.sigpending():
             signal.sigtimedwait({_SIG}, 0)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 

@@ -8,15 +8,17 @@ one to complete. ``retry()`` is replaced so that delays wait in Redis, not in ET
 from __future__ import annotations
 
 import logging
+import random
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from celery import Task
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
 
-from jobbers_celery import lifecycle, payload, results, softlimit
+from jobbers_celery import lifecycle, liveness, payload, results, softlimit
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
-from jobbers_celery.errors import TaskCancelled, TaskTimeout
+from jobbers_celery.errors import AttemptSuperseded, CheckpointTooLarge, TaskCancelled, TaskTimeout
 from jobbers_celery.options import (
     OPTION_NAMES,
     DeadLetterPolicy,
@@ -35,6 +37,17 @@ S = TaskState
 _ATTEMPT = "jobbers_attempt"
 _CHECKPOINT = "jobbers_checkpoint"
 _DONE = "jobbers_outcome_recorded"
+_HB_SENT = "jobbers_heartbeat_sent"
+_HB_PENDING = "jobbers_heartbeat_pending"
+
+#: Encoded size limits of what ``heartbeat()`` stores on the record.
+CHECKPOINT_MAX_BYTES = 64 * 1024
+PROGRESS_MAX_BYTES = 16 * 1024
+#: A heartbeat is sent at most this often per task (more often only if
+#: ``max_heartbeat_interval`` is short: then four times per interval).
+HEARTBEAT_MIN_GAP_S = 1.0
+#: A task over its ``max_concurrent`` cap is deferred by a random delay in this range.
+DEFER_RANGE_S = (0.5, 1.5)
 
 
 def _jobbers(task: Task[Any, Any]) -> Any:
@@ -81,6 +94,68 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         """What an earlier attempt saved with ``heartbeat(checkpoint=...)``, or ``None``."""
         return getattr(self.request, _CHECKPOINT, None)
 
+    def heartbeat(self, progress: Any = None, checkpoint: Any = None) -> None:
+        """Tell jobbers this attempt is alive; optionally record progress and a checkpoint.
+
+        One Redis round trip, throttled: a call less than ``HEARTBEAT_MIN_GAP_S`` (1 s, or
+        a quarter of ``max_heartbeat_interval`` when that is shorter) after the last one
+        sent is not sent; its progress and checkpoint are kept and go out with the next one
+        sent, or with the task's retry or failure. ``progress`` (JSON, at most 16 KiB) shows
+        on the record; ``checkpoint`` (JSON, at most 64 KiB) is what ``self.checkpoint``
+        holds in the next attempt. ``None`` leaves either unchanged.
+
+        Raises :class:`TaskCancelled` if the task was cancelled, and
+        :class:`AttemptSuperseded` if this attempt was declared stalled meanwhile. If Redis
+        cannot be reached the heartbeat is logged and kept for the next one; the task goes
+        on. Call it from the task's own thread. Outside a worker (called directly, eager) it does
+        nothing.
+        """
+        if not self._tracked():
+            return
+        req = self.request
+        pending: dict[str, str] = dict(getattr(req, _HB_PENDING, None) or {})
+        if progress is not None:
+            pending["progress"] = _encode("progress", progress, PROGRESS_MAX_BYTES)
+        if checkpoint is not None:
+            pending["ckpt"] = _encode("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
+            setattr(req, _CHECKPOINT, checkpoint)
+        now = time.monotonic()
+        opts = self.jobbers_options
+        gap = HEARTBEAT_MIN_GAP_S
+        if opts.max_heartbeat_interval:
+            gap = min(gap, opts.max_heartbeat_interval / 4)
+        last = getattr(req, _HB_SENT, None)
+        if last is not None and now - last < gap:
+            setattr(req, _HB_PENDING, pending)
+            return
+        jobbers = _jobbers(self)
+        with softlimit.shielded(drop=False):
+            result = jobbers.store.heartbeat(
+                req.id, self.attempt, progress=pending.get("progress"),
+                checkpoint=pending.get("ckpt"), name=self.name,
+                lease_cap_ms=self._lease_ms(jobbers) if opts.max_concurrent else None,
+            )
+        setattr(req, _HB_SENT, now)
+        if not result.delivered:  # Redis unreachable: keep it for the next one
+            setattr(req, _HB_PENDING, pending)
+            return
+        setattr(req, _HB_PENDING, None)
+        if not result.accepted:
+            setattr(req, _DONE, True)  # nothing this attempt reports would be accepted
+            raise AttemptSuperseded(
+                f"{self.name}[{req.id}] attempt {self.attempt} is no longer the running "
+                f"attempt (the task is {result.state}, attempt {result.attempt})")
+        if result.cancel_requested:
+            raise TaskCancelled(f"{self.name}[{req.id}] was cancelled")
+
+    def _pending_checkpoint(self) -> dict[str, str]:
+        """A throttled heartbeat's unsent checkpoint/progress, to save with the outcome."""
+        pending = getattr(self.request, _HB_PENDING, None)
+        return dict(pending) if pending else {}
+
+    def _lease_ms(self, jobbers: Any) -> int:
+        return int(jobbers.config.worker_lost_after * 1000)
+
     def _tracked(self) -> bool:
         req = self.request
         return not (req.called_directly or req.is_eager) and bool(req.id)
@@ -101,6 +176,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             except Reject as exc:
                 self._on_reject(exc)
                 raise
+            except AttemptSuperseded as exc:
+                log.warning("%s", exc)
+                raise Ignore() from None
             except TaskCancelled:
                 self._finish(S.CANCELLED, reason="cancellation honoured")
                 raise Ignore() from None
@@ -125,21 +203,42 @@ class JobbersTask(Task):  # type: ignore[type-arg]
     def _start(self) -> None:
         jobbers = _jobbers(self)
         req = self.request
-        ret = ("ckpt",)
-        res = jobbers.store.step(req.id, S.STARTED, start=True, worker=self._worker(), ret=ret)
+        res = self._start_step(jobbers)
         if not res.applied and res.previous in ("missing", S.UNSUBMITTED):
             # Published without a record (Redis was unreachable at publish, or by a client
             # without jobbers): record the submission now rather than lose track of it.
             self._record_late_submit(jobbers)
-            res = jobbers.store.step(req.id, S.STARTED, start=True, worker=self._worker(),
-                                     ret=ret)
+            res = self._start_step(jobbers)
         if not res.applied:
             log.warning("not running %s[%s]: it is %s (duplicate or stale delivery)",
                         self.name, req.id, res.previous)
             raise Ignore()
+        if res.state is S.CANCELLED:
+            log.info("not running %s[%s]: it was cancelled", self.name, req.id)
+            raise Ignore()
+        if res.state is S.SCHEDULED:
+            log.info("deferring %s[%s]: max_concurrent=%s reached", self.name, req.id,
+                     self.jobbers_options.max_concurrent)
+            raise Ignore()
         setattr(req, _ATTEMPT, res.attempt)
         ckpt = res.values.get("ckpt")
         setattr(req, _CHECKPOINT, payload.loads(ckpt) if ckpt else None)
+
+    def _start_step(self, jobbers: Any) -> Any:
+        opts = self.jobbers_options
+        hb_ms = round(opts.max_heartbeat_interval * 1000) if opts.max_heartbeat_interval else None
+        fields = {}
+        if opts.max_stall_recoveries:
+            fields["srec"] = str(opts.max_stall_recoveries)
+        if hb_ms:
+            fields["hb_iv"] = str(hb_ms)
+        return jobbers.store.step(
+            self.request.id, S.STARTED, start=True, worker=self._worker(),
+            wid=liveness.worker_id(), heartbeat_ms=hb_ms, cap=opts.max_concurrent,
+            lease_cap_ms=self._lease_ms(jobbers),
+            defer_ms=round(random.uniform(*DEFER_RANGE_S) * 1000),
+            cancellable=True, set_fields=fields, ret=("ckpt",), name=self.name,
+        )
 
     def _record_late_submit(self, jobbers: Any) -> None:
         req = self.request
@@ -169,6 +268,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         res = store.step(
             req.id, S.COMPLETED, sources=(S.STARTED,), fence=self.attempt,
             worker=self._worker(), delete=("msg",), write_result=write,
+            wid=liveness.worker_id(), name=self.name,
         )
         if not res.applied:
             log.warning("late completion of %s[%s] attempt %s rejected: the task is %s",
@@ -181,7 +281,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         setattr(req, _DONE, True)
         res = _jobbers(self).store.step(
             req.id, to, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
-            reason=reason,
+            reason=reason, wid=liveness.worker_id(), name=self.name,
         )
         if not res.applied:
             log.warning("late %s of %s[%s] attempt %s rejected: the task is %s",
@@ -193,12 +293,16 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         jobbers = _jobbers(self)
         res = jobbers.store.step(
             req.id, S.FAILED, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
-            reason=reason, set_fields=lifecycle.error_fields(exc),
-            ret=lifecycle.DEAD_LETTER_FIELDS,
+            reason=reason, set_fields={**self._pending_checkpoint(),
+                                       **lifecycle.error_fields(exc)},
+            ret=lifecycle.DEAD_LETTER_FIELDS, wid=liveness.worker_id(), name=self.name,
+            cancellable=True,
         )
         if not res.applied:
             log.warning("failure of %s[%s] attempt %s not recorded: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
+            return
+        if res.state is S.CANCELLED:
             return
         if self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE:
             lifecycle.dead_letter(jobbers, task_id=str(req.id), name=self.name, reason="failed",
@@ -211,6 +315,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             _jobbers(self).store.step(
                 self.request.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason="rejected with requeue",
+                wid=liveness.worker_id(), name=self.name,
             )
         else:
             why = getattr(exc, "reason", None)
@@ -255,7 +360,8 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             raise error
         delay = self._retry_delay(n, eta, countdown)
         sig = self.signature_from_request(req, args, kwargs, retries=n, **options)
-        err = lifecycle.error_fields(exc) if exc is not None else {}
+        err = {**self._pending_checkpoint(),
+               **(lifecycle.error_fields(exc) if exc is not None else {})}
         setattr(req, _DONE, True)
         store = _jobbers(self).store
         reason = f"retry {n}" + (f" of {limit}" if limit is not None else "")
@@ -265,19 +371,24 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 req.id, S.SCHEDULED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason=reason, delay_ms=round(delay * 1000),
                 set_fields={**err, "msg": payload.dumps(data), "retries": str(n)},
+                wid=liveness.worker_id(), name=self.name, cancellable=True,
             )
             when: Any = datetime.now(UTC) + timedelta(seconds=delay)
         else:
             res = store.step(
                 req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason=reason, set_fields=err,
+                wid=liveness.worker_id(), name=self.name, cancellable=True,
             )
-            if res.applied:
+            if res.applied and res.state is S.UNSUBMITTED:
                 sig.apply_async()  # records unsubmitted -> submitted on publish
             when = None
         if not res.applied:
             log.warning("retry of %s[%s] attempt %s not recorded: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
+        elif res.state is S.CANCELLED:
+            log.info("%s[%s] was cancelled: not retried", self.name, req.id)
+            raise Ignore()
         retry = Retry(exc=exc, when=when)
         if throw:
             raise retry
@@ -293,3 +404,16 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if opts.retry_delay is None:
             return 0.0
         return compute_delay(opts.backoff_strategy, opts.retry_delay, n, opts.max_retry_delay)
+
+
+def _encode(what: str, value: Any, limit: int) -> str:
+    try:
+        text = payload.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"heartbeat {what} must be JSON-serializable: {exc}") from exc
+    size = len(text.encode())
+    if size > limit:
+        raise CheckpointTooLarge(
+            f"heartbeat {what} is {size} bytes as JSON; the limit is {limit} bytes: store "
+            f"large state elsewhere and checkpoint a reference to it")
+    return text

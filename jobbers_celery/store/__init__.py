@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from jobbers_celery.store.base import Claimed, ResultWrite, StepResult
+from jobbers_celery.store.base import Claimed, Heartbeat, ResultWrite, StepResult
 from jobbers_celery.store.keys import Keys
 from jobbers_celery.store.redis import RedisStore
 
-__all__ = ["Claimed", "Keys", "RedisStore", "ResultWrite", "StepResult"]
+__all__ = ["Claimed", "Heartbeat", "Keys", "RedisStore", "ResultWrite", "StepResult"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Claimed", "ResultWrite", "StepResult"]
+from jobbers_celery.states import TaskState
+
+__all__ = ["Claimed", "Heartbeat", "ResultWrite", "StepResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -12,14 +14,17 @@ class StepResult:
     """Outcome of one lifecycle step.
 
     ``previous`` is the state before the step (``"missing"`` when there was no record);
-    ``attempt`` is the attempt after it; ``why`` says why a refused step was refused
-    (``state``, ``missing`` or ``stale_attempt``).
+    ``attempt`` is the attempt after it; ``state`` the state it ended in when applied (not
+    always the target asked for: a pending cancellation or a concurrency cap redirects it);
+    ``why`` says why a refused step was refused (``state``, ``missing``, ``stale_attempt``
+    or ``other_worker``).
     """
 
     applied: bool
     previous: str
     now_ms: int
     attempt: int
+    state: TaskState | None = None
     values: dict[str, str] = field(default_factory=dict)
     why: str | None = None
 
@@ -45,3 +50,17 @@ class ResultWrite:
     key: str
     value: str
     expires: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Outcome of a heartbeat: accepted (and whether cancellation was requested), or
+    rejected because the task is no longer started under that attempt (``state``,
+    ``attempt`` say what it is now), or not delivered (Redis unreachable)."""
+
+    accepted: bool
+    cancel_requested: bool
+    now_ms: int
+    state: str | None = None
+    attempt: int | None = None
+    delivered: bool = True

@@ -15,6 +15,10 @@ hb_at      last heartbeat, ms         run_at    scheduled time, ms
 worker     last worker hostname       err       JSON {"type", "message"}
 progress   JSON                       ckpt      JSON checkpoint
 msg        JSON publish payload       dlq       "1" when dead_letter_policy=save
+wid        worker incarnation (liveness entry) of the running attempt
+hb_iv      max_heartbeat_interval, ms srec      max_stall_recoveries
+stalls     stall recoveries so far    cancel    cancellation requested (ms)
+purged     "1": cancelled by purge (a tombstone purge keeps)
 =========  ==============================================================
 """
 
@@ -85,6 +89,36 @@ class Keys:
     def dead_letter_outbox(self) -> str:
         """List of entries a sink failed to take, retried by the workers."""
         return f"{self._ns}:dlq:outbox"
+
+    @property
+    def heartbeat_due(self) -> str:
+        """Sorted set of started tasks with ``max_heartbeat_interval``, scored by deadline."""
+        return f"{self._ns}:hbdue"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set of worker incarnations, scored by when each was last seen alive."""
+        return f"{self._ns}:workers"
+
+    def worker_tasks(self, wid: str) -> str:
+        """Sorted set of the tasks a worker incarnation started and has not finished."""
+        return f"{self._ns}:wtasks:{wid}"
+
+    def concurrency(self, name: str) -> str:
+        """Sorted set of running ``name`` tasks holding a ``max_concurrent`` lease (expiry)."""
+        return f"{self._ns}:conc:{name}"
+
+    @property
+    def cancelling(self) -> str:
+        """Sorted set of ``cancel(terminate=True)`` requests, scored by when to interrupt."""
+        return f"{self._ns}:cancelling"
+
+    @property
+    def clock(self) -> str:
+        """Hash: ``tick`` (last sign of life from any worker or cleaner, ms), ``resumed_at``
+        (end of the last gap in those signs: a Redis outage or pause), and the cleaner's
+        last pass (``last_at``, ``last_ms``, ``report``, ``by``)."""
+        return f"{self._ns}:clock"
 
     def lock(self, name: str) -> str:
         return f"{self._ns}:lock:{name}"

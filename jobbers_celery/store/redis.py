@@ -17,7 +17,7 @@ import redis
 
 from jobbers_celery.records import ErrorInfo, TaskRecord, Transition, from_ms
 from jobbers_celery.states import TERMINAL, TaskState, allowed_from
-from jobbers_celery.store.base import Claimed, ResultWrite, StepResult
+from jobbers_celery.store.base import Claimed, Heartbeat, ResultWrite, StepResult
 from jobbers_celery.store.fastcall import FastScript
 from jobbers_celery.store.keys import STATE_ORDER, Keys
 
@@ -28,6 +28,8 @@ log = logging.getLogger("jobbers.store")
 #: Terminal records stay this much longer than the retention period so that the pruner,
 #: which needs their name and queue to clean the indexes, always sees them first.
 _EXPIRY_SLACK_S = 3600
+#: Records ``purge`` examines per round trip.
+_PURGE_BATCH = 500
 #: How many index entries a filtered ``tasks()`` call examines at most.
 _MAX_EXAMINED = 10_000
 
@@ -65,10 +67,14 @@ class RedisStore:
         self._layouts: dict[frozenset[TaskState], tuple[list[str], str]] = {}
         self._scripts = {
             name: client.register_script(_script_source(name))
-            for name in ("transition", "complete", "claim", "prune")
+            for name in ("transition", "complete", "claim", "prune", "heartbeat", "cancel",
+                         "alive", "scan", "stall")
         }
         self._transition = FastScript(client, self._scripts["transition"])
         self._complete = FastScript(client, self._scripts["complete"])
+        self._heartbeat = FastScript(client, self._scripts["heartbeat"])
+        # the liveness thread gets its own connection: it must not wait on the shared pool
+        self._alive = FastScript(client, self._scripts["alive"])
         self._due = client.register_script(
             resources.files("jobbers_celery.store").joinpath("lua", "due.lua").read_text()
         )
@@ -79,23 +85,28 @@ class RedisStore:
         return cls(client, prefix, retention)
 
     # ------------------------------------------------------------------ steps
-    def _shared_keys(self, states: Iterable[TaskState]) -> tuple[list[str], str]:
+    def _shared_keys(
+        self, states: Iterable[TaskState], wid: str | None = None, name: str | None = None
+    ) -> tuple[list[str], str]:
         """The shared KEYS prefix of every script and the matching ARGV[1].
 
         Only the indexes of ``states`` are passed: a step touches the index of its current
-        state (one of its sources) and of its target, nothing else. Cached per state set.
+        state (one of its sources) and of its targets, nothing else. ``wid`` and ``name``
+        select the worker-tasks and concurrency-lease sets (placeholders when ``None``).
         """
         wanted = frozenset(states)
         cached = self._layouts.get(wanted)
         if cached is None:
             ordered = [s for s in STATE_ORDER if s in wanted]
-            k = self.keys
             cached = (
-                [k.all_tasks, k.publishing, k.stats, *(k.state_index(s) for s in ordered)],
+                [self.keys.state_index(s) for s in ordered],
                 json.dumps([s.value for s in ordered]),
             )
             self._layouts[wanted] = cached
-        return list(cached[0]), cached[1]
+        k = self.keys
+        return [k.all_tasks, k.publishing, k.stats, k.heartbeat_due,
+                k.worker_tasks(wid or ""), k.concurrency(name or ""), k.workers,
+                *cached[0]], cached[1]
 
     def step(
         self,
@@ -104,10 +115,17 @@ class RedisStore:
         *,
         sources: Iterable[TaskState] | None = None,
         fence: int | None = None,
+        wid_fence: str | None = None,
         create: dict[str, str] | None = None,
         set_fields: dict[str, str] | None = None,
         delete: Sequence[str] = (),
         start: bool = False,
+        wid: str | None = None,
+        heartbeat_ms: int | None = None,
+        cap: int | None = None,
+        lease_cap_ms: int = 60_000,
+        defer_ms: int = 1000,
+        cancellable: bool = False,
         delay_ms: int | None = None,
         lease_ms: int | None = None,
         worker: str | None = None,
@@ -119,9 +137,13 @@ class RedisStore:
     ) -> StepResult:
         """Apply ``-> to`` atomically if the task is in one of ``sources`` (default: the table).
 
-        ``sources`` may narrow the table's sources, never widen them. ``write_result``: also write
-        Celery's result in the same script if (and only if) the step applies, so that the
-        record and the result never disagree and the write costs no round trip of its own.
+        ``sources`` may narrow the table's sources, never widen them. ``wid`` is the worker
+        incarnation taking part (the one starting the task, or the one it ran on); ``name``
+        is the task name, needed with ``cap`` and whenever a capped task leaves ``started``.
+        With ``cancellable`` (or ``cap``) the step may end elsewhere than ``to``: read
+        :attr:`StepResult.state`. ``write_result``: also write Celery's result in the same
+        script if (and only if) the step applies, so that the record and the result never
+        disagree and the write costs no round trip of its own.
         """
         table = allowed_from(to)
         src = table if sources is None else frozenset(sources)
@@ -131,9 +153,13 @@ class RedisStore:
             "id": task_id,
             "to": to.value,
             "from": sorted(s.value for s in src),
+            "ttl": self.retention_s + _EXPIRY_SLACK_S,
         }
+        targets = {to}
         if fence is not None:
             spec["fence"] = fence
+        if wid_fence is not None:
+            spec["wid_fence"] = wid_fence
         if create is not None:
             spec["create"] = create
         if set_fields:
@@ -142,19 +168,28 @@ class RedisStore:
             spec["del"] = list(delete)
         if start:
             spec["start"] = True
+            if wid:
+                spec["wid"] = wid
+            if heartbeat_ms:
+                spec["hb_ms"] = int(heartbeat_ms)
+            if cap:
+                spec.update(cap=int(cap), lease_cap_ms=int(lease_cap_ms),
+                            defer_ms=int(defer_ms))
+                targets.add(TaskState.SCHEDULED)
+        if cancellable:
+            spec["cancellable"] = True
+            targets.add(TaskState.CANCELLED)
         if delay_ms is not None:
             spec["delay_ms"] = int(delay_ms)
         if lease_ms is not None:
             spec["lease_ms"] = int(lease_ms)
-        if to in TERMINAL:
-            spec["ttl"] = self.retention_s + _EXPIRY_SLACK_S
         if worker:
             spec["worker"] = worker
         if reason:
             spec["reason"] = reason
         if ret:
             spec["ret"] = list(ret)
-        keys, states = self._shared_keys(src | {to})
+        keys, states = self._shared_keys(src | targets, wid, name)
         keys += [self.keys.task(task_id), self.keys.history(task_id)]
         if create is not None:
             keys += [self.keys.name_index(name or ""), self.keys.queue_index(queue or "")]
@@ -166,13 +201,20 @@ class RedisStore:
                 keys, [states, _json(spec), write_result.value, str(write_result.expires)])
         else:
             raw = self._transition(keys, [states, _json(spec)])
+        return self._step_result(task_id, to, raw, ret, fence)
+
+    @staticmethod
+    def _step_result(
+        task_id: str, to: TaskState, raw: Sequence[Any], ret: Sequence[str], fence: int | None
+    ) -> StepResult:
         applied = bool(int(raw[0]))
         result = StepResult(
             applied=applied,
             previous=str(raw[1]),
             now_ms=int(raw[2]),
             attempt=int(raw[3]),
-            values=dict(zip(ret, (str(v) for v in raw[4:]), strict=False)) if applied else {},
+            state=TaskState(str(raw[4])) if applied else None,
+            values=dict(zip(ret, (str(v) for v in raw[5:]), strict=False)) if applied else {},
             why=None if applied else str(raw[4]),
         )
         if not applied:
@@ -181,6 +223,201 @@ class RedisStore:
                 result.previous, to.value, task_id, result.why, result.attempt, fence,
             )
         return result
+
+    # ------------------------------------------------------------------ running tasks
+    def heartbeat(
+        self,
+        task_id: str,
+        fence: int,
+        *,
+        progress: str | None = None,
+        checkpoint: str | None = None,
+        name: str | None = None,
+        lease_cap_ms: int | None = None,
+    ) -> Heartbeat:
+        """Record that attempt ``fence`` is alive; ``progress``/``checkpoint`` are JSON text."""
+        spec: dict[str, Any] = {"id": task_id, "fence": fence}
+        if progress is not None:
+            spec["progress"] = progress
+        if checkpoint is not None:
+            spec["ckpt"] = checkpoint
+        if lease_cap_ms:
+            spec["lease_cap_ms"] = int(lease_cap_ms)
+        k = self.keys
+        try:
+            raw = self._heartbeat(
+                [k.task(task_id), k.heartbeat_due, k.concurrency(name or ""), k.stats],
+                [_json(spec)],
+            )
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # best effort: a Redis blip must not kill a long task; the cleaner allows for
+            # outages (see the clock tick), and the next heartbeat carries what this one had
+            log.warning("heartbeat of task %s not delivered: %s", task_id, exc)
+            return Heartbeat(accepted=False, cancel_requested=False, now_ms=0,
+                             delivered=False)
+        if int(raw[0]):
+            return Heartbeat(accepted=True, cancel_requested=raw[1] == "1", now_ms=int(raw[2]))
+        log.warning("rejected heartbeat of task %s attempt %s: the task is %s (attempt %s)",
+                    task_id, fence, raw[1], raw[2])
+        return Heartbeat(accepted=False, cancel_requested=False, now_ms=int(raw[3]),
+                         state=str(raw[1]), attempt=int(raw[2]))
+
+    def cancel(
+        self,
+        task_id: str,
+        reason: str,
+        terminate_ms: int | None = None,
+        set_fields: dict[str, str] | None = None,
+    ) -> tuple[str, str]:
+        """Cancel or flag a task. Returns (``cancelled``/``requested``/``no``, prior state)."""
+        S = TaskState
+        keys, states = self._shared_keys((S.SUBMITTED, S.SCHEDULED, S.STARTED, S.CANCELLED))
+        keys += [self.keys.task(task_id), self.keys.history(task_id), self.keys.cancelling]
+        spec: dict[str, Any] = {"id": task_id, "ttl": self.retention_s + _EXPIRY_SLACK_S,
+                                "reason": reason}
+        if terminate_ms is not None:
+            spec["terminate_ms"] = int(terminate_ms)
+        if set_fields:
+            spec["set"] = set_fields
+        outcome, previous = self._scripts["cancel"](keys=keys, args=[states, _json(spec)])
+        return str(outcome), str(previous)
+
+    def alive(
+        self, wid: str, gap_ms: int, leases: Sequence[tuple[str, str]], lease_cap_ms: int
+    ) -> list[str]:
+        """A worker's liveness refresh (one round trip). ``leases``: (task name, task id) of
+        the capped tasks it runs. Returns the ids whose ``terminate`` grace has run out."""
+        k = self.keys
+        keys = [k.clock, k.workers, k.worker_tasks(wid), k.cancelling,
+                *(k.concurrency(name) for name, _ in leases)]
+        spec = {"wid": wid, "gap_ms": int(gap_ms), "lease_cap_ms": int(lease_cap_ms),
+                "leases": [task_id for _, task_id in leases]}
+        raw = self._alive(keys, [_json(spec)])
+        return [str(x) for x in raw[1:]]
+
+    # ------------------------------------------------------------------ cleaner
+    def scan(self, gap_ms: int, lost_ms: int, limit: int) -> dict[str, Any]:
+        """Ids and incarnations one cleaner pass must judge (see scan.lua)."""
+        k = self.keys
+        raw = self._scripts["scan"](
+            keys=[k.clock, k.heartbeat_due, k.workers, k.cancelling],
+            args=[_json({"gap_ms": int(gap_ms), "lost_ms": int(lost_ms), "limit": limit})],
+        )
+        out: dict[str, Any] = json.loads(raw)
+        for key in ("hb", "dead", "cancel"):  # cjson encodes an empty list as {}
+            out[key] = list(out[key]) if isinstance(out[key], list) else []
+        return out
+
+    def worker_tasks(self, wids: Sequence[str], limit: int) -> dict[str, list[str]]:
+        """The tasks each worker incarnation started and did not finish, oldest first."""
+        pipe = self.client.pipeline(transaction=False)
+        for wid in wids:
+            pipe.zrange(self.keys.worker_tasks(wid), 0, limit - 1)
+        return dict(zip(wids, pipe.execute(), strict=True))
+
+    def fields(self, ids: Sequence[str], names: Sequence[str]) -> list[list[str | None]]:
+        """``HMGET`` of ``names`` for each id, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hmget(self.keys.task(task_id), list(names))
+        return cast("list[list[str | None]]", pipe.execute())
+
+    def stall(
+        self,
+        items: Sequence[tuple[str, str, str, str]],
+        lost_ms: int,
+        lease_ms: int,
+        forget: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """Judge ``(task id, kind, worker incarnation, task name)`` candidates (stall.lua)."""
+        S = TaskState
+        keys, states = self._shared_keys((S.STARTED, S.STALLED, S.SUBMITTED))
+        k = self.keys
+        keys += [k.clock, k.workers]
+        for task_id, _, wid, name in items:
+            keys += [k.task(task_id), k.history(task_id), k.worker_tasks(wid),
+                     k.concurrency(name)]
+        keys += [k.worker_tasks(wid) for wid in forget]
+        spec = {
+            "items": [{"id": i, "kind": kind, "wid": wid} for i, kind, wid, _ in items],
+            "lost_ms": int(lost_ms),
+            "lease_ms": int(lease_ms),
+            "ttl": self.retention_s + _EXPIRY_SLACK_S,
+            "forget": list(forget),
+        }
+        if not spec["items"]:
+            spec["items"] = []
+        out: dict[str, Any] = json.loads(
+            self._scripts["stall"](keys=keys, args=[states, _json(spec)]))
+        for key in ("recovered", "dead"):
+            out[key] = list(out[key]) if isinstance(out[key], list) else []
+        return out
+
+    def tidy_cancelling(self, ids: Sequence[str]) -> None:
+        if ids:
+            self.client.zrem(self.keys.cancelling, *ids)
+
+    def record_pass(self, at_ms: int, duration_ms: float, by: str, report: dict[str, Any]) -> None:
+        self.client.hset(self.keys.clock, mapping={
+            "last_at": at_ms, "last_ms": f"{duration_ms:.3f}", "by": by, "report": _json(report),
+        })
+
+    def clock(self) -> dict[str, str]:
+        return cast("dict[str, str]", self.client.hgetall(self.keys.clock))
+
+    def remove_terminal(self, ids: Sequence[str]) -> int:
+        """Delete terminal records now (``purge``), with their history and index entries."""
+        if not ids:
+            return 0
+        return self._remove(list(ids), cutoff=2**62)
+
+    def purge(
+        self, name: str | None, queue: str | None, before_ms: int | None
+    ) -> tuple[int, list[str], list[str]]:
+        """Walk the most selective index (submission-time order) and act on matches:
+        terminal records are removed, submitted and scheduled tasks cancelled, others
+        skipped. The records purge cancels are marked ``purged`` and kept (until the
+        retention period) as tombstones, also by a later purge: a message of theirs still
+        queued must find them and be dropped. Returns (removed, cancelled ids, skipped ids)."""
+        k = self.keys
+        index = (k.name_index(name) if name is not None
+                 else k.queue_index(queue) if queue is not None else k.all_tasks)
+        removed = 0
+        cancelled: list[str] = []
+        skipped: list[str] = []
+        seen: set[str] = set()
+        start = 0
+        while True:
+            ids = cast("list[str]", self.client.zrangebyscore(
+                index, "-inf", "+inf" if before_ms is None else f"({before_ms}",
+                start=start, num=_PURGE_BATCH))
+            if not ids:
+                break
+            start += len(ids)
+            batch = [i for i in ids if i not in seen]
+            seen.update(batch)
+            terminal, gone = [], []
+            meta = self.fields(batch, ("state", "name", "queue", "purged"))
+            for task_id, (state, rec_name, rec_queue, purged) in zip(batch, meta, strict=True):
+                if state is None:
+                    gone.append(task_id)  # the index entry of an expired record
+                elif (name is not None and rec_name != name) or (
+                        queue is not None and rec_queue != queue):
+                    continue
+                elif TaskState(state) in TERMINAL:
+                    if not purged:
+                        terminal.append(task_id)
+                elif state in (TaskState.SUBMITTED, TaskState.SCHEDULED):
+                    outcome, _ = self.cancel(task_id, "purged", set_fields={"purged": "1"})
+                    (cancelled if outcome == "cancelled" else skipped).append(task_id)
+                else:
+                    skipped.append(task_id)
+            if gone:
+                self.client.zrem(index, *gone)
+            n = self.remove_terminal(terminal)
+            removed += n
+            start -= n + len(gone)  # what was removed no longer occupies the window
+        return removed, cancelled, skipped
 
     # ------------------------------------------------------------------ scheduler
     def due(self, limit: int = 500) -> tuple[list[str], int | None]:
@@ -239,6 +476,9 @@ class RedisStore:
             ))
         if not ids:
             return 0
+        return self._remove(ids, cutoff)
+
+    def _remove(self, ids: list[str], cutoff: int) -> int:
         pipe = self.client.pipeline(transaction=False)
         for task_id in ids:
             pipe.hmget(self.keys.task(task_id), ["name", "queue"])

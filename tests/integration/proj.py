@@ -20,6 +20,10 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     jobbers_scheduler_interval=0.2,
+    # short enough for the stall and recovery tests to run in seconds
+    jobbers_worker_lost_after=3,
+    jobbers_cleaner_interval=1,
+    jobbers_cancel_grace=1,
     task_acks_late=os.environ.get("PROJ_ACKS_LATE") == "1",
 )
 jobbers = install(app)
@@ -192,3 +196,58 @@ else:
     @app.task(base=JobbersTask, bind=True, name="proj.sometimes_plain")
     def sometimes_plain(self: JobbersTask, key: str) -> int:
         return int(_redis().rpush(key, "tracked"))
+
+
+# ---------------------------------------------------------------------------------------
+# Tasks for the heartbeat, stall, cancellation and concurrency tests.
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.resumable", max_heartbeat_interval=2,
+          max_stall_recoveries=1, dead_letter_policy="save")
+def resumable(self: JobbersTask, key: str, steps: int, step_seconds: float) -> int:
+    """Does ``steps`` steps, resuming after the last checkpoint; logs "attempt:step" to key."""
+    first = int(self.checkpoint or 0)
+    for i in range(first, steps):
+        _redis().rpush(key, f"{self.attempt}:{i}")
+        time.sleep(step_seconds)
+        self.heartbeat(progress={"done": i + 1, "of": steps}, checkpoint=i + 1)
+    return steps
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.silent", max_stall_recoveries=1,
+          dead_letter_policy="save")
+def silent(self: JobbersTask, key: str, seconds: float) -> str:
+    """Never heartbeats: only worker liveness can tell whether it is alive."""
+    _redis().rpush(key, f"{self.attempt}:{os.getpid()}:{self.request.hostname}")
+    time.sleep(seconds)
+    return "done"
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.heartbeating")
+def heartbeating(self: JobbersTask, key: str, seconds: float) -> str:
+    """Heartbeats in a tight loop for ``seconds`` (cancellation lands at a heartbeat)."""
+    _redis().rpush(key, "started")
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            self.heartbeat(progress={"left": round(end - time.monotonic(), 2)})
+            time.sleep(0.01)
+    except BaseException as exc:
+        _redis().rpush(key, type(exc).__name__)
+        raise
+    return "done"
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.capped", max_concurrent=2)
+def capped(self: JobbersTask, key: str, seconds: float) -> int:
+    """Counts how many run at once (``key:now``) and the most seen (``key:max``)."""
+    r = _redis()
+    now = int(r.incr(f"{key}:now"))
+    r.eval("if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then "
+           "redis.call('SET', KEYS[1], ARGV[1]) end", 1, f"{key}:max", now)
+    try:
+        time.sleep(seconds)
+    finally:
+        r.decr(f"{key}:now")
+        r.rpush(f"{key}:done", self.request.id)
+    return now

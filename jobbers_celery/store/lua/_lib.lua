@@ -7,28 +7,71 @@
 -- Spec fields:
 --   id        task id                  to      target state      from   allowed current states
 --   fence     attempt the caller holds (optional)
+--   wid_fence the worker incarnation the caller is (optional): refused if another one runs it
 --   create    fields written only when the record does not exist (missing = unsubmitted)
 --   set       fields to write          del     fields to delete
 --   start     attempt += 1; stamps start_at (first start) or retry_at, and hb_at
+--   wid       with start: the worker incarnation running it (enters its worker-tasks set)
+--   hb_ms     with start: max_heartbeat_interval (enters the heartbeat-deadline index)
+--   cap, lease_cap_ms, defer_ms   with start: max_concurrent; over the cap the task is
+--             deferred (to = scheduled after defer_ms) instead of started
+--   cancellable  if cancellation was requested, go to cancelled instead of spec.to
 --   delay_ms  to=scheduled: run_at = now + delay_ms (the scheduled index is scored by run_at)
 --   lease_ms  also enter the publishing set with deadline now + lease_ms
---   ttl       seconds to keep the record once terminal; 0 = not terminal (PERSIST)
+--   ttl       seconds to keep the record if the step ends in a terminal state
 --   worker, reason   recorded on the history entry
 --   ret       field names whose new values are returned
+--
+-- Returns {1, state before ("missing"), now_ms, attempt, state after, ret...} when applied,
+-- {0, state before, now_ms, attempt, why} when refused.
 
 local function redis_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A sign of life (from a worker's liveness refresh or a cleaner pass). A gap longer than
+-- gap_ms since the previous one means nobody could reach Redis (outage, pause, restart):
+-- resumed_at is set, and stall verdicts count silence from then on, not from before.
+local function tick(clock, now, gap_ms)
+  local last = tonumber(redis.call('HGET', clock, 'tick') or '')
+  if not last or now - last > tonumber(gap_ms) then
+    redis.call('HSET', clock, 'resumed_at', now, 'gap_ms', last and (now - last) or -1)
+  end
+  if not last or now > last then redis.call('HSET', clock, 'tick', now) end
+end
+
+-- ms since the epoch -> ISO 8601 UTC (for the evidence written into history reasons)
+local function iso(ms)
+  ms = tonumber(ms)
+  if not ms then return 'never' end
+  local s = math.floor(ms / 1000)
+  local days = math.floor(s / 86400)
+  local rem = s - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, math.floor(rem / 3600),
+    math.floor((rem % 3600) / 60), rem % 60, ms % 1000)
+end
+
 -- States whose records carry a TTL (terminal); leaving one must PERSIST the record.
 local TERMINAL = {completed = true, failed = true, cancelled = true, stalled = true,
                   dropped = true}
 
--- ctx: {now, idx = {state -> index key}, all, publishing, stats, name_idx, queue_idx}
+-- ctx: {now, idx = {state -> index key}, all, publishing, stats, hbdue, wtasks, conc,
+--       workers, name_idx, queue_idx}
 local function step(ctx, task, hist, spec)
   local now = ctx.now
-  local got = redis.call('HMGET', task, 'state', 'attempt', 'start_at')
+  local got = redis.call('HMGET', task, 'state', 'attempt', 'start_at', 'cancel', 'wid')
   local cur = got[1]
   local exists = cur ~= false
   if not exists then cur = 'unsubmitted' end
@@ -47,9 +90,25 @@ local function step(ctx, task, hist, spec)
   if not allowed then return refuse('state') end
   if not exists and not spec.create then return refuse('missing') end
   if spec.fence and tonumber(spec.fence) ~= attempt then return refuse('stale_attempt') end
+  if spec.wid_fence and got[5] ~= spec.wid_fence then return refuse('other_worker') end
+
+  local to, reason, start = spec.to, spec.reason, spec.start
+  local delay_ms = spec.delay_ms
+  if spec.cancellable and got[4] then
+    to, start = 'cancelled', false
+    reason = 'cancellation requested' .. (reason and ('; ' .. reason) or '')
+  elseif start and spec.cap then
+    redis.call('ZREMRANGEBYSCORE', ctx.conc, '-inf', now)  -- leases of dead holders
+    if not redis.call('ZSCORE', ctx.conc, spec.id)
+        and redis.call('ZCARD', ctx.conc) >= tonumber(spec.cap) then
+      to, start, delay_ms = 'scheduled', false, spec.defer_ms
+      reason = 'max_concurrent=' .. spec.cap .. ' reached: deferred, no retry used'
+    end
+  end
+  local terminal = TERMINAL[to]
 
   -- Collect every field write and delete, then issue one HSET and at most one HDEL.
-  local w = {'state', spec.to}
+  local w = {'state', to}
   local d = {}
   if not exists then
     for k, v in pairs(spec.create) do w[#w + 1] = k; w[#w + 1] = v end
@@ -59,30 +118,49 @@ local function step(ctx, task, hist, spec)
     if ctx.name_idx then redis.call('ZADD', ctx.name_idx, now, spec.id) end
     if ctx.queue_idx then redis.call('ZADD', ctx.queue_idx, now, spec.id) end
   end
-  if spec.start then
+  if start then
     attempt = attempt + 1
     w[#w + 1] = 'attempt'; w[#w + 1] = attempt
     w[#w + 1] = 'hb_at'; w[#w + 1] = now
     w[#w + 1] = got[3] and 'retry_at' or 'start_at'; w[#w + 1] = now
     if spec.worker then w[#w + 1] = 'worker'; w[#w + 1] = spec.worker end
-  end
-  if spec.set then
+    if spec.wid then
+      w[#w + 1] = 'wid'; w[#w + 1] = spec.wid
+      redis.call('ZADD', ctx.wtasks, now, spec.id)
+      -- known from its first task on, even if it dies before its first liveness refresh
+      redis.call('ZADD', ctx.workers, 'NX', now, spec.wid)
+    end
+    if spec.hb_ms then redis.call('ZADD', ctx.hbdue, now + tonumber(spec.hb_ms), spec.id) end
+    if spec.cap then
+      redis.call('ZADD', ctx.conc, now + tonumber(spec.lease_cap_ms), spec.id)
+    end
+    if spec.set then
+      for k, v in pairs(spec.set) do w[#w + 1] = k; w[#w + 1] = v end
+    end
+  elseif spec.set and to == spec.to then
     for k, v in pairs(spec.set) do w[#w + 1] = k; w[#w + 1] = v end
   end
-  if spec.del then
+  if spec.del and to == spec.to then
     for _, f in ipairs(spec.del) do d[#d + 1] = f end
+  end
+  if cur == 'started' and to ~= 'started' then
+    -- the running attempt ends: it no longer owes heartbeats nor holds a lease
+    redis.call('ZREM', ctx.hbdue, spec.id)
+    redis.call('ZREM', ctx.wtasks, spec.id)
+    redis.call('ZREM', ctx.conc, spec.id)
   end
 
   local score = now
-  if spec.to == 'scheduled' then
-    score = now + (tonumber(spec.delay_ms) or 0)
+  if to == 'scheduled' then
+    score = now + (tonumber(delay_ms) or 0)
     w[#w + 1] = 'run_at'; w[#w + 1] = score
   elseif cur == 'scheduled' then
     d[#d + 1] = 'run_at'
   end
-  local ttl = tonumber(spec.ttl) or 0
-  if ttl > 0 then
+  local ttl = terminal and (tonumber(spec.ttl) or 0) or 0
+  if terminal then
     w[#w + 1] = 'done_at'; w[#w + 1] = now
+    if got[4] then d[#d + 1] = 'cancel' end
   elseif TERMINAL[cur] then
     d[#d + 1] = 'done_at'  -- completed_at belongs to terminal states only
   end
@@ -91,13 +169,13 @@ local function step(ctx, task, hist, spec)
   if #d > 0 then redis.call('HDEL', task, unpack(d)) end
 
   redis.call('ZREM', ctx.idx[cur], spec.id)
-  redis.call('ZADD', ctx.idx[spec.to], score, spec.id)
+  redis.call('ZADD', ctx.idx[to], score, spec.id)
   if spec.lease_ms then
     redis.call('ZADD', ctx.publishing, now + tonumber(spec.lease_ms), spec.id)
   end
 
-  redis.call('RPUSH', hist, cjson.encode({cur, spec.to, now, attempt,
-    spec.worker or cjson.null, spec.reason or cjson.null}))
+  redis.call('RPUSH', hist, cjson.encode({cur, to, now, attempt,
+    spec.worker or cjson.null, reason or cjson.null}))
   if ttl > 0 then
     redis.call('EXPIRE', task, ttl)
     redis.call('EXPIRE', hist, ttl)
@@ -106,7 +184,7 @@ local function step(ctx, task, hist, spec)
     redis.call('PERSIST', hist)
   end
 
-  local out = {1, exists and cur or 'missing', now, attempt}
+  local out = {1, exists and cur or 'missing', now, attempt, to}
   if spec.ret and #spec.ret > 0 then
     for _, v in ipairs(redis.call('HMGET', task, unpack(spec.ret))) do
       out[#out + 1] = v or ''
@@ -116,13 +194,17 @@ local function step(ctx, task, hist, spec)
 end
 
 -- Shared KEYS layout of every script: KEYS[1] all-tasks index, KEYS[2] publishing set,
--- KEYS[3] stats hash, KEYS[4 .. 3+n] the per-state indexes the script may touch (a step:
--- those of its source states and its target), named in order by the JSON array ARGV[1].
--- Returns the context and the index of the first script-specific key.
+-- KEYS[3] stats hash, KEYS[4] heartbeat-deadline index, KEYS[5] the worker-tasks set of the
+-- worker incarnation involved, KEYS[6] the concurrency-lease set of the task's name (5 and 6
+-- are placeholders when not involved), KEYS[7] the workers set, KEYS[8 .. 7+n] the per-state
+-- indexes the script may touch (a step: those of its source states and its targets), named
+-- in order by the JSON array ARGV[1]. Returns the context and the index of the first
+-- script-specific key.
 local function context()
   local states = cjson.decode(ARGV[1])
   local ctx = {now = redis_now(), idx = {}, all = KEYS[1], publishing = KEYS[2],
-               stats = KEYS[3]}
-  for i, s in ipairs(states) do ctx.idx[s] = KEYS[3 + i] end
-  return ctx, 4 + #states
+               stats = KEYS[3], hbdue = KEYS[4], wtasks = KEYS[5], conc = KEYS[6],
+               workers = KEYS[7]}
+  for i, s in ipairs(states) do ctx.idx[s] = KEYS[7 + i] end
+  return ctx, 8 + #states
 end

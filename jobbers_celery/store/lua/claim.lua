@@ -15,7 +15,7 @@ for i, id in ipairs(req.ids) do
       lease_ms = req.lease_ms, worker = req.worker, reason = 'run_at reached',
       ret = {'msg', 'retries', 'name'}})
     if r[1] == 1 then
-      out[#out + 1] = id; out[#out + 1] = r[5]; out[#out + 1] = r[6]; out[#out + 1] = r[7]
+      out[#out + 1] = id; out[#out + 1] = r[6]; out[#out + 1] = r[7]; out[#out + 1] = r[8]
     end
   else
     local deadline = tonumber(redis.call('ZSCORE', ctx.publishing, id) or '')

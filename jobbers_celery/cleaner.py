@@ -1,0 +1,173 @@
+"""The cleaner: finds stalled tasks and tasks whose worker died, and recovers them.
+
+One pass (``Jobbers.clean()``, the ``jobbers.clean`` beat task, or a worker's catch-up when
+beat is down) costs a few round trips and walks only due index entries: the heartbeat
+deadlines that have passed and the worker incarnations not seen for
+``jobbers_worker_lost_after``. Every verdict is a compare-and-set inside ``stall.lua``
+(state, attempt fence and the evidence are re-read there, by the Redis clock), so two
+cleaners at once, or a cleaner racing a completion, never both win.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from jobbers_celery import lifecycle, liveness, payload
+from jobbers_celery.records import from_ms
+from jobbers_celery.store import StepResult
+
+if TYPE_CHECKING:
+    from jobbers_celery.jobbers import Jobbers
+
+__all__ = ["CleanReport", "Cleaner", "CleanerStatus"]
+
+log = logging.getLogger("jobbers.cleaner")
+
+#: Most index entries of each kind one pass judges; the rest wait for the next pass.
+PASS_LIMIT = 1000
+#: A catch-up pass runs in a worker when the last pass is older than this many intervals.
+CATCH_UP_AFTER_INTERVALS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class CleanReport:
+    """What one cleaner pass did."""
+
+    at: datetime
+    duration_ms: float
+    by: str
+    examined: int = 0
+    stalled: int = 0
+    recovered: list[str] = field(default_factory=list)
+    dead_lettered: list[str] = field(default_factory=list)
+    #: Candidates left alone: heartbeat refreshed meanwhile, or silence within the grace
+    #: that follows a Redis outage or pause.
+    kept: int = 0
+    #: Redis time when the last outage or pause ended (silence before it does not count).
+    resumed_at: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "at": self.at.isoformat(), "duration_ms": round(self.duration_ms, 3), "by": self.by,
+            "examined": self.examined, "stalled": self.stalled, "recovered": self.recovered,
+            "dead_lettered": self.dead_lettered, "kept": self.kept,
+            "resumed_at": self.resumed_at.isoformat() if self.resumed_at else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerStatus:
+    """When the last pass ran, how long it took, and whether one is overdue."""
+
+    last_run_at: datetime | None
+    last_duration_ms: float | None
+    by: str | None
+    overdue: bool
+    last_report: dict[str, Any] | None = None
+
+
+class Cleaner:
+    def __init__(self, jobbers: Jobbers) -> None:
+        self.jobbers = jobbers
+
+    def run(self, by: str = "api") -> CleanReport:
+        """One pass. Safe to run anywhere, any number at once."""
+        store, config = self.jobbers.store, self.jobbers.config
+        started = time.perf_counter()
+        lost_ms = int(config.worker_lost_after * 1000)
+        scan = store.scan(liveness.gap_ms(config.worker_lost_after), lost_ms, PASS_LIMIT)
+        items: list[tuple[str, str, str, str]] = []
+        candidates: list[tuple[str, str, str]] = [(i, "hb", "") for i in scan["hb"]]
+        dead: list[str] = scan["dead"]
+        if dead:
+            for wid, ids in store.worker_tasks(dead, PASS_LIMIT).items():
+                candidates += [(i, "worker", wid) for i in ids]
+        if candidates:
+            meta = store.fields([c[0] for c in candidates], ("wid", "name"))
+            for (task_id, kind, wid), (rec_wid, name) in zip(candidates, meta, strict=True):
+                items.append((task_id, kind, wid or rec_wid or "", name or ""))
+        outcome: dict[str, Any] = {"recovered": [], "dead": [], "stalled": 0, "kept": 0}
+        if items or dead:
+            outcome = store.stall(items, lost_ms, int(config.publish_lease * 1000), dead)
+        recovered = self._publish(outcome["recovered"])
+        dead_lettered = self._dead_letter(outcome["dead"])
+        if scan["cancel"]:
+            store.tidy_cancelling(scan["cancel"])
+        duration = (time.perf_counter() - started) * 1000
+        resumed = int(scan.get("resumed_at") or 0)
+        report = CleanReport(
+            at=from_ms(scan["now"]),  # type: ignore[arg-type]
+            duration_ms=duration, by=by, examined=len(items),
+            stalled=int(outcome["stalled"]), recovered=recovered, dead_lettered=dead_lettered,
+            kept=int(outcome["kept"]), resumed_at=from_ms(resumed) if resumed else None,
+        )
+        store.record_pass(int(scan["now"]), duration, by, report.as_dict())
+        if report.stalled:
+            log.warning("cleaner: %d stalled task(s), %d resubmitted, %d dead-lettered",
+                        report.stalled, len(recovered), len(dead_lettered))
+        return report
+
+    def _publish(self, recovered: list[dict[str, Any]]) -> list[str]:
+        done = []
+        now_ms = self.jobbers.store.now_ms() if recovered else 0
+        for item in recovered:
+            try:
+                data: Any = payload.loads(item["msg"]) if item["msg"] else {}
+                if data.get("unserializable") or not item["name"]:
+                    raise ValueError("no JSON payload was recorded")
+                with lifecycle.internal_publish(now_ms):
+                    payload.republish(self.jobbers.app, item["name"], item["id"], data,
+                                      int(item["retries"] or 0))
+                done.append(item["id"])
+            except Exception:
+                log.exception("could not publish stalled task %s for recovery; the scheduler "
+                              "publishes it again when its lease expires", item["id"])
+        self.jobbers.store.confirm_published(done)
+        return done
+
+    def _dead_letter(self, dead: list[dict[str, Any]]) -> list[str]:
+        written = []
+        for item in dead:
+            if item.get("dlq") != "1":
+                continue
+            result = StepResult(applied=True, previous="started", now_ms=int(item["now"]),
+                                attempt=int(item["attempt"]))
+            try:
+                lifecycle.dead_letter(
+                    self.jobbers, task_id=item["id"], name=item["name"], reason="stalled",
+                    result=result, raw=item, message=item["reason"],
+                    worker=item.get("worker") or None,
+                )
+                written.append(item["id"])
+            except Exception:
+                log.exception("could not dead-letter stalled task %s", item["id"])
+        return written
+
+    # ------------------------------------------------------------------ health
+    def status(self) -> CleanerStatus:
+        clock = self.jobbers.store.clock()
+        last = int(clock["last_at"]) if clock.get("last_at") else None
+        interval_ms = self.jobbers.config.cleaner_interval * 1000
+        overdue = (last is None
+                   or self.jobbers.store.now_ms() - last > CATCH_UP_AFTER_INTERVALS * interval_ms)
+        report = payload.loads(clock["report"]) if clock.get("report") else None
+        return CleanerStatus(
+            last_run_at=from_ms(last) if last else None,
+            last_duration_ms=float(clock["last_ms"]) if clock.get("last_ms") else None,
+            by=clock.get("by"), overdue=overdue, last_report=report,
+        )
+
+    def catch_up(self, by: str) -> CleanReport | None:
+        """Run a pass if beat has not run one for three intervals (one worker at a time)."""
+        if not self.status().overdue:
+            return None
+        lock_ms = int(self.jobbers.config.cleaner_interval * 1000)
+        if not self.jobbers.store.try_lock("cleaner-catch-up", lock_ms):
+            return None
+        log.info("cleaner: no pass for %d intervals (is celery beat running?); catching up",
+                 CATCH_UP_AFTER_INTERVALS)
+        return self.run(by=by)

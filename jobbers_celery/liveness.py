@@ -1,0 +1,129 @@
+"""Worker liveness: each worker's main process proves it is alive, so the cleaner can find
+the tasks of a worker that died whole (SIGKILL, OOM, lost node) even when they never call
+``heartbeat()``.
+
+A worker *incarnation* id (hostname, pid, random suffix) is made in the main process when
+the worker initialises; prefork children inherit it, so a task records which incarnation
+runs it. A restarted worker with the same hostname is a new incarnation: the tasks of the
+old one are still found. A thread refreshes the incarnation's entry every few seconds,
+renews the ``max_concurrent`` leases of the capped tasks it runs, and interrupts the tasks
+whose ``cancel(terminate=True)`` grace has run out. It runs until ``worker_shutdown``, after
+the pool has drained, so tasks finishing during a warm shutdown are not taken for dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jobbers_celery.jobbers import Jobbers
+
+__all__ = ["Liveness", "gap_ms", "refresh_period", "worker_id"]
+
+log = logging.getLogger("jobbers.liveness")
+
+_wid: str | None = None
+
+
+def set_worker_id(hostname: str | None) -> str:
+    """Make this process's worker incarnation id (the worker's main process, at init)."""
+    global _wid
+    _wid = f"{hostname or socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    return _wid
+
+
+def worker_id() -> str:
+    """The incarnation running tasks in this process (inherited by prefork children)."""
+    return _wid if _wid is not None else set_worker_id(None)
+
+
+def refresh_period(worker_lost_after: float) -> float:
+    """Seconds between liveness refreshes: at least five within ``worker_lost_after``."""
+    return min(2.0, worker_lost_after / 5)
+
+
+def gap_ms(worker_lost_after: float) -> int:
+    """A silence from every worker and cleaner longer than this is an outage (see tick)."""
+    return int(max(3 * refresh_period(worker_lost_after), 1.0) * 1000)
+
+
+class Liveness:
+    """The refresh thread of one worker's main process."""
+
+    def __init__(self, jobbers: Jobbers, wid: str, pool: Any = None) -> None:
+        self.jobbers = jobbers
+        self.wid = wid
+        self.pool = pool
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cant_terminate_logged = False
+
+    def refresh(self) -> list[str]:
+        """One refresh (one round trip); returns the ids it interrupted."""
+        from celery.worker import state
+
+        from jobbers_celery.task import JobbersTask
+
+        config = self.jobbers.config
+        running = {}
+        leases = []
+        for request in list(state.active_requests):
+            task = getattr(request, "task", None)
+            running[request.id] = request
+            if isinstance(task, JobbersTask) and task.jobbers_options.max_concurrent:
+                leases.append((task.name, request.id))
+        due = self.jobbers.store.alive(
+            self.wid, gap_ms(config.worker_lost_after), leases,
+            int(config.worker_lost_after * 1000),
+        )
+        interrupted = []
+        for task_id in due:
+            request = running.get(task_id)
+            if request is not None and self._terminate(request):
+                interrupted.append(task_id)
+        return interrupted
+
+    def _terminate(self, request: Any) -> bool:
+        if self.pool is None:
+            return False
+        try:
+            log.warning("interrupting %s[%s]: cancelled with terminate=True and its grace "
+                        "period is over", request.name, request.id)
+            request.terminate(self.pool, signal="SIGTERM")
+            return True
+        except NotImplementedError:
+            if not self._cant_terminate_logged:
+                self._cant_terminate_logged = True
+                log.warning("this worker's pool cannot interrupt a running task; cancelled "
+                            "tasks stop at their next heartbeat (use the prefork pool for "
+                            "cancel(terminate=True))")
+        except Exception:
+            log.exception("could not interrupt %s[%s]", request.name, request.id)
+        return False
+
+    def _loop(self) -> None:
+        period = refresh_period(self.jobbers.config.worker_lost_after)
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception:
+                log.exception("jobbers liveness refresh failed; retrying")
+            self._stop.wait(period)
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="jobbers-liveness",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

@@ -1,0 +1,105 @@
+-- stall.lua: the cleaner's verdicts. For each candidate the evidence is re-read here, so the
+-- verdict and the step are one compare-and-set: the task must still be started under the
+-- same attempt (the fence) and still be silent, by the Redis clock.
+--   kind "hb":     no heartbeat for longer than its max_heartbeat_interval (hb_iv)
+--   kind "worker": its worker incarnation has not been seen for lost_ms
+-- Silence is counted from resumed_at when that is later (after a Redis outage or pause
+-- nobody could report). A stalled task is resubmitted at once (stalled -> submitted, same
+-- id, publish lease) while it has stall recoveries left; otherwise it is returned for the
+-- dead-letter queue. Dead incarnations left without tasks are forgotten.
+-- KEYS: shared layout (states started, stalled, submitted), clock hash, a spare key, then
+-- per item (task hash, history list, worker-tasks set, concurrency-lease set), then one
+-- worker-tasks set per incarnation in req.forget.
+-- ARGV[1] states order, ARGV[2] JSON {items = {{id, kind, wid}}, lost_ms, lease_ms, ttl,
+-- forget = {wid...}}
+-- Returns JSON {recovered = {{id, msg, retries, name}}, dead = {{id, attempt, now, reason,
+-- fields...}}, stalled = n, kept = n}
+local ctx, k = context()
+local req = cjson.decode(ARGV[2])
+local clock, workers = KEYS[k], ctx.workers
+local now = ctx.now
+local resumed = tonumber(redis.call('HGET', clock, 'resumed_at') or '0') or 0
+local lost_ms = tonumber(req.lost_ms)
+local recovered, dead, stalled, kept = {}, {}, 0, 0
+local FIELDS = {'state', 'attempt', 'hb_at', 'hb_iv', 'wid', 'srec', 'stalls', 'worker',
+                'msg', 'ver', 'queue', 'retries', 'ckpt', 'dlq', 'name'}
+
+local function secs(ms) return string.format('%.1fs', ms / 1000) end
+
+for i, item in ipairs(req.items) do
+  local base = k + 2 + 4 * (i - 1)
+  local task, hist = KEYS[base], KEYS[base + 1]
+  ctx.wtasks, ctx.conc = KEYS[base + 2], KEYS[base + 3]
+  local v = redis.call('HMGET', task, unpack(FIELDS))
+  local f = {}
+  for j, name in ipairs(FIELDS) do f[name] = v[j] end
+  local reason = nil
+  if f.state ~= 'started' then
+    -- finished meanwhile: tidy the index entry that pointed here
+    if item.kind == 'hb' then redis.call('ZREM', ctx.hbdue, item.id) end
+    if item.kind == 'worker' then redis.call('ZREM', ctx.wtasks, item.id) end
+  elseif f.wid ~= item.wid then
+    -- started again elsewhere since the cleaner looked: judge it on a later pass
+    if item.kind == 'worker' then redis.call('ZREM', ctx.wtasks, item.id) end
+    kept = kept + 1
+  elseif item.kind == 'hb' then
+    local iv = tonumber(f.hb_iv or '')
+    local hb = tonumber(f.hb_at or '0') or 0
+    if not iv then
+      redis.call('ZREM', ctx.hbdue, item.id)
+    else
+      local from = math.max(hb, resumed)
+      if now - from > iv then
+        reason = 'stalled: no heartbeat for ' .. secs(now - hb) .. ' (max_heartbeat_interval '
+          .. secs(iv) .. '); last heartbeat ' .. iso(hb) .. '; worker ' .. (f.worker or '?')
+      else
+        redis.call('ZADD', ctx.hbdue, from + iv, item.id)  -- refreshed, or in grace
+        kept = kept + 1
+      end
+    end
+  else
+    local seen = tonumber(redis.call('ZSCORE', workers, item.wid) or '')
+    local from = math.max(seen or 0, resumed)
+    if now - from > lost_ms then
+      reason = 'stalled: worker ' .. (f.worker or '?') .. ' (' .. item.wid .. ') not seen '
+        .. (seen and ('for ' .. secs(now - seen) .. ', since ' .. iso(seen)) or 'at all')
+        .. ' (jobbers_worker_lost_after ' .. secs(lost_ms) .. '); last heartbeat '
+        .. iso(f.hb_at)
+    else
+      kept = kept + 1
+    end
+  end
+  if reason then
+    local attempt = tonumber(f.attempt or '0') or 0
+    local r = step(ctx, task, hist, {id = item.id, to = 'stalled', from = {'started'},
+      fence = attempt, ttl = req.ttl, reason = reason, worker = f.worker,
+      set = {err = cjson.encode({type = 'Stalled', message = reason})}})
+    if r[1] == 1 then
+      stalled = stalled + 1
+      local done = tonumber(f.stalls or '0') or 0
+      local allowed = tonumber(f.srec or '0') or 0
+      if done < allowed then
+        step(ctx, task, hist, {id = item.id, to = 'submitted', from = {'stalled'},
+          lease_ms = req.lease_ms, set = {stalls = tostring(done + 1)},
+          reason = 'stall recovery ' .. (done + 1) .. ' of ' .. allowed})
+        recovered[#recovered + 1] = {id = item.id, msg = f.msg or '',
+          retries = f.retries or '0', name = f.name or ''}
+      else
+        dead[#dead + 1] = {id = item.id, attempt = attempt, now = now, reason = reason,
+          msg = f.msg or '', ver = f.ver or '', queue = f.queue or '',
+          retries = f.retries or '0', ckpt = f.ckpt or '', dlq = f.dlq or '',
+          name = f.name or '', worker = f.worker or ''}
+      end
+    end
+  end
+end
+
+local base = k + 2 + 4 * #req.items
+for i, wid in ipairs(req.forget) do
+  local seen = tonumber(redis.call('ZSCORE', workers, wid) or '')
+  if redis.call('ZCARD', KEYS[base + i - 1]) == 0 and (not seen or now - seen > lost_ms) then
+    redis.call('ZREM', workers, wid)
+  end
+end
+
+return cjson.encode({recovered = recovered, dead = dead, stalled = stalled, kept = kept})
