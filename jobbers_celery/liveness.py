@@ -21,9 +21,10 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from jobbers_celery.config import JobbersConfig
     from jobbers_celery.jobbers import Jobbers
 
-__all__ = ["Liveness", "gap_ms", "refresh_period", "worker_id"]
+__all__ = ["Liveness", "gaps", "refresh_period", "worker_id"]
 
 log = logging.getLogger("jobbers.liveness")
 
@@ -47,9 +48,12 @@ def refresh_period(worker_lost_after: float) -> float:
     return min(2.0, worker_lost_after / 5)
 
 
-def gap_ms(worker_lost_after: float) -> int:
-    """A silence from every worker and cleaner longer than this is an outage (see tick)."""
-    return int(max(3 * refresh_period(worker_lost_after), 1.0) * 1000)
+def gaps(config: JobbersConfig) -> tuple[int, int]:
+    """How long a silence in Redis must be to count as an outage (see ``tick`` in _lib.lua),
+    in ms: after a worker's refresh (three refresh periods, at least 1 s), and after a
+    cleaner pass when no worker refreshes (2.5 cleaner intervals, at least the former)."""
+    worker = int(max(3 * refresh_period(config.worker_lost_after), 1.0) * 1000)
+    return worker, max(worker, int(2.5 * config.cleaner_interval * 1000))
 
 
 class Liveness:
@@ -78,7 +82,7 @@ class Liveness:
             if isinstance(task, JobbersTask) and task.jobbers_options.max_concurrent:
                 leases.append((task.name, request.id))
         due = self.jobbers.store.alive(
-            self.wid, gap_ms(config.worker_lost_after), leases,
+            self.wid, gaps(config), leases,
             int(config.worker_lost_after * 1000),
         )
         interrupted = []

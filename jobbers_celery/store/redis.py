@@ -283,25 +283,28 @@ class RedisStore:
         return str(outcome), str(previous)
 
     def alive(
-        self, wid: str, gap_ms: int, leases: Sequence[tuple[str, str]], lease_cap_ms: int
+        self, wid: str, gaps: tuple[int, int], leases: Sequence[tuple[str, str]],
+        lease_cap_ms: int,
     ) -> list[str]:
         """A worker's liveness refresh (one round trip). ``leases``: (task name, task id) of
         the capped tasks it runs. Returns the ids whose ``terminate`` grace has run out."""
         k = self.keys
         keys = [k.clock, k.workers, k.worker_tasks(wid), k.cancelling,
                 *(k.concurrency(name) for name, _ in leases)]
-        spec = {"wid": wid, "gap_ms": int(gap_ms), "lease_cap_ms": int(lease_cap_ms),
+        spec = {"wid": wid, "gap_ms": gaps[0], "cgap_ms": gaps[1],
+                "lease_cap_ms": int(lease_cap_ms),
                 "leases": [task_id for _, task_id in leases]}
         raw = self._alive(keys, [_json(spec)])
         return [str(x) for x in raw[1:]]
 
     # ------------------------------------------------------------------ cleaner
-    def scan(self, gap_ms: int, lost_ms: int, limit: int) -> dict[str, Any]:
+    def scan(self, gaps: tuple[int, int], lost_ms: int, limit: int) -> dict[str, Any]:
         """Ids and incarnations one cleaner pass must judge (see scan.lua)."""
         k = self.keys
         raw = self._scripts["scan"](
             keys=[k.clock, k.heartbeat_due, k.workers, k.cancelling],
-            args=[_json({"gap_ms": int(gap_ms), "lost_ms": int(lost_ms), "limit": limit})],
+            args=[_json({"gap_ms": gaps[0], "cgap_ms": gaps[1], "lost_ms": int(lost_ms),
+                         "limit": limit})],
         )
         out: dict[str, Any] = json.loads(raw)
         for key in ("hb", "dead", "cancel"):  # cjson encodes an empty list as {}

@@ -33,8 +33,9 @@ import pytest
 
 from jobbers_celery import TaskState, cleaner
 from jobbers_celery.cleaner import CleanReport
+from jobbers_celery.config import JobbersConfig
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.liveness import gap_ms
+from jobbers_celery.liveness import gaps
 from jobbers_celery.store import RedisStore
 from tests.conftest import ROOT, wait_for
 from tests.integration.lifecycle_helpers import (
@@ -108,7 +109,8 @@ def ticking(store: RedisStore, wid: str = "live:1:tick00", period: float = 0.3) 
     """A fake live worker: refreshes its liveness entry (and so ticks the clock) until exit,
     so no pause between cleaner passes looks like a Redis outage."""
     stop = threading.Event()
-    gap = gap_ms(LOST_AFTER_S)
+    gap = gaps(JobbersConfig(redis_url="redis://unused", worker_lost_after=LOST_AFTER_S,
+                             cleaner_interval=1))
 
     def loop() -> None:
         while not stop.is_set():
@@ -450,11 +452,6 @@ def test_redis_paused_past_the_thresholds_stalls_nothing(proj, worker_factory, r
         assert record.attempt == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: with no live worker, every cleaner pass further apart than the outage gap "
-    "(max(3 x liveness refresh, 1 s); 6 s with the defaults, less than the default 10 s "
-    "jobbers_cleaner_interval) is taken for the end of a Redis outage and resets resumed_at, "
-    "so a dead worker's tasks stay started for as long as no worker is alive"))
 def test_passes_slower_than_the_outage_gap_still_stall_a_dead_workers_tasks(proj):
     """The only worker dies; passes come from ``jobbers.clean()`` outside any worker (a cron
     job) every ``jobbers_cleaner_interval`` = 2 s, slower than the 1.8 s outage gap of

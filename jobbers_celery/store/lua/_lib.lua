@@ -30,15 +30,24 @@ local function redis_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- A sign of life (from a worker's liveness refresh or a cleaner pass). A gap longer than
--- gap_ms since the previous one means nobody could reach Redis (outage, pause, restart):
--- resumed_at is set, and stall verdicts count silence from then on, not from before.
-local function tick(clock, now, gap_ms)
-  local last = tonumber(redis.call('HGET', clock, 'tick') or '')
-  if not last or now - last > tonumber(gap_ms) then
-    redis.call('HSET', clock, 'resumed_at', now, 'gap_ms', last and (now - last) or -1)
+-- A sign of life: a worker's liveness refresh (every ~2 s while any worker lives) or a
+-- cleaner pass (every cleaner interval). A silence longer than expected means nobody could
+-- reach Redis (outage, pause, restart): resumed_at is set, and stall verdicts count silence
+-- from then on, not from before. Expected: gap_ms after a tick while workers were ticking,
+-- cgap_ms (a few cleaner intervals) otherwise, when only cleaner passes tick.
+local function tick(clock, now, gap_ms, cgap_ms, from_worker)
+  local got = redis.call('HMGET', clock, 'tick', 'wtick')
+  local last, lastw = tonumber(got[1] or ''), tonumber(got[2] or '')
+  gap_ms, cgap_ms = tonumber(gap_ms), tonumber(cgap_ms)
+  local silent = last and (now - last) or -1
+  if not last or silent > cgap_ms
+      or (silent > gap_ms and lastw and last - lastw <= gap_ms) then
+    redis.call('HSET', clock, 'resumed_at', now, 'gap_ms', silent)
   end
-  if not last or now > last then redis.call('HSET', clock, 'tick', now) end
+  local w = {}
+  if not last or now > last then w[#w + 1] = 'tick'; w[#w + 1] = now end
+  if from_worker then w[#w + 1] = 'wtick'; w[#w + 1] = now end
+  if #w > 0 then redis.call('HSET', clock, unpack(w)) end
 end
 
 -- ms since the epoch -> ISO 8601 UTC (for the evidence written into history reasons)

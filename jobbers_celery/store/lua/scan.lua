@@ -2,12 +2,12 @@
 -- Index-driven: O(log N + k) for k due entries.
 -- KEYS[1] clock hash  KEYS[2] heartbeat-deadline index  KEYS[3] workers set
 -- KEYS[4] cancelling set
--- ARGV[1] JSON {gap_ms, lost_ms, limit}
+-- ARGV[1] JSON {gap_ms, cgap_ms, lost_ms, limit}
 -- Returns JSON {now, resumed_at, hb = ids past their deadline, dead = incarnations not seen
 -- for lost_ms, cancel = terminate requests overdue (for tidying)}
 local now = redis_now()
 local req = cjson.decode(ARGV[1])
-tick(KEYS[1], now, req.gap_ms)
+tick(KEYS[1], now, req.gap_ms, req.cgap_ms, false)
 local limit = tonumber(req.limit)
 return cjson.encode({
   now = now,
