@@ -251,3 +251,97 @@ def capped(self: JobbersTask, key: str, seconds: float) -> int:
         r.decr(f"{key}:now")
         r.rpush(f"{key}:done", self.request.id)
     return now
+
+
+# ---------------------------------------------------------------------------------------
+# Tasks for test_cancel.py, test_heartbeat.py and test_purge.py.
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.until_released", max_retries=3,
+          expected_exceptions=(Flaky,), dead_letter_policy="save")
+def until_released(self: JobbersTask, key: str, beat: bool = True) -> str:
+    """Logs "attempt:start" to ``key``, then waits (heartbeating if ``beat``) until the test
+    sets ``key:release`` to "ok" (return), "flaky" (expected exception) or "boom"."""
+    r = _redis()
+    r.rpush(key, f"{self.attempt}:start")
+    end = time.monotonic() + 30
+    how = None
+    while time.monotonic() < end:
+        if beat:
+            self.heartbeat(progress={"attempt": self.attempt})
+        how = r.get(f"{key}:release")
+        if how:
+            break
+        time.sleep(0.02)
+    r.rpush(key, f"{self.attempt}:{how}")
+    if how == "flaky":
+        raise Flaky("released with an expected exception")
+    if how == "boom":
+        raise ValueError("released with an unexpected exception")
+    return str(how)
+
+
+class CancelsItsRetry(JobbersTask):
+    """Cancels its own task between the immediate-retry step and the retry's publish (the
+    retry publishes through ``apply_async`` with the running task's id)."""
+
+    def apply_async(self, args=None, kwargs=None, task_id=None, **options):  # type: ignore[no-untyped-def]
+        if task_id is not None and task_id == self.request.id:
+            _redis().rpush(f"proj:retry_window:{task_id}", str(jobbers.cancel(task_id)))
+        return super().apply_async(args, kwargs, task_id=task_id, **options)
+
+
+@app.task(base=CancelsItsRetry, bind=True, name="proj.retry_window", max_retries=2,
+          expected_exceptions=(Flaky,))
+def retry_window(self: JobbersTask, key: str) -> int:
+    """Retries at once on every run (and cancels itself on the way, see CancelsItsRetry)."""
+    _redis().rpush(key, self.attempt)
+    raise Flaky(f"attempt {self.attempt}")
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.checkpointed", max_retries=2,
+          expected_exceptions=(Flaky,))
+def checkpointed(self: JobbersTask, key: str) -> object:
+    """Attempt 1 checkpoints twice (the second is throttled, unsent) and fails with an
+    expected exception; attempt 2 returns the checkpoint it was handed."""
+    import json
+
+    _redis().rpush(key, json.dumps({"attempt": self.attempt, "checkpoint": self.checkpoint}))
+    if self.attempt == 1:
+        self.heartbeat(progress={"phase": 1}, checkpoint={"step": 1})
+        self.heartbeat(progress={"phase": 2}, checkpoint={"step": 2})
+        raise Flaky("retry once")
+    return self.checkpoint
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.hammer")
+def hammer(self: JobbersTask, calls: int, seconds: float) -> float:
+    """Calls heartbeat() ``calls`` times spread over about ``seconds``; returns how long."""
+    started = time.monotonic()
+    for i in range(calls):
+        self.heartbeat(progress={"i": i})
+        target = started + seconds * (i + 1) / calls
+        while time.monotonic() < target:
+            time.sleep(0.0002)
+    return time.monotonic() - started
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.big_checkpoint", dead_letter_policy="save")
+def big_checkpoint(self: JobbersTask, size: int) -> str:
+    """Checkpoints a string of ``size`` characters."""
+    self.heartbeat(checkpoint="x" * size)
+    return "saved"
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.purgeable", max_retries=1,
+          expected_exceptions=(Flaky,))
+def purgeable(self: JobbersTask, key: str, seconds: float = 0.0, fail: bool = False,
+              delay: float | None = None) -> int:
+    """Logs its task id to ``key``; then fails, retries after ``delay``, or sleeps."""
+    n = int(_redis().rpush(key, self.request.id))
+    if fail:
+        raise ValueError("purgeable fails")
+    if delay is not None and self.attempt == 1:
+        raise self.retry(exc=Flaky("delayed retry"), countdown=delay)
+    time.sleep(seconds)
+    return n
