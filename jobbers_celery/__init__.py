@@ -6,8 +6,10 @@ Everything a user imports is here; ``jobbers_django`` uses only these names.
 from __future__ import annotations
 
 from jobbers_celery.backoff import BackoffStrategy
+from jobbers_celery.cleaner import CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.errors import (
+    AttemptSuperseded,
     CheckpointTooLarge,
     ConfigurationError,
     InvalidTaskOption,
@@ -17,7 +19,7 @@ from jobbers_celery.errors import (
     TaskTimeout,
 )
 from jobbers_celery.install import get_jobbers, install
-from jobbers_celery.jobbers import Jobbers
+from jobbers_celery.jobbers import Jobbers, PurgeReport
 from jobbers_celery.options import DeadLetterPolicy, ShutdownPolicy, TaskOptions
 from jobbers_celery.records import DeadLetter, ErrorInfo, TaskRecord, Transition
 from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
@@ -27,8 +29,11 @@ from jobbers_celery.task import JobbersTask
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AttemptSuperseded",
     "BackoffStrategy",
     "CheckpointTooLarge",
+    "CleanReport",
+    "CleanerStatus",
     "ConfigurationError",
     "DeadLetter",
     "DeadLetterPolicy",
@@ -40,6 +45,7 @@ __all__ = [
     "JobbersConfig",
     "JobbersError",
     "JobbersTask",
+    "PurgeReport",
     "RedisDeadLetterSink",
     "ShutdownPolicy",
     "TaskCancelled",

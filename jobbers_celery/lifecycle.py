@@ -57,7 +57,11 @@ def on_publish(
     version: int | None,
     dead_letter: bool,
 ) -> None:
-    """Stamp the message headers and record ``unsubmitted -> submitted`` (one round trip)."""
+    """Stamp the message headers and record ``unsubmitted -> submitted`` (one round trip).
+
+    ``jobbers_epoch`` is stamped only when the submission is recorded: a worker that finds
+    no record for a message carrying it knows the record was removed on purpose.
+    """
     task_id = headers.get("id")
     if not task_id:
         return
@@ -67,6 +71,7 @@ def on_publish(
     if dead_letter:
         headers[pl.HEADER_DEAD_LETTER] = 1
     now = _internal.get()
+    epoch: str | None = None
     if now is None:
         payload = pl.from_publish(headers, body, exchange, routing_key, properties)
         if payload is None:
@@ -81,9 +86,13 @@ def on_publish(
             task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,), create=create, set_fields=fields,
             reason="published", name=name, queue=queue,
         )
-        now = result.now_ms
+        now, epoch = result.now_ms, result.epoch  # epoch: None if refused (not recorded)
+    else:
+        epoch = jobbers.store.epoch(max_age=10.0)
     headers.setdefault(pl.HEADER_ENQUEUED_AT, now)
     headers[pl.HEADER_PUBLISHED_AT] = now
+    if epoch:
+        headers[pl.HEADER_EPOCH] = epoch
 
 
 def _encode_payload(payload: dict[str, Any]) -> str:

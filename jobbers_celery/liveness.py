@@ -96,9 +96,9 @@ class Liveness:
         if self.pool is None:
             return False
         try:
-            log.warning("interrupting %s[%s]: cancelled with terminate=True and its grace "
-                        "period is over", request.name, request.id)
             request.terminate(self.pool, signal="SIGTERM")
+            log.warning("interrupted %s[%s]: cancelled with terminate=True and its grace "
+                        "period is over", request.name, request.id)
             return True
         except NotImplementedError:
             if not self._cant_terminate_logged:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADER_DEAD_LETTER",
     "HEADER_ENQUEUED_AT",
+    "HEADER_EPOCH",
     "HEADER_PUBLISHED_AT",
     "HEADER_TASK",
     "HEADER_VERSION",
@@ -38,6 +39,7 @@ HEADER_TASK = "jobbers_task"
 HEADER_VERSION = "jobbers_version"
 HEADER_ENQUEUED_AT = "jobbers_enqueued_at"  # first enqueue, Redis clock ms; kept across retries
 HEADER_PUBLISHED_AT = "jobbers_published_at"  # this publish, Redis clock ms
+HEADER_EPOCH = "jobbers_epoch"  # the jobbers dataset the submission was recorded in
 HEADER_DEAD_LETTER = "jobbers_dlq"  # 1 when the publisher knew the task saves dead letters
 
 #: Celery protocol-2 headers: not user headers, rebuilt by Celery on every publish.

@@ -183,7 +183,7 @@ def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = 
             jobbers.store.step(task_id, S.CANCELLED, sources=(S.STARTED,), wid_fence=wid,
                                wid=wid, name=sender.name,
                                reason=f"interrupted by the worker (signal {signum})",
-                               worker=getattr(request, "hostname", None))
+                               worker=getattr(request, "hostname", None), expect_refusal=True)
         else:
             jobbers.store.step(task_id, S.CANCELLED, sources=(S.SUBMITTED,),
                                reason="revoked: the worker did not run it",

@@ -110,14 +110,19 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         on. Call it from the task's own thread. Outside a worker (called directly, eager) it does
         nothing.
         """
+        # validate first, so that task code tested outside a worker meets the same errors
+        encoded_progress = (_encode("progress", progress, PROGRESS_MAX_BYTES)
+                            if progress is not None else None)
+        encoded_ckpt = (_encode("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
+                        if checkpoint is not None else None)
         if not self._tracked():
             return
         req = self.request
         pending: dict[str, str] = dict(getattr(req, _HB_PENDING, None) or {})
-        if progress is not None:
-            pending["progress"] = _encode("progress", progress, PROGRESS_MAX_BYTES)
-        if checkpoint is not None:
-            pending["ckpt"] = _encode("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
+        if encoded_progress is not None:
+            pending["progress"] = encoded_progress
+        if encoded_ckpt is not None:
+            pending["ckpt"] = encoded_ckpt
             setattr(req, _CHECKPOINT, checkpoint)
         now = time.monotonic()
         opts = self.jobbers_options
@@ -204,14 +209,21 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         jobbers = _jobbers(self)
         req = self.request
         res = self._start_step(jobbers)
+        if not res.applied and res.previous == "missing" and self._record_was_removed(jobbers):
+            log.warning("not running %s[%s]: its record was removed (purged, or older than "
+                        "jobbers_retention) after it was published", self.name, req.id)
+            raise Ignore()
         if not res.applied and res.previous in ("missing", S.UNSUBMITTED):
             # Published without a record (Redis was unreachable at publish, or by a client
             # without jobbers): record the submission now rather than lose track of it.
             self._record_late_submit(jobbers)
             res = self._start_step(jobbers)
         if not res.applied:
-            log.warning("not running %s[%s]: it is %s (duplicate or stale delivery)",
-                        self.name, req.id, res.previous)
+            if res.previous == S.CANCELLED:
+                log.info("not running %s[%s]: it was cancelled", self.name, req.id)
+            else:
+                log.warning("not running %s[%s]: it is %s (duplicate or stale delivery)",
+                            self.name, req.id, res.previous)
             raise Ignore()
         if res.state is S.CANCELLED:
             log.info("not running %s[%s]: it was cancelled", self.name, req.id)
@@ -223,6 +235,16 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         setattr(req, _ATTEMPT, res.attempt)
         ckpt = res.values.get("ckpt")
         setattr(req, _CHECKPOINT, payload.loads(ckpt) if ckpt else None)
+
+    def _record_was_removed(self, jobbers: Any) -> bool:
+        """Was this message's submission recorded in the current dataset? Then a missing
+        record was removed on purpose and the message must not run. Otherwise (published
+        while Redis was unreachable, by a client without jobbers, or before the dataset was
+        lost) the worker records it late and runs it."""
+        req = self.request
+        headers = req.headers or {}
+        epoch = getattr(req, payload.HEADER_EPOCH, None) or headers.get(payload.HEADER_EPOCH)
+        return bool(epoch) and epoch == jobbers.store.epoch()
 
     def _start_step(self, jobbers: Any) -> Any:
         opts = self.jobbers_options
@@ -268,7 +290,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         res = store.step(
             req.id, S.COMPLETED, sources=(S.STARTED,), fence=self.attempt,
             worker=self._worker(), delete=("msg",), write_result=write,
-            wid=liveness.worker_id(), name=self.name,
+            wid=liveness.worker_id(), name=self.name, set_fields=self._pending_checkpoint(),
         )
         if not res.applied:
             log.warning("late completion of %s[%s] attempt %s rejected: the task is %s",

@@ -27,6 +27,8 @@ class StepResult:
     state: TaskState | None = None
     values: dict[str, str] = field(default_factory=dict)
     why: str | None = None
+    #: the dataset's epoch id, returned by an applied step that may create the record
+    epoch: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

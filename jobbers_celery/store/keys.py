@@ -120,5 +120,11 @@ class Keys:
         last pass (``last_at``, ``last_ms``, ``report``, ``by``)."""
         return f"{self._ns}:clock"
 
+    @property
+    def epoch(self) -> str:
+        """A random id made once per dataset: a record missing under the same epoch as its
+        message was removed on purpose (purge, retention), not lost with the dataset."""
+        return f"{self._ns}:epoch"
+
     def lock(self, name: str) -> str:
         return f"{self._ns}:lock:{name}"

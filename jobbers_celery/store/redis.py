@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+import uuid
 from collections.abc import Iterable, Sequence
 from functools import cache
 from importlib import resources
@@ -65,6 +67,7 @@ class RedisStore:
         self.keys = Keys(prefix)
         self.retention_s = int(retention)
         self._layouts: dict[frozenset[TaskState], tuple[list[str], str]] = {}
+        self._epoch: tuple[str, float] | None = None
         self._scripts = {
             name: client.register_script(_script_source(name))
             for name in ("transition", "complete", "claim", "prune", "heartbeat", "cancel",
@@ -134,6 +137,7 @@ class RedisStore:
         name: str | None = None,
         queue: str | None = None,
         write_result: ResultWrite | None = None,
+        expect_refusal: bool = False,
     ) -> StepResult:
         """Apply ``-> to`` atomically if the task is in one of ``sources`` (default: the table).
 
@@ -143,7 +147,8 @@ class RedisStore:
         With ``cancellable`` (or ``cap``) the step may end elsewhere than ``to``: read
         :attr:`StepResult.state`. ``write_result``: also write Celery's result in the same
         script if (and only if) the step applies, so that the record and the result never
-        disagree and the write costs no round trip of its own.
+        disagree and the write costs no round trip of its own. ``expect_refusal``: a refusal
+        is routine for this caller (logged at debug, still counted).
         """
         table = allowed_from(to)
         src = table if sources is None else frozenset(sources)
@@ -192,7 +197,8 @@ class RedisStore:
         keys, states = self._shared_keys(src | targets, wid, name)
         keys += [self.keys.task(task_id), self.keys.history(task_id)]
         if create is not None:
-            keys += [self.keys.name_index(name or ""), self.keys.queue_index(queue or "")]
+            keys += [self.keys.name_index(name or ""), self.keys.queue_index(queue or ""),
+                     self.keys.epoch]
         if write_result is not None:
             if create is not None:
                 raise ValueError("a step that writes a result cannot create the record")
@@ -201,28 +207,45 @@ class RedisStore:
                 keys, [states, _json(spec), write_result.value, str(write_result.expires)])
         else:
             raw = self._transition(keys, [states, _json(spec)])
-        return self._step_result(task_id, to, raw, ret, fence)
+        return self._step_result(task_id, to, raw, ret, fence, expect_refusal)
 
     @staticmethod
     def _step_result(
-        task_id: str, to: TaskState, raw: Sequence[Any], ret: Sequence[str], fence: int | None
+        task_id: str, to: TaskState, raw: Sequence[Any], ret: Sequence[str], fence: int | None,
+        expect_refusal: bool = False,
     ) -> StepResult:
         applied = bool(int(raw[0]))
+        epoch = str(raw[5 + len(ret)]) if applied and len(raw) > 5 + len(ret) else None
         result = StepResult(
             applied=applied,
             previous=str(raw[1]),
             now_ms=int(raw[2]),
             attempt=int(raw[3]),
             state=TaskState(str(raw[4])) if applied else None,
-            values=dict(zip(ret, (str(v) for v in raw[5:]), strict=False)) if applied else {},
+            values=dict(zip(ret, (str(v) for v in raw[5:5 + len(ret)]), strict=True))
+            if applied else {},
             why=None if applied else str(raw[4]),
+            epoch=epoch,
         )
         if not applied:
-            log.warning(
+            log.log(
+                logging.DEBUG if expect_refusal else logging.WARNING,
                 "refused transition %s -> %s of task %s (%s, attempt %s, fence %s)",
                 result.previous, to.value, task_id, result.why, result.attempt, fence,
             )
         return result
+
+    # ------------------------------------------------------------------ epoch
+    def epoch(self, max_age: float = 0.0) -> str:
+        """This dataset's epoch id (made on first use). A value read less than ``max_age``
+        seconds ago may be returned without asking Redis."""
+        now = time.monotonic()
+        if self._epoch is None or now - self._epoch[1] >= max_age:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.set(self.keys.epoch, uuid.uuid4().hex, nx=True)
+            pipe.get(self.keys.epoch)
+            self._epoch = (str(pipe.execute()[1]), now)
+        return self._epoch[0]
 
     # ------------------------------------------------------------------ running tasks
     def heartbeat(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from jobbers_celery import TaskState
+from jobbers_celery import CheckpointTooLarge, TaskState
 from jobbers_celery.task import CHECKPOINT_MAX_BYTES, HEARTBEAT_MIN_GAP_S
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import (
@@ -166,9 +166,11 @@ def test_checkpoint_over_the_limit_fails_the_task(proj, worker_factory):
 def test_heartbeat_outside_a_worker_does_nothing(proj):
     jobbers = proj.jobbers
     key = unique("direct")
-    # Called directly: no record, no Redis round trip, not even the size check.
+    # Called directly: no record, no Redis round trip; the size check still runs, so unit
+    # tests of task code meet it.
     assert proj.heartbeating(key, 0.05) == "done"
-    assert proj.big_checkpoint(CHECKPOINT_MAX_BYTES * 2) == "saved"
+    with pytest.raises(CheckpointTooLarge):
+        proj.big_checkpoint(CHECKPOINT_MAX_BYTES * 2)
     assert isinstance(proj.hammer(100, 0.01), float)
     # Eager (apply): the same.
     eager = proj.heartbeating.apply((key, 0.05))

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from jobbers_celery import TaskState, lifecycle
+from jobbers_celery import TaskState
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import (
     COMPLETE,
@@ -125,10 +125,18 @@ def test_headers_survive_immediate_and_delayed_retries(proj, worker_factory, poo
 
 @pytest.mark.parametrize("pool", POOLS)
 def test_message_published_without_a_record_is_recorded_by_the_worker(
-        proj, worker_factory, pool):
-    # As when Redis was unreachable at publish time: the message goes out unrecorded.
+        proj, worker_factory, pool, monkeypatch):
+    # Redis unreachable at publish time: the submitted step fails, the message goes out
+    # unrecorded (and without the epoch header of a recorded submission).
+    import redis
+
     jobbers = proj.jobbers
-    with lifecycle.internal_publish(jobbers.store.now_ms()):
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise redis.ConnectionError("Redis is unreachable (simulated)")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(jobbers.store, "step", unreachable)
         result = proj.add.delay(4, 5)
     assert jobbers.get(result.id) is None
     worker = worker_factory(pool=pool, concurrency=2)

@@ -167,10 +167,6 @@ def test_purge_by_queue_and_submission_time(proj, worker_factory):
         assert last_reason(jobbers, task_id) == "purged"
 
 @pytest.mark.worker
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: purge removes a record cancelled by cancel() (only the records purge itself "
-    "cancels are kept as tombstones); its message, still queued, then finds no record and "
-    "JobbersTask._start records a late submission and runs it"))
 def test_a_task_cancelled_then_purged_never_runs(proj, worker_factory):
     # cancel() while it waits in the queue, then purge its name: the record goes, the
     # message stays in the broker until a worker takes it.
