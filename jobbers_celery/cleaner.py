@@ -29,6 +29,8 @@ log = logging.getLogger("jobbers.cleaner")
 
 #: Most index entries of each kind one pass judges; the rest wait for the next pass.
 PASS_LIMIT = 1000
+#: Candidates judged per ``stall.lua`` call (~10-20 ms of Redis time each).
+STALL_CHUNK = 200
 #: A catch-up pass runs in a worker when the last pass is older than this many intervals.
 CATCH_UP_AFTER_INTERVALS = 3
 
@@ -50,11 +52,14 @@ class CleanReport:
     #: Redis time when the last outage or pause ended (silence before it does not count).
     resumed_at: datetime | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, max_ids: int | None = None) -> dict[str, Any]:
+        """Plain data; ``max_ids`` keeps only the first ids of each list."""
         return {
             "at": self.at.isoformat(), "duration_ms": round(self.duration_ms, 3), "by": self.by,
-            "examined": self.examined, "stalled": self.stalled, "recovered": self.recovered,
-            "dead_lettered": self.dead_lettered, "kept": self.kept,
+            "examined": self.examined, "stalled": self.stalled,
+            "recovered": self.recovered[:max_ids], "recovered_count": len(self.recovered),
+            "dead_lettered": self.dead_lettered[:max_ids],
+            "dead_lettered_count": len(self.dead_lettered), "kept": self.kept,
             "resumed_at": self.resumed_at.isoformat() if self.resumed_at else None,
         }
 
@@ -84,15 +89,30 @@ class Cleaner:
         candidates: list[tuple[str, str, str]] = [(i, "hb", "") for i in scan["hb"]]
         dead: list[str] = scan["dead"]
         if dead:
-            for wid, ids in store.worker_tasks(dead, PASS_LIMIT).items():
-                candidates += [(i, "worker", wid) for i in ids]
+            # PASS_LIMIT bounds the whole pass, not each dead worker: what is left over is
+            # judged next pass (an incarnation is forgotten only once it has no tasks left)
+            room = max(0, PASS_LIMIT - len(candidates))
+            for wid, ids in store.worker_tasks(dead, max(room, 1)).items():
+                take = ids[:room]
+                room -= len(take)
+                candidates += [(i, "worker", wid) for i in take]
         if candidates:
             meta = store.fields([c[0] for c in candidates], ("wid", "name"))
             for (task_id, kind, wid), (rec_wid, name) in zip(candidates, meta, strict=True):
                 items.append((task_id, kind, wid or rec_wid or "", name or ""))
         outcome: dict[str, Any] = {"recovered": [], "dead": [], "stalled": 0, "kept": 0}
-        if items or dead:
-            outcome = store.stall(items, lost_ms, int(config.publish_lease * 1000), dead)
+        lease_ms = int(config.publish_lease * 1000)
+        # one script call per chunk, so that Redis is never blocked long by a big pass
+        chunks = [items[i:i + STALL_CHUNK] for i in range(0, len(items), STALL_CHUNK)]
+        if dead and not chunks:
+            chunks = [[]]  # only forget dead incarnations that have no tasks left
+        for n, chunk in enumerate(chunks):
+            last = n == len(chunks) - 1
+            part = store.stall(chunk, lost_ms, lease_ms, dead if last else ())
+            for key in ("recovered", "dead"):
+                outcome[key] += part[key]
+            outcome["stalled"] += int(part["stalled"])
+            outcome["kept"] += int(part["kept"])
         recovered = self._publish(outcome["recovered"])
         dead_lettered = self._dead_letter(outcome["dead"])
         if scan["cancel"]:
@@ -105,7 +125,7 @@ class Cleaner:
             stalled=int(outcome["stalled"]), recovered=recovered, dead_lettered=dead_lettered,
             kept=int(outcome["kept"]), resumed_at=from_ms(resumed) if resumed else None,
         )
-        store.record_pass(int(scan["now"]), duration, by, report.as_dict())
+        store.record_pass(int(scan["now"]), duration, by, report.as_dict(max_ids=20))
         if report.stalled:
             log.warning("cleaner: %d stalled task(s), %d resubmitted, %d dead-lettered",
                         report.stalled, len(recovered), len(dead_lettered))
