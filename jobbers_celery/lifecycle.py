@@ -78,13 +78,17 @@ def on_publish(
             log.warning("task %s[%s] uses a message protocol jobbers cannot record", name, task_id)
             return
         queue = pl.queue_of(payload["options"])
-        fields = {"msg": _encode_payload(payload), "retries": str(headers.get("retries") or 0)}
-        create = {"name": name, "queue": queue, "dlq": "1" if dead_letter else "0"}
+        fields = {"msg": _encode_payload(payload)}
+        if headers.get("retries"):  # absent means 0: every byte of a record counts
+            fields["retries"] = str(headers["retries"])
+        create = {"name": name, "queue": queue}
+        if dead_letter:
+            create["dlq"] = "1"
         if version is not None:
             create["ver"] = str(version)
         result = jobbers.store.step(
             task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,), create=create, set_fields=fields,
-            reason="published", name=name, queue=queue,
+            reason="published", name=name,
         )
         now, epoch = result.now_ms, result.epoch  # epoch: None if refused (not recorded)
     else:

@@ -40,6 +40,10 @@ _DONE = "jobbers_outcome_recorded"
 _HB_SENT = "jobbers_heartbeat_sent"
 _HB_PENDING = "jobbers_heartbeat_pending"
 
+#: Record fields a completed task no longer needs (the payload, the running attempt's
+#: bookkeeping): dropping them keeps the finished record small.
+_DROP_ON_COMPLETION = ("msg", "wid", "hb_iv", "srec")
+
 #: Encoded size limits of what ``heartbeat()`` stores on the record.
 CHECKPOINT_MAX_BYTES = 64 * 1024
 PROGRESS_MAX_BYTES = 16 * 1024
@@ -273,7 +277,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             create={"name": self.name, "ver": str(opts.version), "queue": queue,
                     "dlq": "1" if opts.dead_letter_policy is DeadLetterPolicy.SAVE else "0"},
             set_fields={"msg": payload.dumps(data), "retries": str(req.retries or 0)},
-            reason="recorded by the worker: no submission record", name=self.name, queue=queue,
+            reason="recorded by the worker: no submission record", name=self.name,
         )
 
     def _complete(self, retval: Any) -> None:
@@ -289,7 +293,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         write = results.folded_result(self, store, retval)
         res = store.step(
             req.id, S.COMPLETED, sources=(S.STARTED,), fence=self.attempt,
-            worker=self._worker(), delete=("msg",), write_result=write,
+            worker=self._worker(), delete=_DROP_ON_COMPLETION, write_result=write,
             wid=liveness.worker_id(), name=self.name, set_fields=self._pending_checkpoint(),
         )
         if not res.applied:

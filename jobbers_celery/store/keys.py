@@ -19,6 +19,7 @@ wid        worker incarnation (liveness entry) of the running attempt
 hb_iv      max_heartbeat_interval, ms srec      max_stall_recoveries
 stalls     stall recoveries so far    cancel    cancellation requested (ms)
 purged     "1": cancelled by purge (a tombstone purge keeps)
+hn, h<n>   history: count, and entry n (format in _lib.lua)
 =========  ==============================================================
 """
 
@@ -45,9 +46,6 @@ class Keys:
     def task(self, task_id: str) -> str:
         return f"{self._ns}:task:{task_id}"
 
-    def history(self, task_id: str) -> str:
-        return f"{self._ns}:hist:{task_id}"
-
     def state_index(self, state: TaskState) -> str:
         """Sorted set of task ids in ``state``, scored by entry time (``scheduled``: run_at)."""
         return f"{self._ns}:state:{state.value}"
@@ -62,9 +60,6 @@ class Keys:
 
     def name_index(self, name: str) -> str:
         return f"{self._ns}:name:{name}"
-
-    def queue_index(self, queue: str) -> str:
-        return f"{self._ns}:queue:{queue}"
 
     @property
     def publishing(self) -> str:

@@ -28,7 +28,7 @@ __all__ = ["RedisStore"]
 log = logging.getLogger("jobbers.store")
 
 #: Terminal records stay this much longer than the retention period so that the pruner,
-#: which needs their name and queue to clean the indexes, always sees them first.
+#: which needs their name to clean the indexes, always sees them first.
 _EXPIRY_SLACK_S = 3600
 #: Records ``purge`` examines per round trip.
 _PURGE_BATCH = 500
@@ -135,7 +135,6 @@ class RedisStore:
         reason: str | None = None,
         ret: Sequence[str] = (),
         name: str | None = None,
-        queue: str | None = None,
         write_result: ResultWrite | None = None,
         expect_refusal: bool = False,
     ) -> StepResult:
@@ -195,10 +194,9 @@ class RedisStore:
         if ret:
             spec["ret"] = list(ret)
         keys, states = self._shared_keys(src | targets, wid, name)
-        keys += [self.keys.task(task_id), self.keys.history(task_id)]
+        keys.append(self.keys.task(task_id))
         if create is not None:
-            keys += [self.keys.name_index(name or ""), self.keys.queue_index(queue or ""),
-                     self.keys.epoch]
+            keys += [self.keys.name_index(name or ""), self.keys.epoch]
         if write_result is not None:
             if create is not None:
                 raise ValueError("a step that writes a result cannot create the record")
@@ -295,7 +293,7 @@ class RedisStore:
         """Cancel or flag a task. Returns (``cancelled``/``requested``/``no``, prior state)."""
         S = TaskState
         keys, states = self._shared_keys((S.SUBMITTED, S.SCHEDULED, S.STARTED, S.CANCELLED))
-        keys += [self.keys.task(task_id), self.keys.history(task_id), self.keys.cancelling]
+        keys += [self.keys.task(task_id), self.keys.cancelling]
         spec: dict[str, Any] = {"id": task_id, "ttl": self.retention_s + _EXPIRY_SLACK_S,
                                 "reason": reason}
         if terminate_ms is not None:
@@ -361,8 +359,7 @@ class RedisStore:
         k = self.keys
         keys += [k.clock, k.workers]
         for task_id, _, wid, name in items:
-            keys += [k.task(task_id), k.history(task_id), k.worker_tasks(wid),
-                     k.concurrency(name)]
+            keys += [k.task(task_id), k.worker_tasks(wid), k.concurrency(name)]
         keys += [k.worker_tasks(wid) for wid in forget]
         spec = {
             "items": [{"id": i, "kind": kind, "wid": wid} for i, kind, wid, _ in items],
@@ -406,8 +403,7 @@ class RedisStore:
         retention period) as tombstones, also by a later purge: a message of theirs still
         queued must find them and be dropped. Returns (removed, cancelled ids, skipped ids)."""
         k = self.keys
-        index = (k.name_index(name) if name is not None
-                 else k.queue_index(queue) if queue is not None else k.all_tasks)
+        index = k.name_index(name) if name is not None else k.all_tasks
         removed = 0
         cancelled: list[str] = []
         skipped: list[str] = []
@@ -464,7 +460,7 @@ class RedisStore:
             return []
         keys, states = self._shared_keys((TaskState.SCHEDULED, TaskState.SUBMITTED))
         for task_id in ids:
-            keys += [self.keys.task(task_id), self.keys.history(task_id)]
+            keys.append(self.keys.task(task_id))
         spec = {
             "ids": list(ids),
             "lease_ms": int(lease_ms),
@@ -507,16 +503,11 @@ class RedisStore:
     def _remove(self, ids: list[str], cutoff: int) -> int:
         pipe = self.client.pipeline(transaction=False)
         for task_id in ids:
-            pipe.hmget(self.keys.task(task_id), ["name", "queue"])
-        meta = pipe.execute()
+            pipe.hget(self.keys.task(task_id), "name")
+        names = pipe.execute()
         keys, states = self._shared_keys(TERMINAL)
-        for task_id, (name, queue) in zip(ids, meta, strict=True):
-            keys += [
-                self.keys.task(task_id),
-                self.keys.history(task_id),
-                self.keys.name_index(name or ""),
-                self.keys.queue_index(queue or ""),
-            ]
+        for task_id, name in zip(ids, names, strict=True):
+            keys += [self.keys.task(task_id), self.keys.name_index(name or "")]
         spec = {"ids": ids, "cutoff_ms": cutoff, "terminal": sorted(s.value for s in TERMINAL)}
         return int(self._scripts["prune"](keys=keys, args=[states, _json(spec)]))
 
@@ -529,20 +520,35 @@ class RedisStore:
         return cast("dict[str, str]", self.client.hgetall(self.keys.task(task_id)))
 
     def history(self, task_id: str) -> list[Transition]:
+        raw = cast("dict[str, str]", self.client.hgetall(self.keys.task(task_id)))
+        return self._history(task_id, raw)
+
+    @staticmethod
+    def _history(task_id: str, raw: dict[str, str]) -> list[Transition]:
+        """Parse the ``h1..hN`` entries of a record (format in ``_lib.lua``)."""
         out = []
-        for item in self.client.lrange(self.keys.history(task_id), 0, -1):
-            src, dst, at, attempt, worker, reason = json.loads(item)
+        previous = TaskState.UNSUBMITTED
+        base = _int(raw.get("sub_at"))
+        last_worker = ""
+        for n in range(1, _int(raw.get("hn")) + 1):
+            entry = raw.get(f"h{n}")
+            if entry is None:
+                continue
+            to, delta, attempt, worker, reason = entry.split("|", 4)
+            worker = last_worker if worker == "=" else worker
+            state = TaskState(to)
             out.append(
                 Transition(
                     task_id=task_id,
-                    from_state=TaskState(src),
-                    to_state=TaskState(dst),
-                    at=from_ms(at),  # type: ignore[arg-type]
+                    from_state=previous,
+                    to_state=state,
+                    at=from_ms(base + int(delta)),  # type: ignore[arg-type]
                     attempt=int(attempt),
-                    worker=worker,
-                    reason=reason,
+                    worker=worker or None,
+                    reason=reason or None,
                 )
             )
+            previous, last_worker = state, worker
         return out
 
     def counts(self) -> dict[TaskState, int]:
@@ -563,15 +569,15 @@ class RedisStore:
         queue: str | None = None,
         limit: int = 100,
     ) -> list[TaskRecord]:
-        """Newest first. Walks the most selective index given and filters on the others."""
+        """Newest first. Walks the state or name index when given (else every task, newest
+        first) and filters on the other criteria; a queue is a filter only (no index of its
+        own: it would cost every record ~135 bytes)."""
         if limit < 1:
             return []
         if state is not None:
             index = self.keys.state_index(state)
         elif name is not None:
             index = self.keys.name_index(name)
-        elif queue is not None:
-            index = self.keys.queue_index(queue)
         else:
             index = self.keys.all_tasks
         found: list[TaskRecord] = []

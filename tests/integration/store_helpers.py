@@ -42,7 +42,7 @@ def create(store: RedisStore, task_id: str, name: str = NAME, queue: str = QUEUE
                      create={"name": name, "queue": queue, "ver": "1", **fields},
                      set_fields={"msg": '{"args": [1, 2], "kwargs": {}, "options": {}}',
                                  "retries": "0"},
-                     reason="published", name=name, queue=queue)
+                     reason="published", name=name)
     assert res.applied, res
     return res
 
@@ -87,15 +87,14 @@ def assert_indexed_only_in(store: RedisStore, task_id: str, state: TaskState) ->
 
 
 def snapshot(store: RedisStore, task_id: str) -> dict[str, Any]:
-    """Everything a step may touch for one task (hash, history, TTLs, every index)."""
+    """Everything a step may touch for one task (hash with its history, TTL, every index)."""
     k = store.keys
     c = store.client
-    index_keys = [*k.state_indexes(), k.all_tasks, k.publishing, k.name_index(NAME),
-                  k.queue_index(QUEUE)]
+    index_keys = [*k.state_indexes(), k.all_tasks, k.publishing, k.name_index(NAME)]
     return {
         "hash": c.hgetall(k.task(task_id)),
-        "history": c.lrange(k.history(task_id), 0, -1),
-        "ttl": (c.ttl(k.task(task_id)), c.ttl(k.history(task_id))),
+        "history": store.history(task_id),
+        "ttl": c.ttl(k.task(task_id)),
         "index": {key: c.zscore(key, task_id) for key in index_keys},
     }
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.redis
 
 
 def _submit(store: RedisStore, task_id: str) -> bool:
-    return store.step(task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,), name="n", queue="q",
+    return store.step(task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,), name="n",
                       create={"name": "n", "queue": "q"}).applied
 
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.redis
 
 
 def _completed(store: RedisStore, task_id: str) -> None:
-    store.step(task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,), name="hk.task", queue="q",
+    store.step(task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,), name="hk.task",
                create={"name": "hk.task", "queue": "q"})
     store.step(task_id, S.STARTED, start=True)
     store.step(task_id, S.COMPLETED, fence=1)
@@ -34,7 +34,6 @@ def test_housekeeping_prunes_more_than_one_batch_and_only_once_at_a_time(redis_u
     assert first.housekeeping() == 1200
     assert second.housekeeping() == 0  # the other worker skips while the lock is held
     keys = store.keys
-    for index in (keys.all_tasks, keys.name_index("hk.task"), keys.queue_index("q"),
-                  keys.state_index(S.COMPLETED)):
+    for index in (keys.all_tasks, keys.name_index("hk.task"), keys.state_index(S.COMPLETED)):
         assert store.client.zcard(index) == 0
-    assert store.client.exists(keys.task("t0"), keys.history("t1199")) == 0
+    assert store.client.exists(keys.task("t0"), keys.task("t1199")) == 0

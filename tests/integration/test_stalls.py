@@ -135,7 +135,7 @@ def fabricate(store: RedisStore, ids: list[str], *, wid: str, hb_ms: int | None,
         res = store.step(task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,),
                          create={"name": "proj.add", "queue": "celery", "ver": "1", "dlq": "0"},
                          set_fields={"msg": msg, "retries": "0"}, reason="published",
-                         name="proj.add", queue="celery")
+                         name="proj.add")
         assert res.applied, res
         fields = {"srec": str(srec)}
         if hb_ms is not None:

@@ -95,7 +95,7 @@ def test_missing_record_is_only_created_by_submitted_with_create(make_store) -> 
         assert res.why == ("missing" if dst == S.SUBMITTED else "state")
     assert store.get("ghost") is None
     assert store.history("ghost") == []
-    assert not store.client.exists(store.keys.task("ghost"), store.keys.history("ghost"))
+    assert not store.client.exists(store.keys.task("ghost"))
     assert indexed_states(store, "ghost") == set()
     assert store.client.zscore(store.keys.all_tasks, "ghost") is None
     refused = store.refused_counts()
@@ -111,7 +111,7 @@ def test_create_fields_are_only_written_for_a_new_record(make_store) -> None:
     store = make_store()
     put_in_state(store, "t1", S.UNSUBMITTED)
     res = store.step("t1", S.SUBMITTED, create={"name": "other.name", "queue": "other"},
-                     name="other.name", queue="other")
+                     name="other.name")
     assert res.applied
     assert res.previous == "unsubmitted"
     record = store.get("t1")
@@ -235,7 +235,6 @@ def test_terminal_step_sets_done_at_and_expiry(make_store, terminal: TaskState) 
         assert res.applied
         # non-terminal steps leave no TTL
         assert store.client.ttl(store.keys.task("t1")) == -1
-        assert store.client.ttl(store.keys.history("t1")) == -1
     assert "done_at" not in store.get_raw("t1")
     t0 = _ms(store)
     res = store.step("t1", terminal, fence=1)
@@ -246,22 +245,20 @@ def test_terminal_step_sets_done_at_and_expiry(make_store, terminal: TaskState) 
     assert int(raw["done_at"]) == res.now_ms
     assert store.get("t1").completed_at == from_ms(res.now_ms)
     expected = retention + _EXPIRY_SLACK_S
-    for key in (store.keys.task("t1"), store.keys.history("t1")):
-        assert expected - 5 <= store.client.ttl(key) <= expected
+    assert expected - 5 <= store.client.ttl(store.keys.task("t1")) <= expected
     assert_indexed_only_in(store, "t1", terminal)
     assert store.client.zscore(store.keys.state_index(terminal), "t1") == res.now_ms
 
     if terminal != S.COMPLETED:  # resubmitting makes the record permanent again
         assert store.step("t1", S.SUBMITTED).applied
         assert store.client.ttl(store.keys.task("t1")) == -1
-        assert store.client.ttl(store.keys.history("t1")) == -1
         assert store.get("t1").completed_at is None  # only terminal records have one
 
 
 def test_index_membership_follows_every_step(make_store) -> None:
     store = make_store()
     path = [
-        (S.SUBMITTED, {"create": {"name": NAME, "queue": QUEUE}, "name": NAME, "queue": QUEUE}),
+        (S.SUBMITTED, {"create": {"name": NAME, "queue": QUEUE}, "name": NAME}),
         (S.STARTED, {"start": True}),
         (S.SCHEDULED, {"delay_ms": 2500}),
         (S.SUBMITTED, {}),
@@ -299,9 +296,8 @@ def test_index_membership_follows_every_step(make_store) -> None:
         counts = store.counts()
         assert counts[to] == 1
         assert sum(counts.values()) == 1
-        # the all/name/queue indexes keep the first submission time
-        for key in (store.keys.all_tasks, store.keys.name_index(NAME),
-                    store.keys.queue_index(QUEUE)):
+        # the all and name indexes keep the first submission time
+        for key in (store.keys.all_tasks, store.keys.name_index(NAME)):
             assert store.client.zscore(key, "t1") == sub_at
     history = store.history("t1")
     assert [t.to_state for t in history] == [to for to, _ in path]
@@ -488,16 +484,16 @@ def test_prune_removes_only_old_terminal_records(make_store) -> None:
     assert store.prune() == len(old)
     k = store.keys
     for task_id in old.values():
-        assert not store.client.exists(k.task(task_id), k.history(task_id))
+        assert not store.client.exists(k.task(task_id))
         assert indexed_states(store, task_id) == set()
-        for key in (k.all_tasks, k.name_index("old.task"), k.queue_index("oldq")):
+        for key in (k.all_tasks, k.name_index("old.task")):
             assert store.client.zscore(key, task_id) is None, (key, task_id)
     survivors = [*pending.values(), "resubmitted", "fresh"]
     for task_id in survivors:
         record = store.get(task_id)
         assert record is not None
         assert indexed_states(store, task_id) == {record.state}
-        for key in (k.all_tasks, k.name_index("old.task"), k.queue_index("oldq")):
+        for key in (k.all_tasks, k.name_index("old.task")):
             assert store.client.zscore(key, task_id) is not None
     assert sorted(r.task_id for r in store.tasks(name="old.task")) == sorted(survivors)
     assert store.client.zcard(k.all_tasks) == len(survivors)
@@ -559,5 +555,5 @@ def test_a_step_with_a_result_write_cannot_create_the_record(make_store) -> None
 
     store = make_store()
     with pytest.raises(ValueError, match="cannot create"):
-        store.step("x", S.SUBMITTED, create={"name": NAME}, name=NAME, queue=QUEUE,
+        store.step("x", S.SUBMITTED, create={"name": NAME}, name=NAME,
                    write_result=ResultWrite(key="k", value="v", expires=0))

@@ -77,10 +77,11 @@ local TERMINAL = {completed = true, failed = true, cancelled = true, stalled = t
                   dropped = true}
 
 -- ctx: {now, idx = {state -> index key}, all, publishing, stats, hbdue, wtasks, conc,
---       workers, name_idx, queue_idx}
-local function step(ctx, task, hist, spec)
+--       workers, name_idx}
+local function step(ctx, task, spec)
   local now = ctx.now
-  local got = redis.call('HMGET', task, 'state', 'attempt', 'start_at', 'cancel', 'wid')
+  local got = redis.call('HMGET', task, 'state', 'attempt', 'start_at', 'cancel', 'wid', 'hn',
+    'sub_at')
   local cur = got[1]
   local exists = cur ~= false
   if not exists then cur = 'unsubmitted' end
@@ -125,7 +126,6 @@ local function step(ctx, task, hist, spec)
     w[#w + 1] = 'sub_at'; w[#w + 1] = now
     redis.call('ZADD', ctx.all, now, spec.id)
     if ctx.name_idx then redis.call('ZADD', ctx.name_idx, now, spec.id) end
-    if ctx.queue_idx then redis.call('ZADD', ctx.queue_idx, now, spec.id) end
   end
   if start then
     attempt = attempt + 1
@@ -174,8 +174,33 @@ local function step(ctx, task, hist, spec)
     d[#d + 1] = 'done_at'  -- completed_at belongs to terminal states only
   end
 
+  -- The history lives in the record, kept short so that a finished record stays a compact
+  -- listpack: h<n> = "<to>|<ms since sub_at>|<attempt>|<worker, or = for the previous
+  -- entry's>|<reason>"; the from state is the previous entry's to (unsubmitted for h1).
+  local n = (tonumber(got[6] or '0') or 0) + 1
+  local worker = spec.worker or ''
+  if worker ~= '' and n > 1 then
+    local prev = redis.call('HGET', task, 'h' .. (n - 1)) or ''
+    if string.match(prev, '^[^|]*|[^|]*|[^|]*|([^|]*)|') == worker then worker = '=' end
+  end
+  w[#w + 1] = 'h' .. n
+  w[#w + 1] = to .. '|' .. (now - (tonumber(got[7] or '') or now)) .. '|' .. attempt .. '|'
+    .. worker .. '|' .. (reason or '')
+  w[#w + 1] = 'hn'; w[#w + 1] = n
+
   redis.call('HSET', task, unpack(w))
-  if #d > 0 then redis.call('HDEL', task, unpack(d)) end
+  local compact = false
+  if #d > 0 then
+    redis.call('HDEL', task, unpack(d))
+    for _, f in ipairs(d) do if f == 'msg' then compact = true end end
+  end
+  if compact then
+    -- Redis never converts a hash back to its compact encoding once a long value (msg)
+    -- made it a hashtable; rewriting it does, when every value left is short (~2x smaller)
+    local all = redis.call('HGETALL', task)
+    redis.call('DEL', task)
+    redis.call('HSET', task, unpack(all))
+  end
 
   redis.call('ZREM', ctx.idx[cur], spec.id)
   redis.call('ZADD', ctx.idx[to], score, spec.id)
@@ -183,14 +208,10 @@ local function step(ctx, task, hist, spec)
     redis.call('ZADD', ctx.publishing, now + tonumber(spec.lease_ms), spec.id)
   end
 
-  redis.call('RPUSH', hist, cjson.encode({cur, to, now, attempt,
-    spec.worker or cjson.null, reason or cjson.null}))
   if ttl > 0 then
     redis.call('EXPIRE', task, ttl)
-    redis.call('EXPIRE', hist, ttl)
   elseif TERMINAL[cur] then
     redis.call('PERSIST', task)
-    redis.call('PERSIST', hist)
   end
 
   local out = {1, exists and cur or 'missing', now, attempt, to}

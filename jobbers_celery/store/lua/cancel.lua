@@ -3,15 +3,15 @@
 -- (or one between an immediate retry and its republish) is flagged: it ends cancelled at its
 -- next heartbeat or lifecycle step, and with terminate_ms its worker interrupts it then.
 -- KEYS: shared layout (states submitted, scheduled, started, cancelled), then task hash,
--- history list, cancelling set.
+-- cancelling set.
 -- ARGV[1] states order, ARGV[2] JSON {id, ttl, reason, terminate_ms?, set?}
 -- Returns {"cancelled"|"requested"|"no", state before ("missing")}
 local ctx, k = context()
 local req = cjson.decode(ARGV[2])
-local task, hist, cancelling = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+local task, cancelling = KEYS[k], KEYS[k + 1]
 local state = redis.call('HGET', task, 'state')
 if state == 'submitted' or state == 'scheduled' then
-  local r = step(ctx, task, hist, {id = req.id, to = 'cancelled',
+  local r = step(ctx, task, {id = req.id, to = 'cancelled',
     from = {'scheduled', 'submitted'}, ttl = req.ttl, reason = req.reason, set = req.set})
   if r[1] == 1 then return {'cancelled', state} end
 elseif state == 'started' or state == 'unsubmitted' then

@@ -1,17 +1,17 @@
 -- claim.lua: atomically claim due scheduled tasks (scheduled -> submitted, with a publish
 -- lease) and publishes whose lease expired, so that concurrent schedulers never both get one.
--- KEYS: shared layout, then (task hash, history list) per id in ARGV[2].ids
+-- KEYS: shared layout, then the task hash of each id in ARGV[2].ids
 -- ARGV[1] states order, ARGV[2] JSON {ids, lease_ms, worker, from}
 -- Returns a flat list of {id, msg, retries, name} for every id this caller must publish.
 local ctx, k = context()
 local req = cjson.decode(ARGV[2])
 local out = {}
 for i, id in ipairs(req.ids) do
-  local task, hist = KEYS[k + 2 * (i - 1)], KEYS[k + 2 * (i - 1) + 1]
+  local task = KEYS[k + i - 1]
   local state = redis.call('HGET', task, 'state')
   local run_at = tonumber(redis.call('HGET', task, 'run_at') or '')
   if state == 'scheduled' and run_at and run_at <= ctx.now then
-    local r = step(ctx, task, hist, {id = id, to = 'submitted', from = req.from,
+    local r = step(ctx, task, {id = id, to = 'submitted', from = req.from,
       lease_ms = req.lease_ms, worker = req.worker, reason = 'run_at reached',
       ret = {'msg', 'retries', 'name'}})
     if r[1] == 1 then

@@ -4,15 +4,15 @@
 -- The write is what celery.backends.base.KeyValueStoreBackend._store_result followed by
 -- RedisBackend._set does: keep a stored SUCCESS (deduplication), else SET the encoded meta
 -- (with EX when expires > 0) and PUBLISH it on the same key for waiting AsyncResults.
--- KEYS: shared layout, then task hash, history list, Celery's result key.
+-- KEYS: shared layout, then task hash, Celery's result key.
 -- ARGV[1] states order, ARGV[2] JSON spec, ARGV[3] encoded result meta (JSON),
 -- ARGV[4] expires in seconds (0 = none).
 -- Returns what transition.lua returns; a refused step writes no result.
 local ctx, k = context()
-local out = step(ctx, KEYS[k], KEYS[k + 1], cjson.decode(ARGV[2]))
+local out = step(ctx, KEYS[k], cjson.decode(ARGV[2]))
 if out[1] ~= 1 then return out end
 
-local rkey = KEYS[k + 2]
+local rkey = KEYS[k + 1]
 local stored = redis.call('GET', rkey)
 if stored then
   local ok, meta = pcall(cjson.decode, stored)

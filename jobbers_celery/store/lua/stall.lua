@@ -8,7 +8,7 @@
 -- id, publish lease) while it has stall recoveries left; otherwise it is returned for the
 -- dead-letter queue. Dead incarnations left without tasks are forgotten.
 -- KEYS: shared layout (states started, stalled, submitted), clock hash, a spare key, then
--- per item (task hash, history list, worker-tasks set, concurrency-lease set), then one
+-- per item (task hash, worker-tasks set, concurrency-lease set), then one
 -- worker-tasks set per incarnation in req.forget.
 -- ARGV[1] states order, ARGV[2] JSON {items = {{id, kind, wid}}, lost_ms, lease_ms, ttl,
 -- forget = {wid...}}
@@ -27,9 +27,9 @@ local FIELDS = {'state', 'attempt', 'hb_at', 'hb_iv', 'wid', 'srec', 'stalls', '
 local function secs(ms) return string.format('%.1fs', ms / 1000) end
 
 for i, item in ipairs(req.items) do
-  local base = k + 2 + 4 * (i - 1)
-  local task, hist = KEYS[base], KEYS[base + 1]
-  ctx.wtasks, ctx.conc = KEYS[base + 2], KEYS[base + 3]
+  local base = k + 2 + 3 * (i - 1)
+  local task = KEYS[base]
+  ctx.wtasks, ctx.conc = KEYS[base + 1], KEYS[base + 2]
   local v = redis.call('HMGET', task, unpack(FIELDS))
   local f = {}
   for j, name in ipairs(FIELDS) do f[name] = v[j] end
@@ -71,7 +71,7 @@ for i, item in ipairs(req.items) do
   end
   if reason then
     local attempt = tonumber(f.attempt or '0') or 0
-    local r = step(ctx, task, hist, {id = item.id, to = 'stalled', from = {'started'},
+    local r = step(ctx, task, {id = item.id, to = 'stalled', from = {'started'},
       fence = attempt, ttl = req.ttl, reason = reason, worker = f.worker,
       set = {err = cjson.encode({type = 'Stalled', message = reason})}})
     if r[1] == 1 then
@@ -79,7 +79,7 @@ for i, item in ipairs(req.items) do
       local done = tonumber(f.stalls or '0') or 0
       local allowed = tonumber(f.srec or '0') or 0
       if done < allowed then
-        step(ctx, task, hist, {id = item.id, to = 'submitted', from = {'stalled'},
+        step(ctx, task, {id = item.id, to = 'submitted', from = {'stalled'},
           lease_ms = req.lease_ms, set = {stalls = tostring(done + 1)},
           reason = 'stall recovery ' .. (done + 1) .. ' of ' .. allowed})
         recovered[#recovered + 1] = {id = item.id, msg = f.msg or '',
@@ -94,7 +94,7 @@ for i, item in ipairs(req.items) do
   end
 end
 
-local base = k + 2 + 4 * #req.items
+local base = k + 2 + 3 * #req.items
 for i, wid in ipairs(req.forget) do
   local seen = tonumber(redis.call('ZSCORE', workers, wid) or '')
   if redis.call('ZCARD', KEYS[base + i - 1]) == 0 and (not seen or now - seen > lost_ms) then
