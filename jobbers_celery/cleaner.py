@@ -150,22 +150,32 @@ class Cleaner:
         return done
 
     def _dead_letter(self, dead: list[dict[str, Any]]) -> list[str]:
-        written = []
+        """Build every dead letter of the pass, then send them together (one round trip
+        with a sink that has ``write_many``; a failed batch is written, or parked, entry by
+        entry, see ``DeadLetterDispatcher.send_many``)."""
+        entries, ids = [], []
         for item in dead:
             if item.get("dlq") != "1":
                 continue
             result = StepResult(applied=True, previous="started", now_ms=int(item["now"]),
                                 attempt=int(item["attempt"]))
             try:
-                lifecycle.dead_letter(
-                    self.jobbers, task_id=item["id"], name=item["name"], reason="stalled",
+                entries.append(lifecycle.dead_letter_entry(
+                    task_id=item["id"], name=item["name"], reason="stalled",
                     result=result, raw=item, message=item["reason"],
                     worker=item.get("worker") or None,
-                )
-                written.append(item["id"])
+                ))
+                ids.append(item["id"])
             except Exception:
                 log.exception("could not dead-letter stalled task %s", item["id"])
-        return written
+        if not entries:
+            return []
+        try:
+            self.jobbers.dead_letters.send_many(entries)
+        except Exception:
+            log.exception("could not dead-letter %d stalled task(s): %s", len(ids), ids)
+            return []
+        return ids
 
     # ------------------------------------------------------------------ health
     def status(self) -> CleanerStatus:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "dead_letter",
+    "dead_letter_entry",
     "error_fields",
     "internal_publish",
     "on_publish",
@@ -133,6 +134,27 @@ def dead_letter(
     ``raw`` holds the record fields the step returned (``msg``, ``ver``, ``queue``,
     ``retries``, ``ckpt``) so that no extra read is needed.
     """
+    jobbers.dead_letters.send(dead_letter_entry(
+        task_id=task_id, name=name, reason=reason, result=result, raw=raw, exc=exc,
+        message=message, traceback=traceback, worker=worker,
+    ))
+
+
+def dead_letter_entry(
+    *,
+    task_id: str,
+    name: str,
+    reason: str,
+    result: StepResult,
+    raw: Mapping[str, str],
+    exc: BaseException | None = None,
+    message: str | None = None,
+    traceback: str | None = None,
+    worker: str | None = None,
+) -> DeadLetter:
+    """Build, without sending it, the entry :func:`dead_letter` writes (same arguments
+    but ``jobbers``); for callers that send many at once (``DeadLetterDispatcher.send_many``).
+    """
     payload: dict[str, Any] = {}
     if raw.get("msg"):
         try:
@@ -153,7 +175,7 @@ def dead_letter(
             checkpoint = raw["ckpt"]
     args = payload.get("args")
     kwargs = payload.get("kwargs")
-    entry = DeadLetter(
+    return DeadLetter(
         task_id=task_id,
         name=name,
         version=int(raw["ver"]) if raw.get("ver") else None,
@@ -171,7 +193,6 @@ def dead_letter(
         checkpoint=checkpoint,
         options=payload.get("options") or {},
     )
-    jobbers.dead_letters.send(entry)
 
 
 #: Record fields a failing step returns, for the dead letter.

@@ -2,6 +2,8 @@
 
 A sink is anything with ``write(entry)``; ``jobbers_dead_letter_sink`` names a factory that
 receives the ``Jobbers`` instance. Writing must be idempotent per ``(task_id, attempt)``.
+A sink may also have ``write_many(entries)`` (optional, see :class:`BatchDeadLetterSink`),
+which the cleaner uses to write all the dead letters of a pass at once.
 The dispatcher in front of it makes sure an entry is never lost silently: on failure the
 entry is logged in full, parked in a Redis outbox (or in memory when Redis is down too),
 and written again later.
@@ -13,7 +15,8 @@ import collections
 import json
 import logging
 import threading
-from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.store.keys import Keys
@@ -23,19 +26,42 @@ if TYPE_CHECKING:
 
     from jobbers_celery.jobbers import Jobbers
 
-__all__ = ["DeadLetterDispatcher", "DeadLetterSink", "RedisDeadLetterSink"]
+__all__ = [
+    "BatchDeadLetterSink",
+    "DeadLetterDispatcher",
+    "DeadLetterSink",
+    "RedisDeadLetterSink",
+]
 
 log = logging.getLogger("jobbers.deadletter")
 
 #: In-memory backlog bound (only used while both the sink and Redis are unreachable).
 _MAX_PENDING = 10_000
 _RETRY_EVERY_S = 5.0
+#: After a failed ``write_many``, entries are written one by one; after this many failures
+#: in a row the sink is taken for down and the rest of the batch is parked without trying.
+_GIVE_UP_AFTER = 3
 
 
 @runtime_checkable
 class DeadLetterSink(Protocol):
+    """What every sink has. ``write`` is the only required method."""
+
     def write(self, entry: DeadLetter) -> None:
         """Store ``entry``; writing the same ``(task_id, attempt)`` twice keeps one entry."""
+
+
+class BatchDeadLetterSink(DeadLetterSink, Protocol):
+    """A sink that can also write many entries at once (found with ``getattr``, so sinks
+    with ``write`` only keep working).
+
+    ``write_many`` has the same idempotence as ``write``. It need not be atomic: when it
+    raises, the dispatcher writes each entry again with ``write``, so a partly written batch
+    is completed, not duplicated.
+    """
+
+    def write_many(self, entries: Sequence[DeadLetter]) -> None:
+        """Store every entry of ``entries``."""
 
 
 class RedisDeadLetterSink:
@@ -46,11 +72,25 @@ class RedisDeadLetterSink:
         self.keys: Keys = jobbers.store.keys
 
     def write(self, entry: DeadLetter) -> None:
-        member = f"{entry.task_id}:{entry.attempt}"
         pipe = self.client.pipeline(transaction=True)
+        self._queue(pipe, entry)
+        pipe.execute()
+
+    def write_many(self, entries: Sequence[DeadLetter]) -> None:
+        """One round trip for all ``entries``: the per-entry commands of ``write`` in one
+        pipeline, without MULTI (each command is idempotent on its own, and a batch cut
+        short is written again entry by entry)."""
+        if not entries:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for entry in entries:
+            self._queue(pipe, entry)
+        pipe.execute()
+
+    def _queue(self, pipe: redis.client.Pipeline, entry: DeadLetter) -> None:
+        member = f"{entry.task_id}:{entry.attempt}"
         pipe.hsetnx(self.keys.dead_letters, member, json.dumps(entry.to_json(), default=str))
         pipe.zadd(self.keys.dead_letter_index, {member: entry.failed_at.timestamp()}, nx=True)
-        pipe.execute()
 
     def entries(self, limit: int = 100) -> list[DeadLetter]:
         """Newest first."""
@@ -86,6 +126,60 @@ class DeadLetterDispatcher:
         self._park(entry)
         return False
 
+    def send_many(self, entries: Sequence[DeadLetter]) -> list[bool]:
+        """Write ``entries`` at once when the sink has ``write_many`` (one at a time with
+        ``write`` otherwise); per entry, ``False`` if it was parked for a later retry.
+
+        When ``write_many`` raises, the entries go through the per-entry path: written one
+        by one, and the ones that fail are logged in full and parked, so nothing is lost.
+        """
+        batch = list(entries)
+        if not batch:
+            return []
+        write_many: Any = getattr(self.sink, "write_many", None)
+        if callable(write_many):
+            try:
+                write_many(batch)
+                return [True] * len(batch)
+            except Exception:
+                log.warning("dead-letter sink could not write %d entries at once; "
+                            "writing them one at a time", len(batch), exc_info=True)
+        sent: list[bool] = []
+        failed: list[DeadLetter] = []
+        in_a_row = 0
+        for entry in batch:
+            if in_a_row >= _GIVE_UP_AFTER:
+                # the sink looks down: do not wait for it once per entry
+                log.error("dead-letter sink unavailable; entry kept for retry: %s",
+                          json.dumps(entry.to_json(), default=str))
+            else:
+                try:
+                    self.sink.write(entry)
+                    sent.append(True)
+                    in_a_row = 0
+                    continue
+                except Exception:
+                    log.exception("dead-letter sink failed; entry kept for retry: %s",
+                                  json.dumps(entry.to_json(), default=str))
+                    in_a_row += 1
+            failed.append(entry)
+            sent.append(False)
+        if failed:
+            self._park_many(failed)
+        return sent
+
+    def _park_many(self, entries: list[DeadLetter]) -> None:
+        """Park ``entries`` in the Redis outbox with one command (in memory if that fails)."""
+        try:
+            self.client.rpush(self.keys.dead_letter_outbox,
+                              *(json.dumps(e.to_json(), default=str) for e in entries))
+            return
+        except Exception:
+            log.exception("Redis outbox unavailable too; keeping %d dead letter(s) in memory",
+                          len(entries))
+        for entry in entries:
+            self._keep_in_memory(entry)
+
     def _park(self, entry: DeadLetter) -> None:
         try:
             self.client.rpush(self.keys.dead_letter_outbox,
@@ -94,6 +188,9 @@ class DeadLetterDispatcher:
         except Exception:
             log.exception("Redis outbox unavailable too; keeping dead letter %s:%s in memory",
                           entry.task_id, entry.attempt)
+        self._keep_in_memory(entry)
+
+    def _keep_in_memory(self, entry: DeadLetter) -> None:
         with self._lock:
             if len(self._pending) == self._pending.maxlen:
                 dropped = self._pending[0]
