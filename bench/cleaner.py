@@ -8,12 +8,14 @@ Targets: a pass under 50 ms with none stalled, under 500 ms with 1,000 stalled, 
 
 Starts a private ``redis-server`` (free port, no persistence) and fills it with records
 that are byte-for-byte what jobbers writes: a few template records go through the real
-code (``apply_async`` -> ``before_task_publish`` -> ``submitted``; the ``started``,
-heartbeat and ``completed`` steps with the arguments ``JobbersTask`` uses), are read back
-(hash, history, every index that holds them, TTL) and are then mass-copied by a Lua
-loader, 1,000 per call, with fresh ids, workers and times. A copy made with a template's
-own times is checked against the template (fields, field order, encodings, history,
-index scores, ``MEMORY USAGE``) before anything is loaded.
+code (``apply_async`` -> ``before_task_publish`` -> ``submitted``; then ``JobbersTask``'s
+own ``_start``, ``heartbeat`` and ``_complete`` under a pushed request), are read back
+(hash with its ``h<n>`` history, every index that holds them, TTL) and are then mass-copied
+by a Lua loader, 1,000 per call, with fresh ids, workers and times (absolute times in
+``sub_at``/``start_at``/``hb_at``/``done_at`` and the index scores, history deltas from the
+copy's own ``sub_at``). A copy made with a template's own times is checked against the
+template (fields, field order, encoding, index scores, TTL, ``MEMORY USAGE``) before
+anything is loaded.
 
 Then it runs ``Cleaner(jobbers).run()`` (the real pass) with none stalled, and with
 1,000 stalled, four ways: heartbeat kind / dead-worker kind, each dead-lettered
@@ -67,15 +69,16 @@ HB_INTERVAL_S = 300
 #: Marks: the per-record times a template field, history entry or index score derives from.
 MARKS = ("sub", "start", "hb", "done")
 M_SUB, M_START, M_HB, M_DONE = range(4)
+#: Record fields that hold a mark's absolute time (ms).
+MARK_FIELDS = {"sub_at": M_SUB, "start_at": M_START, "hb_at": M_HB, "done_at": M_DONE}
 DAY_MS = 86_400_000
 WORKER_VARIANTS = ("hb", "worker")
 
 # The loader: one call writes a batch of records from a template (see Template).
-# ARGV[1] template JSON: task, hist_key (key prefixes), fields {{name, text, mark, add}} (mark
-# -1: text with <<ID>>/<<WORKER>>/<<WID>> placeholders; else the mark's time + add, or text
-# with <<T>> for it), transient {names} (set, then deleted: what the real lifecycle wrote and
-# removed, e.g. msg), hist {{text, mark}} (text with <<T>>), zsets {{key text, mark, add}},
-# ttl (s, counted from the done mark; 0: none)
+# ARGV[1] template JSON: task (key prefix), fields {{name, text, mark, add, rel}} (mark -1:
+# text with <<ID>>/<<WORKER>>/<<WID>> placeholders; else T = the mark's time + add, minus the
+# record's sub time when rel is 1 (history deltas), and the value is T, or text with <<T>>
+# for it), zsets {{key text, mark, add}}, ttl (s, counted from the done mark; 0: none)
 # ARGV[2] batch JSON: now, subst {WORKER, WID}, recs {{id, sub, start, hb, done}}
 LOADER = r"""
 local t = cjson.decode(ARGV[1])
@@ -86,34 +89,30 @@ local function fill(s)  -- the batch's worker (same for every record of the batc
   for k, v in pairs(b.subst) do s = string.gsub(s, '<<' .. k .. '>>', esc(v)) end
   return s
 end
-local fields, hist, zkeys = {}, {}, {}
+local fields, zkeys, zs = {}, {}, {}
 for i, f in ipairs(t.fields) do
-  fields[i] = {f[1], fill(f[2]), f[3] + 2, f[4], string.find(f[2], '<<ID>>', 1, true)}
+  fields[i] = {f[1], fill(f[2]), f[3] + 2, f[4], f[5] == 1,
+               string.find(f[2], '<<ID>>', 1, true)}
 end
-for i, e in ipairs(t.hist) do hist[i] = {fill(e[1]), e[2] + 2} end
-local zs = {}
 for i, z in ipairs(t.zsets) do zkeys[i] = fill(z[1]); zs[i] = {} end
 local function num(x) return string.format('%.0f', x) end
 for _, r in ipairs(b.recs) do
   local id = r[1]
-  local task, hkey = t.task .. id, t.hist_key .. id
+  local task = t.task .. id
   local w = {}
   for _, f in ipairs(fields) do
     w[#w + 1] = f[1]
-    if f[3] >= 2 and f[2] == '' then w[#w + 1] = num(r[f[3]] + f[4])
-    elseif f[3] >= 2 then w[#w + 1] = (string.gsub(f[2], '<<T>>', num(r[f[3]] + f[4])))
-    elseif f[5] then w[#w + 1] = (string.gsub(f[2], '<<ID>>', esc(id)))
+    if f[3] >= 2 then
+      local v = r[f[3]] + f[4]
+      if f[5] then v = v - r[2] end
+      if f[2] == '' then w[#w + 1] = num(v)
+      else w[#w + 1] = (string.gsub(f[2], '<<T>>', num(v))) end
+    elseif f[6] then w[#w + 1] = (string.gsub(f[2], '<<ID>>', esc(id)))
     else w[#w + 1] = f[2] end
   end
   redis.call('HSET', task, unpack(w))
-  if #t.transient > 0 then redis.call('HDEL', task, unpack(t.transient)) end
-  local h = {}
-  for i, e in ipairs(hist) do h[i] = (string.gsub(e[1], '<<T>>', num(r[e[2]]))) end
-  if #h > 0 then redis.call('RPUSH', hkey, unpack(h)) end
   if t.ttl > 0 then
-    local ttl = t.ttl - math.floor((now - r[5]) / 1000)
-    redis.call('EXPIRE', task, ttl)
-    if #h > 0 then redis.call('EXPIRE', hkey, ttl) end
+    redis.call('EXPIRE', task, t.ttl - math.floor((now - r[5]) / 1000))
   end
   for i, z in ipairs(t.zsets) do
     local a = zs[i]
@@ -238,6 +237,26 @@ class Ticker:
         self._thread.join(10)
 
 
+def code_version() -> str:
+    """The commit of the checkout, and the files of jobbers_celery changed since (a shared
+    checkout: the measured code may include someone's uncommitted work)."""
+    import subprocess
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10, check=False).stdout.rstrip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD").strip()
+        if not head:
+            return "? (not a git checkout)"
+        dirty = [line[3:] for line in git("status", "--porcelain", "--",
+                                          "jobbers_celery").splitlines()]
+    except (OSError, subprocess.SubprocessError):
+        return "? (no git)"
+    return head + (f" + uncommitted changes in {', '.join(dirty)}" if dirty else " (clean)")
+
+
 # =========================================================================== templates
 @dataclass
 class Template:
@@ -249,20 +268,18 @@ class Template:
     worker: LiveWorker
     marks: list[int]
     fields: list[list[Any]] = field(default_factory=list)
-    transient: list[str] = field(default_factory=list)
-    hist: list[list[Any]] = field(default_factory=list)
     zsets: list[list[Any]] = field(default_factory=list)
     ttl: int = 0
     raw_hash: dict[str, str] = field(default_factory=dict)
-    raw_hist: list[str] = field(default_factory=list)
     raw_zsets: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def history(self) -> list[str]:
+        return [self.raw_hash[f"h{n}"] for n in range(1, int(self.raw_hash.get("hn", 0)) + 1)]
+
     def spec(self, keys: Any) -> str:
-        return json.dumps({
-            "task": keys.task(""), "hist_key": keys.history(""), "fields": self.fields,
-            "transient": self.transient, "hist": self.hist, "zsets": self.zsets,
-            "ttl": self.ttl,
-        })
+        return json.dumps({"task": keys.task(""), "fields": self.fields, "zsets": self.zsets,
+                           "ttl": self.ttl})
 
     def generalise(self, text: str) -> str:
         return (text.replace(self.worker.wid, "<<WID>>")
@@ -322,6 +339,7 @@ class Bench:
 
     # ------------------------------------------------------------------ templates
     def _publish(self, name: str) -> str:
+        """Publish through Celery: the real ``before_task_publish`` records ``submitted``."""
         task_id = str(uuid.uuid4())
         if name == FETCH:
             self.tasks[name].apply_async(
@@ -333,32 +351,21 @@ class Bench:
                 kwargs={"options": {"dedupe": True, "chunk": 500}}, task_id=task_id)
         return task_id
 
-    def _start(self, task_id: str, name: str, w: LiveWorker) -> int:
-        """The start step exactly as ``JobbersTask._start_step`` makes it."""
-        from jobbers_celery.states import TaskState as S
+    @contextlib.contextmanager
+    def _as_worker(self, name: str, task_id: str, w: LiveWorker) -> Iterator[Any]:
+        """``JobbersTask``'s own methods, as they run in worker ``w`` for ``task_id``."""
+        from jobbers_celery import liveness
 
-        opts = self.tasks[name].jobbers_options
-        hb_ms = round(opts.max_heartbeat_interval * 1000) if opts.max_heartbeat_interval else None
-        fields = {"srec": str(opts.max_stall_recoveries)}
-        if hb_ms:
-            fields["hb_iv"] = str(hb_ms)
-        res = self.store.step(
-            task_id, S.STARTED, start=True, worker=w.hostname, wid=w.wid, heartbeat_ms=hb_ms,
-            cap=opts.max_concurrent, lease_cap_ms=int(self.args.lost_after * 1000),
-            defer_ms=1000, cancellable=True, set_fields=fields, ret=("ckpt",), name=name,
-        )
-        if not (res.applied and res.state is S.STARTED):
-            raise RuntimeError(f"template start step failed: {res}")
-        return res.attempt
-
-    def _complete(self, task_id: str, name: str, w: LiveWorker, attempt: int) -> None:
-        """The completion step exactly as ``JobbersTask._finish`` makes it."""
-        from jobbers_celery.states import TaskState as S
-
-        res = self.store.step(task_id, S.COMPLETED, sources=(S.STARTED,), fence=attempt,
-                              worker=w.hostname, reason=None, delete=("msg",), wid=w.wid,
-                              name=name)
-        assert res.applied, res
+        task = self.tasks[name]
+        saved = liveness._wid
+        liveness._wid = w.wid  # what liveness.worker_id() returns in that worker
+        task.push_request(id=task_id, hostname=w.hostname, called_directly=False,
+                          is_eager=False, retries=0, delivery_info={})
+        try:
+            yield task
+        finally:
+            task.pop_request()
+            liveness._wid = saved
 
     def _zsets(self) -> list[str]:
         return [k for k in self.client.keys(self.keys.task("").split(":task:")[0] + ":*")
@@ -369,52 +376,60 @@ class Bench:
         for kind in ("completed", "running"):
             for name in (FETCH, BATCH):
                 task_id = self._publish(name)
-                submitted = self.client.hgetall(self.keys.task(task_id))
                 time.sleep(0.003)  # distinct times, so each field maps to one mark
-                attempt = self._start(task_id, name, w)
-                time.sleep(0.003)
-                if name == FETCH:  # a heartbeating task heartbeats
-                    assert self.store.heartbeat(task_id, attempt, name=name).accepted
+                with self._as_worker(name, task_id, w) as task:
+                    task._start()  # the start step, exactly as a worker makes it
+                    if not task.attempt:
+                        raise RuntimeError(f"template start step failed for {name}")
                     time.sleep(0.003)
-                if kind == "completed":
-                    self._complete(task_id, name, w, attempt)
-                self.templates[kind, name] = self._read_template(kind, name, task_id, w,
-                                                                 submitted)
+                    if name == FETCH:  # a heartbeating task heartbeats
+                        task.heartbeat()
+                        time.sleep(0.003)
+                    if kind == "completed":
+                        task._complete(None)  # the completion step (no result backend)
+                self.templates[kind, name] = self._read_template(kind, name, task_id, w)
         # the templates' messages: nobody consumes them; start the queues empty
         self.client.delete("io", "celery")
 
-    def _read_template(self, kind: str, name: str, task_id: str, w: LiveWorker,
-                       submitted: dict[str, str]) -> Template:
+    @staticmethod
+    def _mark_of(marks: list[int], at: int, what: str) -> int:
+        if at not in marks:
+            raise RuntimeError(f"{what}: time {at} is none of the marks {marks}")
+        return marks.index(at)
+
+    def _read_template(self, kind: str, name: str, task_id: str, w: LiveWorker) -> Template:
         k = self.keys
         raw = self.client.hgetall(k.task(task_id))
-        hist = self.client.lrange(k.history(task_id), 0, -1)
-        marks = [int(raw["sub_at"]), int(raw["start_at"]), int(raw["hb_at"]),
+        start = int(raw["start_at"])
+        marks = [int(raw["sub_at"]), start, int(raw.get("hb_at") or start),
                  int(raw.get("done_at") or 0)]
-        t = Template(kind, name, task_id, w, marks, raw_hash=raw, raw_hist=hist)
-        by_field = {"sub_at": M_SUB, "start_at": M_START, "hb_at": M_HB, "done_at": M_DONE}
-        transient = [f for f in submitted if f not in raw]
-        for f, v in [*raw.items(), *((f, submitted[f]) for f in transient)]:
-            if f in by_field:
-                t.fields.append([f, "", by_field[f], 0])
+        t = Template(kind, name, task_id, w, marks, raw_hash=raw)
+        for f, v in raw.items():
+            if f in MARK_FIELDS:
+                t.fields.append([f, "", MARK_FIELDS[f], 0, 0])
+            elif f[:1] == "h" and f[1:].isdigit():
+                # <to>|<ms since sub_at>|<attempt>|<worker or =>|<reason>: the delta is
+                # recomputed from the copy's own marks (so it agrees with its start_at ...)
+                to, delta, attempt, worker, reason = v.split("|", 4)
+                mark = self._mark_of(marks, marks[M_SUB] + int(delta), f"{kind} {name} {f}")
+                text = "|".join([to, "<<T>>", attempt, t.generalise(worker),
+                                 t.generalise(reason)])
+                t.fields.append([f, text, mark, 0, 1])
             else:
-                t.fields.append([f, t.generalise(v), -1, 0])
-        t.transient = transient
-        for entry in hist:
-            at = int(json.loads(entry)[2])
-            mark = marks.index(at)
-            assert entry.count(str(at)) == 1, entry
-            t.hist.append([t.generalise(entry.replace(str(at), "<<T>>")), mark])
+                if any(str(m) in v for m in marks if m):
+                    raise RuntimeError(f"{kind} {name} field {f} holds one of the record's "
+                                       f"times, which the loader would not shift: {v!r}")
+                t.fields.append([f, t.generalise(v), -1, 0, 0])
         for key in self._zsets():
             score = self.client.zscore(key, task_id)
             if score is None:
                 continue
             t.raw_zsets[key] = score
-            score = int(score)
             if key == k.heartbeat_due:
-                mark, add = M_HB, score - marks[M_HB]
+                mark, add = M_HB, int(score) - marks[M_HB]
                 assert add == HB_INTERVAL_S * 1000, (key, add)
             else:
-                mark, add = marks.index(score), 0
+                mark, add = self._mark_of(marks, int(score), f"{kind} {name} in {key}"), 0
             t.zsets.append([t.generalise(key), mark, add])
         ttl = self.client.ttl(k.task(task_id))
         if kind == "completed":
@@ -443,36 +458,35 @@ class Bench:
                 got = self.client.hgetall(k.task(cid))
                 want = {f: v.replace(t.task_id, cid) for f, v in t.raw_hash.items()}
                 problems = []
-                ordered = self.client.object("encoding", k.task(cid)) == "listpack"
-                if got != want or (ordered and list(got) != list(want)):
+                enc = (self.client.object("encoding", k.task(t.task_id)),
+                       self.client.object("encoding", k.task(cid)))
+                if got != want or (enc[1] == "listpack" and list(got) != list(want)):
                     problems.append(f"hash differs: {got} != {want}")
-                if self.client.lrange(k.history(cid), 0, -1) != t.raw_hist:
-                    problems.append("history differs")
                 zs = {key: self.client.zscore(key, cid) for key in self._zsets()}
                 if {key: s for key, s in zs.items() if s is not None} != t.raw_zsets:
                     problems.append(f"indexes differ: {zs} != {t.raw_zsets}")
-                sizes = []
-                for key, ckey in ((k.task(t.task_id), k.task(cid)),
-                                  (k.history(t.task_id), k.history(cid))):
-                    enc = self.client.object("encoding", key), self.client.object("encoding", ckey)
-                    if enc[0] != enc[1]:
-                        problems.append(f"encoding differs: {enc}")
-                    a = self.client.memory_usage(key, samples=0)
-                    b = self.client.memory_usage(ckey, samples=0)
-                    if a != b:
-                        problems.append(f"MEMORY USAGE differs for {key}: {a} != {b}")
-                    sizes.append(f"{enc[0]} {a} B")
+                if enc[0] != enc[1]:
+                    problems.append(f"encoding differs: {enc}")
+                size = (self.client.memory_usage(k.task(t.task_id), samples=0),
+                        self.client.memory_usage(k.task(cid), samples=0))
+                if size[0] != size[1]:
+                    problems.append(f"MEMORY USAGE differs: {size[0]} != {size[1]}")
                 ttl = self.client.ttl(k.task(t.task_id)), self.client.ttl(k.task(cid))
                 if abs(ttl[0] - ttl[1]) > 2:
                     problems.append(f"TTL differs: {ttl}")
                 if problems:
                     raise RuntimeError(f"loader fidelity check failed for the {kind} {name} "
                                        "template:\n  " + "\n  ".join(problems))
-                lines.append(f"{kind:<9} {name:<20} hash {sizes[0]}, history {sizes[1]}, "
-                             f"{len(t.hist)} history entries, {len(t.zsets)} index entries, "
-                             f"TTL {'none' if ttl[0] < 0 else f'{ttl[0]} s'}: identical")
+                expected = {"completed": "listpack", "running": "hashtable"}[kind]
+                note = "" if enc[0] == expected else f" (expected {expected})"
+                lines.append(
+                    f"{kind:<9} {name:<20} hash {enc[0]}{note} {size[0]} B, {len(t.raw_hash)} "
+                    f"fields, {len(t.history)} history entries, {len(t.zsets)} index entries, "
+                    f"TTL {'none' if ttl[0] < 0 else f'{ttl[0]} s'}: identical")
+                lines.append(f"{'':<10}fields: {' '.join(t.raw_hash)}")
+                lines.append(f"{'':<10}history: {'  '.join(t.history)}")
             finally:
-                self.client.delete(k.task(cid), k.history(cid))
+                self.client.delete(k.task(cid))
                 for key in self._zsets():
                     self.client.zrem(key, cid)
         return lines
@@ -547,27 +561,25 @@ class Bench:
             pipe.memory_usage(key, samples=0)
         return {key: int(n or 0) for key, n in zip(keys, pipe.execute(), strict=True)}
 
-    def sample_sizes(self, ids: list[str], n: int = 200) -> tuple[float, float, dict[str, int]]:
+    def sample_sizes(self, ids: list[str], n: int = 200) -> tuple[float, dict[str, int]]:
         k = self.keys
         sample = random.sample(ids, min(n, len(ids)))
         pipe = self.client.pipeline(transaction=False)
         for task_id in sample:
             pipe.memory_usage(k.task(task_id), samples=0)
-            pipe.memory_usage(k.history(task_id), samples=0)
             pipe.object("encoding", k.task(task_id))
         out = pipe.execute()
-        hashes, hists, encs = out[0::3], out[1::3], out[2::3]
         enc: dict[str, int] = {}
-        for e in encs:
+        for e in out[1::2]:
             enc[e] = enc.get(e, 0) + 1
-        return statistics.mean(hashes), statistics.mean(hists), enc
+        return statistics.mean(out[0::2]), enc
 
     def load_phase(self, kind: str, count: int) -> dict[str, Any]:
         before_mem, before_idx = self.used_memory(), self.index_sizes()
         with self.load.span():
             seconds, ids = self.load_records(kind, count)
         after_mem, after_idx = self.used_memory(), self.index_sizes()
-        hash_b, hist_b, enc = self.sample_sizes(ids)
+        hash_b, enc = self.sample_sizes(ids)
         idx: dict[str, float] = {}
         for key in after_idx:
             short = key.rsplit("}:", 1)[1]
@@ -580,45 +592,20 @@ class Bench:
         return {
             "records": count, "seconds": seconds, "records_per_s": count / seconds,
             "used_memory_delta": after_mem - before_mem, "bytes_per_record": per,
-            "hash_bytes": hash_b, "history_bytes": hist_b, "hash_encodings": enc,
+            "hash_bytes": hash_b, "hash_encodings": enc,
             "index_bytes": indexes, "index_bytes_by_key": idx,
-            "other_bytes": per - hash_b - hist_b - indexes,
+            "other_bytes": per - hash_b - indexes,
         }
 
-    def listpack_alternative(self) -> dict[str, int]:
-        """The completed template's final fields written in one HSET (never held ``msg``)."""
-        out = {}
-        for name in (FETCH, BATCH):
-            t = self.templates["completed", name]
-            key = self.keys.task(f"listpack-probe-{name}")
-            self.client.hset(key, mapping=t.raw_hash)
-            out[name] = int(self.client.memory_usage(key, samples=0) or 0)
-            out[name + ":encoding"] = self.client.object("encoding", key)
-            out[name + ":actual"] = int(self.client.memory_usage(
-                self.keys.task(t.task_id), samples=0) or 0)
-            self.client.delete(key)
-        return out
-
-    def what_if(self, n: int) -> dict[str, float]:
-        """Memory per completed record if jobbers stored it differently (suggestions).
+    def what_if(self, n: int) -> dict[str, dict[str, Any]]:
+        """Memory per completed record with fewer indexes (suggestions), and with a longer
+        worker hostname (an EC2-style one: the started history entry then exceeds
+        ``hash-max-listpack-value``, 64 B, and the hash is no longer a listpack).
 
         Each variant loads ``n`` completed records into its own database of the server."""
         import copy
 
         import redis
-
-        def listpack(t: Template) -> None:
-            # the hash never holds msg (or is rewritten without it): it stays a listpack
-            t.fields = [f for f in t.fields if f[0] not in t.transient]
-            t.transient = []
-
-        def history_in_hash(t: Template) -> None:
-            # one short field per transition: "<to>|<at>|<attempt>[|<reason>]" (< 64 B)
-            for i, (text, mark) in enumerate(t.hist):
-                e = json.loads(text.replace("<<T>>", "0"))
-                value = f"{e[1]}|<<T>>|{e[3]}" + (f"|{e[5]}" if e[5] else "")
-                t.fields.append([f"h{i}", value, mark, 0])
-            t.hist = []
 
         def without(*names: str) -> Callable[[Template], None]:
             def drop(t: Template) -> None:
@@ -627,17 +614,17 @@ class Bench:
                                       for nm in names)]
             return drop
 
-        variants: list[tuple[str, list[Callable[[Template], None]]]] = [
-            ("as written", []),
-            ("hash kept a listpack", [listpack]),
-            ("  + history as hash fields (no list key)", [listpack, history_in_hash]),
-            ("  + no all index", [listpack, history_in_hash, without("all")]),
-            ("  + no all, no queue index", [listpack, history_in_hash,
-                                            without("all", "queue:")]),
+        ec2 = [LiveWorker(f"celery@ip-172-31-{i}-{100 + i}.eu-west-1.compute.internal",
+                          w.wid) for i, w in enumerate(self.workers, start=10)]
+        variants: list[tuple[str, list[Callable[[Template], None]], list[LiveWorker] | None]] = [
+            ("as written", [], None),
+            ("no {jobbers}:all index", [without("all")], None),
+            ("no all and no name:* index (state index only)", [without("all", "name:")], None),
+            (f"worker hostname of {len(ec2[0].hostname)} chars (EC2 style)", [], ec2),
         ]
         out = {}
         base_url = self.srv.url.rsplit("/", 1)[0]
-        for db, (label, changes) in enumerate(variants, start=1):
+        for db, (label, changes, workers) in enumerate(variants, start=1):
             client = redis.Redis.from_url(f"{base_url}/{db}", decode_responses=True)
             templates = {}
             for key, t in self.templates.items():
@@ -646,9 +633,13 @@ class Bench:
                     change(t2)
                 templates[key] = t2
             before = self.used_memory()
-            self.load_records("completed", n, templates=templates,
-                              loader=client.register_script(LOADER))
-            out[label] = (self.used_memory() - before) / n
+            _, ids = self.load_records("completed", n, templates=templates, workers=workers,
+                                       loader=client.register_script(LOADER))
+            per = (self.used_memory() - before) / n
+            sample = ids[:: max(1, n // 50)]
+            encodings = {client.object("encoding", self.keys.task(i)) for i in sample}
+            out[label] = {"bytes_per_record": per, "hash_encoding": "/".join(sorted(encodings)),
+                          "worker": (workers or self.workers)[0].hostname}
             client.flushdb()
             client.close()
         return out
@@ -660,6 +651,7 @@ class Bench:
 
         cleaner = Cleaner(self.jobbers)
         parts: dict[str, float] = {}
+        calls: dict[str, list[float]] = {}
 
         def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(fn)
@@ -668,7 +660,9 @@ class Bench:
                 try:
                     return fn(*a, **kw)
                 finally:
-                    parts[label] = parts.get(label, 0.0) + (time.perf_counter() - t0) * 1000
+                    ms = (time.perf_counter() - t0) * 1000
+                    parts[label] = parts.get(label, 0.0) + ms
+                    calls.setdefault(label, []).append(ms)
             return wrapper
 
         store = self.store
@@ -702,7 +696,8 @@ class Bench:
             "stalled": report.stalled, "recovered": len(report.recovered),
             "dead_lettered": len(report.dead_lettered), "kept": report.kept,
             "resumed_at": report.resumed_at.isoformat() if report.resumed_at else None,
-            "parts_ms": parts, "round_trips": rts, "redis_cpu_ms": redis_cpu * 1000,
+            "parts_ms": parts, "stall_calls": len(calls.get("stall", [])),
+            "stall_call_max_ms": max(calls.get("stall", [0.0])), "round_trips": rts, "redis_cpu_ms": redis_cpu * 1000,
             "script_usec": sum(u for _, u in evalsha.values()),
         }
 
@@ -791,6 +786,14 @@ class Bench:
         print(f"private redis-server on port {self.srv.port} (pid {self.srv.proc.pid}); "
               f"{args.records:,} records, {args.running:,} running on {args.workers} live "
               f"workers, {args.stalled:,} stalled; {os.cpu_count()} CPUs", flush=True)
+        res["code"] = code = code_version()
+        print(f"jobbers_celery at {code}")
+        from jobbers_celery.sinks import DeadLetterDispatcher
+
+        # the cleaner writes a pass's dead letters in one batch when the dispatcher can
+        res["dead_letters_batched"] = hasattr(DeadLetterDispatcher, "send_many")
+        print("dead letters of a pass written "
+              + ("in one batch (send_many)" if res["dead_letters_batched"] else "one by one"))
         # A deployment that has been up for a day with no outage: the clock's last gap ended
         # a day ago and the live workers keep ticking (see Ticker).
         now = self.now_ms()
@@ -811,7 +814,6 @@ class Bench:
         res["running"] = r = self.load_phase("running", args.running)
         print(f"  {r['seconds']:.1f} s ({r['records_per_s']:,.0f} records/s), "
               f"{r['bytes_per_record']:.0f} B/record", flush=True)
-        res["listpack_alternative"] = self.listpack_alternative()
         res["counts"] = {s.value: n for s, n in self.store.counts().items() if n}
         res["dbsize"] = self.client.dbsize()
         print(f"  state counts {res['counts']}, {res['dbsize']:,} keys", flush=True)
@@ -853,23 +855,20 @@ def print_report(res: dict[str, Any], args: argparse.Namespace) -> bool:
     print(f"  load   completed {c['seconds']:6.1f} s ({c['records_per_s']:>9,.0f}/s)   "
           f"running {r['seconds']:6.1f} s ({r['records_per_s']:>9,.0f}/s)")
     print("  memory per record (INFO used_memory delta / records; parts from MEMORY USAGE):")
-    print(f"    {'':<12}{'total':>8}{'hash':>8}{'history':>9}{'indexes':>9}{'other':>8}"
-          f"   hash encoding; index bytes by key")
+    print(f"    {'':<12}{'total':>8}{'hash':>8}{'indexes':>9}{'other':>8}"
+          f"   hash encoding (of 200 sampled); index bytes by key")
     for label, m in (("completed", c), ("running", r)):
         idx = ", ".join(f"{key} {v:.0f}" for key, v in sorted(m["index_bytes_by_key"].items()))
         print(f"    {label:<12}{m['bytes_per_record']:8.0f}{m['hash_bytes']:8.0f}"
-              f"{m['history_bytes']:9.0f}{m['index_bytes']:9.0f}{m['other_bytes']:8.0f}   "
+              f"{m['index_bytes']:9.0f}{m['other_bytes']:8.0f}   "
               f"{m['hash_encodings']}; {idx}")
-    lp = res["listpack_alternative"]
-    print(f"    a completed hash as written ({lp[FETCH + ':actual']} / {lp[BATCH + ':actual']} B"
-          f" for {FETCH} / {BATCH}) vs the same fields written once as a "
-          f"{lp[FETCH + ':encoding']} ({lp[FETCH]} / {lp[BATCH]} B)")
-    print("  other = per-key overhead MEMORY USAGE leaves out: expires entries (2 per "
-          "completed record), keyspace hash-table buckets")
+    print("  other = what MEMORY USAGE leaves out: the expires entry (completed records), "
+          "keyspace hash-table buckets, allocator rounding")
     if res.get("what_if"):
         print("  what-if, memory per completed record (each variant loaded on its own):")
         for label, v in res["what_if"].items():
-            print(f"    {label:<44}{v:8.0f} B")
+            print(f"    {label:<48}{v['bytes_per_record']:8.0f} B   hash {v['hash_encoding']}, "
+                  f"worker {v['worker']}")
     ok_mem = c["bytes_per_record"] < TARGET_COMPLETED_BYTES
     ok_none = none["median"] < TARGET_NONE_MS
     print()
@@ -879,7 +878,7 @@ def print_report(res: dict[str, Any], args: argparse.Namespace) -> bool:
     print(f"  pass, {args.stalled:,} stalled ({args.reps} passes each; wall time of "
           "Cleaner.run(), then the median of its parts):")
     print(f"    {'variant':<16}{'median':>9}{'max':>9}  {'scan':>6}{'wtasks':>7}{'fields':>7}"
-          f"{'stall':>7}{'publish':>8}{'DLQ':>7}{'record':>7}  {'RTs':>5}"
+          f"{'stall':>7}{'calls':>6}{'max':>6}{'publish':>8}{'DLQ':>7}{'record':>7}  {'RTs':>5}"
           f"{'Lua ms':>7}{'redis CPU':>10}")
     ok_stalled = True
     for label, v in res["stalled"].items():
@@ -892,6 +891,8 @@ def print_report(res: dict[str, Any], args: argparse.Namespace) -> bool:
 
         print(f"    {label:<16}{w['median']:9.1f}{w['max']:9.1f}  {med('scan'):6.1f}"
               f"{med('worker_tasks'):7.1f}{med('fields'):7.1f}{med('stall'):7.1f}"
+              f"{statistics.median(p['stall_calls'] for p in parts):6.0f}"
+              f"{statistics.median(p['stall_call_max_ms'] for p in parts):6.1f}"
               f"{med('publish'):8.1f}{med('dead_letter'):7.1f}{med('record_pass'):7.1f}  "
               f"{statistics.median(p['round_trips'] for p in parts):5.0f}"
               f"{statistics.median(p['script_usec'] for p in parts) / 1000:7.1f}"
@@ -918,7 +919,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="of which started (default 100,000)")
     ap.add_argument("--stalled", type=int, default=1000,
                     help="stalled tasks per measured pass (default 1,000; a pass judges at "
-                         "most 1,000 of each kind)")
+                         "most PASS_LIMIT = 1,000 in all)")
     ap.add_argument("--workers", type=int, default=20, help="live worker incarnations (20)")
     ap.add_argument("--passes", type=int, default=20, help="passes with none stalled (20)")
     ap.add_argument("--reps", type=int, default=5,
@@ -930,7 +931,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="smoke test: 100,000 records, 10,000 running, 1,000 stalled, "
                          "10 passes, 2 per variant")
     ap.add_argument("--what-if", type=int, default=0, metavar="N",
-                    help="also measure memory per completed record for storage variants "
+                    help="also measure memory per completed record without the all index, "
+                         "without all and name:*, and with a 50-character worker hostname "
                          "(N records each, own database; e.g. 100000)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--redis-server", default="redis-server", help="redis-server binary")
