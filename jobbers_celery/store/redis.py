@@ -529,13 +529,13 @@ class RedisStore:
         out = []
         previous = TaskState.UNSUBMITTED
         base = _int(raw.get("sub_at"))
-        last_worker = ""
+        current = raw.get("worker") or ""
         for n in range(1, _int(raw.get("hn")) + 1):
             entry = raw.get(f"h{n}")
             if entry is None:
                 continue
             to, delta, attempt, worker, reason = entry.split("|", 4)
-            worker = last_worker if worker == "=" else worker
+            worker = current if worker == "*" else worker
             state = TaskState(to)
             out.append(
                 Transition(
@@ -548,7 +548,7 @@ class RedisStore:
                     reason=reason or None,
                 )
             )
-            previous, last_worker = state, worker
+            previous = state
         return out
 
     def counts(self) -> dict[TaskState, int]:

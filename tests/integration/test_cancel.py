@@ -190,7 +190,8 @@ def test_terminate_interrupts_a_prefork_task_that_never_heartbeats(proj, worker_
           f"in {took:.2f}s; reason {jobbers.history(result.id)[-1].reason!r}")
     # Not before the grace period; then within a liveness refresh (0.6 s here) or so.
     assert 0.9 <= took < 6
-    assert "interrupted proj.silent" in worker.log
+    wait_for(lambda: "interrupted proj.silent" in worker.log, timeout=5,
+             message="the worker to log the interruption")
     # recorded by the task on its way out (SystemExit at its failure step, which honours
     # the request), or else by the worker's task_revoked handler
     assert jobbers.history(result.id)[-1].reason in (

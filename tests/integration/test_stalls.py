@@ -218,7 +218,7 @@ def test_killed_worker_task_is_stalled_and_resumed_once_on_another_worker(
     if (m := HB_REASON.match(stalled.reason or "")) is not None:
         assert task == "resumable", "silent has no max_heartbeat_interval"
         hb = iso_ms(m["hb"])
-        assert float(m["silent"]) > MAX_HB_S
+        assert float(m["silent"]) >= MAX_HB_S  # printed to 0.1 s
         assert m["worker"] == victim.name
     else:
         m = WORKER_REASON.match(stalled.reason or "")
@@ -227,7 +227,7 @@ def test_killed_worker_task_is_stalled_and_resumed_once_on_another_worker(
         assert m["wid"].startswith(f"{victim.name}:{victim.proc.pid}:")
         worker_seen = iso_ms(m["seen"])
         hb = iso_ms(m["hb"])
-        assert float(m["silent"]) > LOST_AFTER_S
+        assert float(m["silent"]) >= LOST_AFTER_S  # printed to 0.1 s
         # seen alive shortly before the kill: it refreshes every 0.6 s
         assert killed_ms - 2000 <= worker_seen <= killed_ms
     if task == "silent":

@@ -557,3 +557,35 @@ def test_a_step_with_a_result_write_cannot_create_the_record(make_store) -> None
     with pytest.raises(ValueError, match="cannot create"):
         store.step("x", S.SUBMITTED, create={"name": NAME}, name=NAME,
                    write_result=ResultWrite(key="k", value="v", expires=0))
+
+
+def test_history_workers_survive_a_start_by_another_worker(make_store) -> None:
+    # Entries say "*" for the record's current worker; a start elsewhere spells the old one
+    # out first, so every entry still names the worker it happened on.
+    store = make_store()
+    long_a = "celery@ip-172-31-10-110.eu-west-1.compute.internal"  # 50 characters
+    put_in_state(store, "t1", S.SUBMITTED)
+    assert store.step("t1", S.STARTED, start=True, worker=long_a).applied
+    assert store.step("t1", S.SCHEDULED, fence=1, worker=long_a, delay_ms=0).applied
+    assert store.step("t1", S.SUBMITTED, worker="scheduler@b").applied
+    assert store.step("t1", S.STARTED, start=True, worker="w@b").applied
+    assert store.step("t1", S.COMPLETED, fence=2, worker="w@b", delete=("msg",)).applied
+    assert [(t.to_state, t.worker) for t in store.history("t1")] == [
+        (S.SUBMITTED, None), (S.STARTED, long_a), (S.SCHEDULED, long_a),
+        (S.SUBMITTED, "scheduler@b"), (S.STARTED, "w@b"), (S.COMPLETED, "w@b"),
+    ]
+    assert store.get("t1").worker == "w@b"
+    raw = store.get_raw("t1")
+    assert raw["h6"].split("|")[3] == "*"  # the current worker is not repeated
+
+
+def test_completed_record_is_a_compact_hash_even_with_a_long_hostname(make_store) -> None:
+    store = make_store()
+    worker = "celery@ip-172-31-10-110.eu-west-1.compute.internal"
+    put_in_state(store, "t1", S.SUBMITTED)
+    store.client.hset(store.keys.task("t1"), "msg", "x" * 400)  # a payload makes it large
+    assert store.client.object("encoding", store.keys.task("t1")) == "hashtable"
+    assert store.step("t1", S.STARTED, start=True, worker=worker).applied
+    assert store.step("t1", S.COMPLETED, fence=1, worker=worker, delete=("msg",)).applied
+    assert store.client.object("encoding", store.keys.task("t1")) == "listpack"
+    assert [t.worker for t in store.history("t1")][1:] == [worker, worker]

@@ -81,7 +81,7 @@ local TERMINAL = {completed = true, failed = true, cancelled = true, stalled = t
 local function step(ctx, task, spec)
   local now = ctx.now
   local got = redis.call('HMGET', task, 'state', 'attempt', 'start_at', 'cancel', 'wid', 'hn',
-    'sub_at')
+    'sub_at', 'worker')
   local cur = got[1]
   local exists = cur ~= false
   if not exists then cur = 'unsubmitted' end
@@ -175,14 +175,26 @@ local function step(ctx, task, spec)
   end
 
   -- The history lives in the record, kept short so that a finished record stays a compact
-  -- listpack: h<n> = "<to>|<ms since sub_at>|<attempt>|<worker, or = for the previous
-  -- entry's>|<reason>"; the from state is the previous entry's to (unsubmitted for h1).
+  -- listpack (every value <= 64 bytes): h<n> = "<to>|<ms since sub_at>|<attempt>|<worker,
+  -- or * for the record's worker field>|<reason>"; the from state is the previous entry's to
+  -- (unsubmitted for h1). A start by another worker first spells out the old worker in the
+  -- entries that said *, so that * always means the current worker field.
   local n = (tonumber(got[6] or '0') or 0) + 1
   local worker = spec.worker or ''
-  if worker ~= '' and n > 1 then
-    local prev = redis.call('HGET', task, 'h' .. (n - 1)) or ''
-    if string.match(prev, '^[^|]*|[^|]*|[^|]*|([^|]*)|') == worker then worker = '=' end
+  local current = got[8]
+  if start and spec.worker then
+    if current and current ~= spec.worker then
+      for i = 1, n - 1 do
+        local e = redis.call('HGET', task, 'h' .. i)
+        local a, b, c, tok, r = string.match(e or '', '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+        if tok == '*' then
+          redis.call('HSET', task, 'h' .. i, a .. '|' .. b .. '|' .. c .. '|' .. current .. '|' .. r)
+        end
+      end
+    end
+    current = spec.worker
   end
+  if worker ~= '' and worker == current then worker = '*' end
   w[#w + 1] = 'h' .. n
   w[#w + 1] = to .. '|' .. (now - (tonumber(got[7] or '') or now)) .. '|' .. attempt .. '|'
     .. worker .. '|' .. (reason or '')
