@@ -29,6 +29,8 @@ log = logging.getLogger("jobbers.cleaner")
 
 #: Most index entries of each kind one pass judges; the rest wait for the next pass.
 PASS_LIMIT = 1000
+#: How long a pass republishes recovered tasks itself before handing the rest over.
+PUBLISH_BUDGET_S = 0.2
 #: Candidates judged per ``stall.lua`` call (~10-20 ms of Redis time each).
 STALL_CHUNK = 200
 #: A catch-up pass runs in a worker when the last pass is older than this many intervals.
@@ -132,9 +134,22 @@ class Cleaner:
         return report
 
     def _publish(self, recovered: list[dict[str, Any]]) -> list[str]:
-        done = []
+        """Republish the resubmitted tasks; returns their ids.
+
+        For at most ``PUBLISH_BUDGET_S``: what is left is handed to the in-worker schedulers
+        (its publish lease is made due, so every worker's next poll claims and publishes
+        some), which keeps a pass short however many tasks it recovers.
+        """
+        done: list[str] = []
         now_ms = self.jobbers.store.now_ms() if recovered else 0
-        for item in recovered:
+        deadline = time.monotonic() + PUBLISH_BUDGET_S
+        for n, item in enumerate(recovered):
+            if time.monotonic() > deadline:
+                rest = [i["id"] for i in recovered[n:]]
+                self.jobbers.store.release_publish_leases(rest)
+                log.info("cleaner: %d recovered task(s) left for the workers' schedulers to "
+                         "publish", len(rest))
+                break
             try:
                 data: Any = payload.loads(item["msg"]) if item["msg"] else {}
                 if data.get("unserializable") or not item["name"]:
@@ -147,7 +162,7 @@ class Cleaner:
                 log.exception("could not publish stalled task %s for recovery; the scheduler "
                               "publishes it again when its lease expires", item["id"])
         self.jobbers.store.confirm_published(done)
-        return done
+        return [item["id"] for item in recovered]
 
     def _dead_letter(self, dead: list[dict[str, Any]]) -> list[str]:
         """Build every dead letter of the pass, then send them together (one round trip

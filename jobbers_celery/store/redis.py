@@ -474,6 +474,11 @@ class RedisStore:
             for i in range(0, len(raw), 4)
         ]
 
+    def release_publish_leases(self, ids: Sequence[str]) -> None:
+        """Make claimed-but-unpublished tasks due for any scheduler to publish now."""
+        if ids:
+            self.client.zadd(self.keys.publishing, dict.fromkeys(ids, 0), xx=True)
+
     def confirm_published(self, ids: Iterable[str]) -> None:
         """Drop publish leases once the messages are with the broker."""
         ids = list(ids)
