@@ -56,6 +56,16 @@ def gaps(config: JobbersConfig) -> tuple[int, int]:
     return worker, max(worker, int(2.5 * config.cleaner_interval * 1000))
 
 
+def _snapshot(requests: Any) -> list[Any]:
+    """A copy of Celery's active-requests WeakSet, which the consumer changes meanwhile."""
+    for _ in range(10):
+        try:
+            return list(requests)
+        except RuntimeError:  # changed size during iteration: try again
+            continue
+    return []
+
+
 class Liveness:
     """The refresh thread of one worker's main process."""
 
@@ -76,7 +86,7 @@ class Liveness:
         config = self.jobbers.config
         running = {}
         leases = []
-        for request in list(state.active_requests):
+        for request in _snapshot(state.active_requests):
             task = getattr(request, "task", None)
             running[request.id] = request
             if isinstance(task, JobbersTask) and task.jobbers_options.max_concurrent:

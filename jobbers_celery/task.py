@@ -104,7 +104,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         One Redis round trip, throttled: a call less than ``HEARTBEAT_MIN_GAP_S`` (1 s, or
         a quarter of ``max_heartbeat_interval`` when that is shorter) after the last one
         sent is not sent; its progress and checkpoint are kept and go out with the next one
-        sent, or with the task's retry or failure. ``progress`` (JSON, at most 16 KiB) shows
+        sent, or with the task's completion, retry or failure. ``progress`` (JSON, at most 16 KiB) shows
         on the record; ``checkpoint`` (JSON, at most 64 KiB) is what ``self.checkpoint``
         holds in the next attempt. ``None`` leaves either unchanged.
 
