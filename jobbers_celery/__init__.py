@@ -22,6 +22,7 @@ from jobbers_celery.install import get_jobbers, install
 from jobbers_celery.jobbers import Jobbers, PurgeReport
 from jobbers_celery.options import DeadLetterPolicy, ShutdownPolicy, TaskOptions
 from jobbers_celery.records import DeadLetter, ErrorInfo, TaskRecord, Transition
+from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
 from jobbers_celery.states import TaskState
 from jobbers_celery.task import JobbersTask
@@ -54,6 +55,7 @@ __all__ = [
     "TaskState",
     "TaskTimeout",
     "Transition",
+    "WorkerShuttingDown",
     "__version__",
     "get_jobbers",
     "install",

@@ -14,6 +14,7 @@ from jobbers_celery.errors import ConfigurationError
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import OPTION_NAMES, validate_options
 from jobbers_celery.scheduler import SchedulerStep
+from jobbers_celery.shutdown import ShutdownStep
 
 __all__ = ["get_jobbers", "install"]
 
@@ -38,6 +39,7 @@ def install(app: Celery) -> Jobbers:
         signals.register(jobbers)
         signals.connect()
         app.steps["worker"].add(SchedulerStep)
+        app.steps["worker"].add(ShutdownStep)
         _add_cleaner(app, config)
         _validate_on_declaration(app)
         return jobbers

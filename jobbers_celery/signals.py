@@ -10,6 +10,7 @@ that changes a task's outcome is made here (those live in :class:`JobbersTask`).
 - ``task_revoked`` (main process; Celery's own revoke, or ``cancel(terminate=True)``
   interrupting a task): ``cancelled``.
 - ``worker_init`` (main process, before the pool forks): make the worker incarnation id.
+- ``worker_shutting_down`` (signal-handler context): set the draining flag (see shutdown).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import current_app, signals
 
-from jobbers_celery import lifecycle, liveness
+from jobbers_celery import lifecycle, liveness, shutdown
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_DEAD_LETTER, HEADER_TASK
 from jobbers_celery.states import TaskState
@@ -209,3 +210,5 @@ def connect() -> None:
     signals.task_revoked.connect(on_task_revoked, weak=False,
                                  dispatch_uid="jobbers.task_revoked")
     signals.worker_init.connect(on_worker_init, weak=False, dispatch_uid="jobbers.worker_init")
+    signals.worker_shutting_down.connect(shutdown.on_worker_shutting_down, weak=False,
+                                         dispatch_uid="jobbers.worker_shutting_down")

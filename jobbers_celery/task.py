@@ -11,12 +11,12 @@ import logging
 import random
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from celery import Task
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
 
-from jobbers_celery import lifecycle, liveness, payload, results, softlimit
+from jobbers_celery import lifecycle, liveness, payload, results, shutdown, softlimit
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
 from jobbers_celery.errors import AttemptSuperseded, CheckpointTooLarge, TaskCancelled, TaskTimeout
 from jobbers_celery.options import (
@@ -26,6 +26,7 @@ from jobbers_celery.options import (
     TaskOptions,
     validate_options,
 )
+from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.states import TaskState
 
 __all__ = ["JobbersTask"]
@@ -108,8 +109,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         on the record; ``checkpoint`` (JSON, at most 64 KiB) is what ``self.checkpoint``
         holds in the next attempt. ``None`` leaves either unchanged.
 
-        Raises :class:`TaskCancelled` if the task was cancelled, and
-        :class:`AttemptSuperseded` if this attempt was declared stalled meanwhile. If Redis
+        Raises :class:`TaskCancelled` if the task was cancelled,
+        :class:`AttemptSuperseded` if this attempt was declared stalled meanwhile, and
+        :class:`~jobbers_celery.shutdown.WorkerShuttingDown` when the worker (threads or
+        solo pool) shuts down and ``on_shutdown`` is ``stop`` or ``resubmit``. If Redis
         cannot be reached the heartbeat is logged and kept for the next one; the task goes
         on. Call it from the task's own thread. Outside a worker (called directly, eager) it does
         nothing.
@@ -122,6 +125,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if not self._tracked():
             return
         req = self.request
+        if shutdown.draining() and self.jobbers_options.on_shutdown is not ShutdownPolicy.CONTINUE:
+            raise WorkerShuttingDown(
+                f"the worker is shutting down (on_shutdown={self.jobbers_options.on_shutdown})")
         pending: dict[str, str] = dict(getattr(req, _HB_PENDING, None) or {})
         if encoded_progress is not None:
             pending["progress"] = encoded_progress
@@ -191,6 +197,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             except TaskCancelled:
                 self._finish(S.CANCELLED, reason="cancellation honoured")
                 raise Ignore() from None
+            except (SystemExit, WorkerShuttingDown) as exc:
+                if getattr(self.request, _DONE, False):
+                    raise
+                self._interrupted(exc)  # the worker is shutting down, or interrupting it
             except BaseException as exc:
                 if getattr(self.request, _DONE, False):
                     raise
@@ -333,6 +343,48 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE:
             lifecycle.dead_letter(jobbers, task_id=str(req.id), name=self.name, reason="failed",
                                   result=res, raw=res.values, exc=exc, worker=self._worker())
+
+    def _interrupted(self, exc: BaseException) -> NoReturn:
+        """Apply ``on_shutdown`` to an attempt the worker interrupts (see :mod:`shutdown`).
+
+        ``SystemExit`` is how a prefork child is interrupted: a warm shutdown (``stop`` and
+        ``resubmit`` tasks), a cold one, SIGTERM to the whole process group, or
+        ``cancel(terminate=True)`` (then the pending cancellation wins). A ``continue`` task
+        interrupted anyway is resubmitted: nothing is lost.
+        """
+        req = self.request
+        setattr(req, _DONE, True)
+        policy = self.jobbers_options.on_shutdown
+        jobbers = _jobbers(self)
+        pending = self._pending_checkpoint()
+        why = "interrupted by its worker's shutdown"
+        if policy is ShutdownPolicy.STOP:
+            res = jobbers.store.step(
+                req.id, S.STALLED, sources=(S.STARTED,), fence=self.attempt,
+                worker=self._worker(), reason=f"{why} (on_shutdown=stop)",
+                set_fields={**pending, **lifecycle.error_fields(None, f"{why} (on_shutdown=stop)")},
+                ret=lifecycle.DEAD_LETTER_FIELDS, wid=liveness.worker_id(), name=self.name,
+                cancellable=True,
+            )
+            if (res.applied and res.state is S.STALLED
+                    and self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE):
+                lifecycle.dead_letter(jobbers, task_id=str(req.id), name=self.name,
+                                      reason="stalled", result=res, raw=res.values,
+                                      message=f"{why} (on_shutdown=stop)",
+                                      worker=self._worker())
+        else:
+            res = jobbers.store.step(
+                req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
+                worker=self._worker(), reason=f"{why} (on_shutdown={policy.value}): resubmitted",
+                set_fields=pending, wid=liveness.worker_id(), name=self.name, cancellable=True,
+            )
+            if res.applied and res.state is S.UNSUBMITTED:
+                # same id, same retry count: records unsubmitted -> submitted on publish
+                self.signature_from_request(req).apply_async()
+        if not res.applied:
+            log.info("%s[%s] interrupted; its record had moved on (%s)", self.name, req.id,
+                     res.previous)
+        raise Ignore()
 
     def _on_reject(self, exc: Reject) -> None:
         if getattr(exc, "requeue", False):

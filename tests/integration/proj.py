@@ -345,3 +345,35 @@ def purgeable(self: JobbersTask, key: str, seconds: float = 0.0, fail: bool = Fa
         raise self.retry(exc=Flaky("delayed retry"), countdown=delay)
     time.sleep(seconds)
     return n
+
+
+# ---------------------------------------------------------------------------------------
+# Tasks for the shutdown-policy tests: each logs "<attempt>:<pid>:<hostname>" when it
+# starts and "<attempt>:done" when it ends, heartbeating every ``step`` seconds.
+
+
+def _policy_body(task: JobbersTask, key: str, seconds: float, step: float) -> str:
+    r = _redis()
+    r.rpush(key, f"{task.attempt}:{os.getpid()}:{task.request.hostname}")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(step)
+        task.heartbeat(progress={"left": round(end - time.monotonic(), 1)})
+    r.rpush(key, f"{task.attempt}:done")
+    return "done"
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.on_stop", on_shutdown="stop",
+          dead_letter_policy="save")
+def on_stop(self: JobbersTask, key: str, seconds: float, step: float = 0.1) -> str:
+    return _policy_body(self, key, seconds, step)
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.on_resubmit", on_shutdown="resubmit")
+def on_resubmit(self: JobbersTask, key: str, seconds: float, step: float = 0.1) -> str:
+    return _policy_body(self, key, seconds, step)
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.on_continue", on_shutdown="continue")
+def on_continue(self: JobbersTask, key: str, seconds: float, step: float = 0.1) -> str:
+    return _policy_body(self, key, seconds, step)

@@ -1,0 +1,86 @@
+"""Per-task SIGTERM policies (``on_shutdown``): what a worker's shutdown does to each task.
+
+- ``stop``: the task is interrupted and ends ``stalled`` (reason: worker shutdown); it is
+  not run again (its message, if the broker redelivers it, finds the record stalled).
+- ``resubmit``: the task is interrupted and published again (same id, same retry count,
+  checkpoint kept): ``started -> unsubmitted -> submitted``. It runs again exactly once: a
+  redelivery of its old message and the new one race for the one ``submitted -> started``.
+- ``continue``: the worker finishes it before exiting; its heartbeats and the worker's
+  liveness keep flowing meanwhile, so the cleaner never calls it stalled.
+
+How, per pool:
+
+- prefork: on warm shutdown this step's ``close()`` runs in the main process before the
+  pool waits for its children, and interrupts the ``stop`` and ``resubmit`` tasks (SIGTERM
+  to their child, which raises ``SystemExit`` in the task). The task applies its policy as
+  it unwinds (``JobbersTask``). A task interrupted any other way (cold shutdown, SIGTERM to
+  the whole process group) unwinds the same way; a ``continue`` task interrupted by force
+  is resubmitted, so that nothing is lost.
+- threads, solo: a task cannot be interrupted. ``worker_shutting_down`` sets a flag in the
+  process, and the task's next ``heartbeat()`` raises :class:`WorkerShuttingDown` for
+  ``stop`` and ``resubmit``. A task that never heartbeats behaves as ``continue``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import bootsteps
+
+__all__ = ["ShutdownStep", "WorkerShuttingDown", "draining", "on_worker_shutting_down"]
+
+log = logging.getLogger("jobbers.shutdown")
+
+_draining = threading.Event()
+
+
+class WorkerShuttingDown(BaseException):
+    """Raised by ``heartbeat()`` in a ``stop`` or ``resubmit`` task while its worker shuts
+    down (threads and solo pools). A ``BaseException``: task code must not swallow it."""
+
+
+def draining() -> bool:
+    """Is this process's worker shutting down?"""
+    return _draining.is_set()
+
+
+def on_worker_shutting_down(**_: Any) -> None:
+    # runs in a signal handler: set a flag, nothing else
+    _draining.set()
+
+
+class ShutdownStep(bootsteps.StartStopStep):
+    """Interrupts the ``stop`` and ``resubmit`` tasks when a prefork worker shuts down."""
+
+    label = "jobbers shutdown policies"
+    requires = ("celery.worker.components:Pool",)
+
+    def close(self, parent: Any) -> None:
+        # blueprint.stop() calls close() on every step before any stop(): the pool has not
+        # started to wait for its children yet
+        from celery.worker import state
+
+        from jobbers_celery.options import ShutdownPolicy
+        from jobbers_celery.task import JobbersTask
+
+        _draining.set()
+        pool = getattr(parent, "pool", None)
+        if pool is None:
+            return
+        for request in list(state.active_requests):
+            task = getattr(request, "task", None)
+            if not isinstance(task, JobbersTask):
+                continue
+            if task.jobbers_options.on_shutdown is ShutdownPolicy.CONTINUE:
+                continue
+            try:
+                request.cancel(pool, emit_retry=False)
+                log.info("shutdown: interrupting %s[%s] (on_shutdown=%s)", request.name,
+                         request.id, task.jobbers_options.on_shutdown.value)
+            except NotImplementedError:
+                return  # threads/solo: the task stops at its next heartbeat instead
+            except Exception:
+                log.exception("shutdown: could not interrupt %s[%s]", request.name,
+                              request.id)
