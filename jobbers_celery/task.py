@@ -357,14 +357,16 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         policy = self.jobbers_options.on_shutdown
         jobbers = _jobbers(self)
         pending = self._pending_checkpoint()
-        why = "interrupted by its worker's shutdown"
+        why = ("the worker shut down" if isinstance(exc, WorkerShuttingDown)
+               else "interrupted by its worker (shutdown)")
+        cancelled = "cancellation honoured: interrupted by its worker"
         if policy is ShutdownPolicy.STOP:
             res = jobbers.store.step(
                 req.id, S.STALLED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason=f"{why} (on_shutdown=stop)",
                 set_fields={**pending, **lifecycle.error_fields(None, f"{why} (on_shutdown=stop)")},
                 ret=lifecycle.DEAD_LETTER_FIELDS, wid=liveness.worker_id(), name=self.name,
-                cancellable=True,
+                cancellable=True, cancel_reason=cancelled,
             )
             if (res.applied and res.state is S.STALLED
                     and self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE):
@@ -377,6 +379,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason=f"{why} (on_shutdown={policy.value}): resubmitted",
                 set_fields=pending, wid=liveness.worker_id(), name=self.name, cancellable=True,
+                cancel_reason=cancelled,
             )
             if res.applied and res.state is S.UNSUBMITTED:
                 # same id, same retry count: records unsubmitted -> submitted on publish

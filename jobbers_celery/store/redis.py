@@ -129,6 +129,7 @@ class RedisStore:
         lease_cap_ms: int = 60_000,
         defer_ms: int = 1000,
         cancellable: bool = False,
+        cancel_reason: str | None = None,
         delay_ms: int | None = None,
         lease_ms: int | None = None,
         worker: str | None = None,
@@ -183,6 +184,8 @@ class RedisStore:
         if cancellable:
             spec["cancellable"] = True
             targets.add(TaskState.CANCELLED)
+            if cancel_reason:
+                spec["cancel_reason"] = cancel_reason
         if delay_ms is not None:
             spec["delay_ms"] = int(delay_ms)
         if lease_ms is not None:

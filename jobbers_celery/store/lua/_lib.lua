@@ -16,6 +16,7 @@
 --   cap, lease_cap_ms, defer_ms   with start: max_concurrent; over the cap the task is
 --             deferred (to = scheduled after defer_ms) instead of started
 --   cancellable  if cancellation was requested, go to cancelled instead of spec.to
+--             (history reason: cancel_reason if given)
 --   delay_ms  to=scheduled: run_at = now + delay_ms (the scheduled index is scored by run_at)
 --   lease_ms  also enter the publishing set with deadline now + lease_ms
 --   ttl       seconds to keep the record if the step ends in a terminal state
@@ -106,7 +107,8 @@ local function step(ctx, task, spec)
   local delay_ms = spec.delay_ms
   if spec.cancellable and got[4] then
     to, start = 'cancelled', false
-    reason = 'cancellation requested' .. (reason and ('; ' .. reason) or '')
+    reason = spec.cancel_reason or
+      ('cancellation requested' .. (reason and ('; ' .. reason) or ''))
   elseif start and spec.cap then
     redis.call('ZREMRANGEBYSCORE', ctx.conc, '-inf', now)  -- leases of dead holders
     if not redis.call('ZSCORE', ctx.conc, spec.id)
