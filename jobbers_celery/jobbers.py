@@ -81,6 +81,8 @@ class Jobbers:
     def resubmit(self, task_ids: Iterable[str], reset_retry_count: bool = True) -> list[str]:
         """Send failed, stalled, dropped or cancelled tasks back to the broker (same id).
 
+        ``reset_retry_count`` also resets the count of automatic stall recoveries.
+
         Returns the ids actually resubmitted; others (unknown, running, completed, or
         already resubmitted by a concurrent caller) are skipped.
         """
@@ -92,6 +94,8 @@ class Jobbers:
                 task_id, TaskState.SUBMITTED, sources=RESUBMITTABLE, lease_ms=lease_ms,
                 reason="resubmitted" + (" (retry count reset)" if reset_retry_count else ""),
                 set_fields=fields, ret=("msg", "retries", "name"),
+                # a fresh start also gets its automatic stall recoveries back
+                delete=("stalls",) if reset_retry_count else (),
             )
             if not res.applied:
                 continue
