@@ -377,3 +377,41 @@ def on_resubmit(self: JobbersTask, key: str, seconds: float, step: float = 0.1) 
 @app.task(base=JobbersTask, bind=True, name="proj.on_continue", on_shutdown="continue")
 def on_continue(self: JobbersTask, key: str, seconds: float, step: float = 0.1) -> str:
     return _policy_body(self, key, seconds, step)
+
+
+# ---------------------------------------------------------------------------------------
+# For test_shutdown.py. PROJ_SOFT_SHUTDOWN sets worker_soft_shutdown_timeout (seconds; the
+# worker CLI has no option for it).
+
+if os.environ.get("PROJ_SOFT_SHUTDOWN"):
+    app.conf.worker_soft_shutdown_timeout = float(os.environ["PROJ_SOFT_SHUTDOWN"])
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.on_resubmit_ckpt", on_shutdown="resubmit")
+def on_resubmit_ckpt(self: JobbersTask, key: str, steps: int, step: float = 0.1) -> int:
+    """Logs like ``_policy_body``, and "<attempt>:<retries>:<checkpoint>" to ``key:resume``
+    when it starts; resumes after its checkpoint, checkpointing the steps done after each."""
+    r = _redis()
+    r.rpush(f"{key}:resume", f"{self.attempt}:{self.request.retries}:{self.checkpoint}")
+    r.rpush(key, f"{self.attempt}:{os.getpid()}:{self.request.hostname}")
+    for i in range(int(self.checkpoint or 0), steps):
+        time.sleep(step)
+        self.heartbeat(checkpoint=i + 1)
+    r.rpush(key, f"{self.attempt}:done")
+    return steps
+
+
+class SlowResubmit(JobbersTask):
+    """Waits PROJ_SLOW_PUBLISH seconds (default 2) before publishing a message with its own
+    task id (its resubmission): stands for a slow broker, so that a second signal reaches
+    the task while it applies its on_shutdown policy."""
+
+    def apply_async(self, args=None, kwargs=None, task_id=None, **options):  # type: ignore[no-untyped-def]
+        if task_id is not None and task_id == self.request.id:
+            time.sleep(float(os.environ.get("PROJ_SLOW_PUBLISH", "2")))
+        return super().apply_async(args, kwargs, task_id=task_id, **options)
+
+
+@app.task(base=SlowResubmit, bind=True, name="proj.on_resubmit_slow", on_shutdown="resubmit")
+def on_resubmit_slow(self: JobbersTask, key: str, seconds: float, step: float = 0.1) -> str:
+    return _policy_body(self, key, seconds, step)
