@@ -23,13 +23,21 @@ How, per pool:
 
 from __future__ import annotations
 
+import importlib
 import logging
+import signal
 import threading
 from typing import Any
 
 from celery import bootsteps
 
-__all__ = ["ShutdownStep", "WorkerShuttingDown", "draining", "on_worker_shutting_down"]
+__all__ = [
+    "ShutdownStep",
+    "WorkerShuttingDown",
+    "draining",
+    "on_worker_shutting_down",
+    "rearm_child_signals",
+]
 
 log = logging.getLogger("jobbers.shutdown")
 
@@ -49,6 +57,27 @@ def draining() -> bool:
 def on_worker_shutting_down(**_: Any) -> None:
     # runs in a signal handler: set a flag, nothing else
     _draining.set()
+
+
+def rearm_child_signals() -> None:
+    """Put billiard's terminate handler back in a prefork child that survived one.
+
+    billiard's handler resets the signal to its default action when it fires (a second one
+    means "exit now"). jobbers turns that ``SystemExit`` into a recorded policy and the child
+    goes on serving tasks, so the next interruption must raise ``SystemExit`` again rather
+    than kill the child before anything is recorded.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    common: Any = importlib.import_module("billiard.common")  # its stubs lack these names
+    fired = getattr(common, "_should_have_exited", [False])
+    if not fired[0]:
+        return  # billiard's handler did not fire in this process (not a prefork child)
+    for name in ("SIGTERM", "SIGQUIT", "SIGHUP"):
+        num = getattr(signal, name, None)
+        if num is not None and signal.getsignal(num) == signal.SIG_DFL:
+            signal.signal(num, common._shutdown_cleanup)
+    fired[0] = False
 
 
 class ShutdownStep(bootsteps.StartStopStep):

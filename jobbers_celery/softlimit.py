@@ -6,7 +6,9 @@ If that is inside a lifecycle step, nobody knows whether the step was applied: a
 stay ``submitted`` or ``started`` forever, or a retry be recorded and never published. So the
 signal is blocked while jobbers records, and allowed only around the task body; a limit that
 lands during the bookkeeping after the body is discarded (the outcome is already decided).
-Only the main thread is affected (prefork children and solo); elsewhere these are no-ops.
+The signals that interrupt a prefork child (SIGTERM, SIGQUIT, SIGHUP) are held back the same
+way, but never dropped: they land as soon as the bookkeeping is done. Only the main thread
+is affected (prefork children and solo); elsewhere these are no-ops.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from contextlib import contextmanager
 __all__ = ["allowed", "shielded"]
 
 _SIG = getattr(signal, "SIGUSR1", None)
+#: Signals that interrupt a prefork child (billiard raises SystemExit for them). Held back,
+#: never dropped, while jobbers records: a second SIGTERM in the middle of applying a
+#: shutdown policy would otherwise kill the child before the policy is recorded.
+_TERM = {getattr(signal, n) for n in ("SIGTERM", "SIGQUIT", "SIGHUP") if hasattr(signal, n)}
 
 
 def _main_thread() -> bool:
@@ -33,13 +39,13 @@ def shielded(drop: bool = True) -> Iterator[None]:
         yield
         return
     assert _SIG is not None
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {_SIG})
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {_SIG, *_TERM})
     try:
         yield
     finally:
         if drop and _SIG in signal.sigpending():
             signal.sigtimedwait({_SIG}, 0)
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a held-back SIGTERM lands now
 
 
 @contextmanager
@@ -49,8 +55,8 @@ def allowed() -> Iterator[None]:
         yield
         return
     assert _SIG is not None
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {_SIG})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {_SIG, *_TERM})
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {_SIG})
+        signal.pthread_sigmask(signal.SIG_BLOCK, {_SIG, *_TERM})

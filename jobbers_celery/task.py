@@ -182,6 +182,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             return self.run(*args, **kwargs)
         # The soft time limit may interrupt the task body only, never a lifecycle step.
         with softlimit.shielded():
+            if shutdown.draining() and self.jobbers_options.on_shutdown is not \
+                    ShutdownPolicy.CONTINUE:
+                self._hand_back()
             self._start()
             try:
                 with softlimit.allowed():
@@ -344,6 +347,18 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             lifecycle.dead_letter(jobbers, task_id=str(req.id), name=self.name, reason="failed",
                                   result=res, raw=res.values, exc=exc, worker=self._worker())
 
+    def _hand_back(self) -> NoReturn:
+        """A ``stop``/``resubmit`` task delivered to a worker that is shutting down (threads,
+        solo: the consumer reads on for a moment) does not start there: its message is
+        published again, unchanged, for another worker, and this delivery is dropped."""
+        req = self.request
+        jobbers = _jobbers(self)
+        with lifecycle.internal_publish(jobbers.store.now_ms()):
+            self.signature_from_request(req).apply_async()
+        log.info("not starting %s[%s]: this worker is shutting down; published it again",
+                 self.name, req.id)
+        raise Ignore()
+
     def _interrupted(self, exc: BaseException) -> NoReturn:
         """Apply ``on_shutdown`` to an attempt the worker interrupts (see :mod:`shutdown`).
 
@@ -354,6 +369,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         """
         req = self.request
         setattr(req, _DONE, True)
+        shutdown.rearm_child_signals()  # this child lives on: the next SIGTERM must work too
         policy = self.jobbers_options.on_shutdown
         jobbers = _jobbers(self)
         pending = self._pending_checkpoint()

@@ -15,7 +15,6 @@ nothing (queued or unacknowledged): no message is left that could run anything a
 ``proj.on_resubmit_ckpt`` also checkpoints (and logs the checkpoint and retry count each
 attempt starts with); ``proj.on_resubmit_slow`` takes ``PROJ_SLOW_PUBLISH`` seconds to
 publish its resubmission; ``PROJ_SOFT_SHUTDOWN`` sets ``worker_soft_shutdown_timeout``.
-Two strict xfails and one imperative xfail stand for known bugs (see their reasons).
 
 ``JOBBERS_SHUTDOWN_REPORT=1`` prints what each shutdown did and how long it took.
 """
@@ -372,10 +371,6 @@ def test_cooperative_pools_apply_the_policy_at_the_next_heartbeat(
     observe(pool, "sigterm", False, took, proj, r, after, jobs)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: on the threads pool the shutting-down worker's consumer still receives the "
-    "message the interrupted task republishes: attempt 2 starts on the same worker, is "
-    "interrupted at its first heartbeat and resubmitted again"))
 def test_threads_resubmit_runs_once_more_on_another_worker(proj, worker_factory, r):
     first = worker_factory(pool="threads", concurrency=2)
     job = submit(proj, "resubmit", 1.0)
@@ -452,10 +447,9 @@ def test_prefork_sigterm_to_the_process_group(proj, worker_factory, r, acks_late
            if after[job.id] in ("started", "unsubmitted")
            or (job is not stop and after[job.id] == "submitted" and not held[job.id])
            or (job is stop and not dead_letters(proj.jobbers, job.id))]
-    if hit:
-        # ShutdownStep.close() signalled a child again while it applied its policy: the
-        # race test_process_group_sigterm_during_a_slow_publish reproduces every time
-        pytest.xfail(f"known bug, a second SIGTERM while applying the policy: {hit}")
+    # a second SIGTERM (ShutdownStep.close()) while a child applies its policy is held back
+    # until the policy is recorded: nothing is left started or unsubmitted, nothing lost
+    assert not hit, hit
     assert_stalled(proj, r, stop, first)
     assert_resubmitted(proj, r, resubmit, first)
     assert_resubmitted(proj, r, cont, first)  # interrupted by force: resubmitted, not lost
@@ -472,11 +466,6 @@ def test_prefork_sigterm_to_the_process_group(proj, worker_factory, r, acks_late
     observe("prefork", "group", acks_late, took, proj, r, after, jobs)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: JobbersTask._interrupted is not shielded from a second SIGTERM; after SIGTERM to "
-    "the process group, ShutdownStep.close() signals the child again while it publishes "
-    "the resubmission: the record stays unsubmitted (or says submitted) and no message "
-    "exists: the task is lost"))
 def test_process_group_sigterm_during_a_slow_publish(proj, worker_factory, r):
     # proj.on_resubmit_slow takes 1.5 s to publish its resubmission (a slow broker): the
     # signal ShutdownStep.close() sends the child lands during that publish.
@@ -486,15 +475,10 @@ def test_process_group_sigterm_during_a_slow_publish(proj, worker_factory, r):
 
     shut(first, "group")
 
-    assert_resubmitted(proj, r, job, first, timeout=1)  # fails: the record is unsubmitted
+    assert_resubmitted(proj, r, job, first, timeout=1)
     assert broker(r) == Counter({job.id: 1})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: billiard's _shutdown_cleanup resets SIGTERM to SIG_DFL in a child before raising "
-    "SystemExit; JobbersTask._interrupted turns that into Ignore and the child lives on "
-    "unarmed, so ShutdownStep's SIGTERM later kills it outright: the policy is not applied "
-    "and the record stays started"))
 def test_prefork_policy_in_a_child_that_was_interrupted_before(proj, worker_factory, r):
     # One pool child: cancel(terminate=True) interrupts a first task in it (SystemExit, the
     # cancellation is honoured and the child stays in the pool), then it runs a resubmit
