@@ -27,13 +27,12 @@ from redis.retry import Retry
 
 from jobbers_celery import TaskState, cleaner, sinks
 from jobbers_celery.cleaner import CleanReport
-from jobbers_celery.config import JobbersConfig
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.liveness import gaps
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, RedisDeadLetterSink
 from jobbers_celery.store import RedisStore
 from tests.conftest import free_port, wait_for
+from tests.integration.test_stalls import ticking
 
 pytestmark = pytest.mark.redis
 
@@ -312,29 +311,6 @@ def test_send_many_with_the_sink_and_redis_down_keeps_entries_in_memory(make_sto
 
 
 # --------------------------------------------------------------------------- the cleaner
-
-
-@contextmanager
-def ticking(store: RedisStore, wid: str = "live:1:tick00", period: float = 0.3
-            ) -> Iterator[str]:
-    """A fake live worker refreshing its liveness entry (so the clock ticks and no pause
-    between passes looks like a Redis outage)."""
-    stop = threading.Event()
-    gap = gaps(JobbersConfig(redis_url="redis://unused", worker_lost_after=LOST_AFTER_S,
-                             cleaner_interval=1))
-
-    def loop() -> None:
-        while not stop.wait(period):
-            store.alive(wid, gap, [], int(LOST_AFTER_S * 1000))
-
-    store.alive(wid, gap, [], int(LOST_AFTER_S * 1000))
-    thread = threading.Thread(target=loop, name="test-ticker", daemon=True)
-    thread.start()
-    try:
-        yield wid
-    finally:
-        stop.set()
-        thread.join(10)
 
 
 def fabricate(store: RedisStore, ids: list[str], *, wid: str, hb_ms: int | None) -> None:
