@@ -168,6 +168,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         pending = getattr(self.request, _HB_PENDING, None)
         return dict(pending) if pending else {}
 
+    def _publish_lease_ms(self, jobbers: Any) -> int:
+        return int(jobbers.config.publish_lease * 1000)
+
     def _lease_ms(self, jobbers: Any) -> int:
         return int(jobbers.config.worker_lost_after * 1000)
 
@@ -395,11 +398,12 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason=f"{why} (on_shutdown={policy.value}): resubmitted",
                 set_fields=pending, wid=liveness.worker_id(), name=self.name, cancellable=True,
-                cancel_reason=cancelled,
+                cancel_reason=cancelled, lease_ms=self._publish_lease_ms(jobbers),
             )
             if res.applied and res.state is S.UNSUBMITTED:
                 # same id, same retry count: records unsubmitted -> submitted on publish
                 self.signature_from_request(req).apply_async()
+                jobbers.store.confirm_published([req.id])
         if not res.applied:
             log.info("%s[%s] interrupted; its record had moved on (%s)", self.name, req.id,
                      res.previous)
@@ -472,13 +476,23 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             )
             when: Any = datetime.now(UTC) + timedelta(seconds=delay)
         else:
+            fields = {**err, "retries": str(n)}
+            try:
+                data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
+                fields["msg"] = payload.dumps(data)
+            except TypeError:
+                pass  # not JSON: the record keeps the payload it had
+            # the publish lease: should this process die before publishing, a scheduler
+            # publishes the recorded payload once the lease expires
             res = store.step(
                 req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
-                worker=self._worker(), reason=reason, set_fields=err,
+                worker=self._worker(), reason=reason, set_fields=fields,
                 wid=liveness.worker_id(), name=self.name, cancellable=True,
+                lease_ms=self._publish_lease_ms(_jobbers(self)),
             )
             if res.applied and res.state is S.UNSUBMITTED:
                 sig.apply_async()  # records unsubmitted -> submitted on publish
+                store.confirm_published([req.id])
             when = None
         if not res.applied:
             log.warning("retry of %s[%s] attempt %s not recorded: the task is %s",

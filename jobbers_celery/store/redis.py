@@ -461,7 +461,8 @@ class RedisStore:
         """Atomically take due tasks (scheduled -> submitted) for this caller to publish."""
         if not ids:
             return []
-        keys, states = self._shared_keys((TaskState.SCHEDULED, TaskState.SUBMITTED))
+        keys, states = self._shared_keys(
+            (TaskState.UNSUBMITTED, TaskState.SCHEDULED, TaskState.SUBMITTED))
         for task_id in ids:
             keys.append(self.keys.task(task_id))
         spec = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import types
 
 import pytest
@@ -37,3 +38,30 @@ def test_housekeeping_prunes_more_than_one_batch_and_only_once_at_a_time(redis_u
     for index in (keys.all_tasks, keys.name_index("hk.task"), keys.state_index(S.COMPLETED)):
         assert store.client.zcard(index) == 0
     assert store.client.exists(keys.task("t0"), keys.task("t1199")) == 0
+
+
+def test_an_unsubmitted_record_whose_publisher_died_is_published_by_a_scheduler(
+        proj) -> None:
+    # An immediate retry or a shutdown resubmit records started -> unsubmitted with a
+    # publish lease, then publishes; if its process dies in between, a scheduler publishes
+    # the recorded payload once the lease has expired: the task is not lost.
+    jobbers = proj.jobbers
+    store = jobbers.store
+    msg = json.dumps({"args": [2, 3], "kwargs": {}, "options": {}})
+    store.step("orphan", S.SUBMITTED, sources=(S.UNSUBMITTED,), create={"name": "proj.add"},
+               set_fields={"msg": msg}, name="proj.add")
+    assert store.step("orphan", S.STARTED, start=True, worker="w@x").applied
+    res = store.step("orphan", S.UNSUBMITTED, fence=1, worker="w@x", reason="retry 1 of 3",
+                     set_fields={"retries": "1"}, lease_ms=1)
+    assert res.applied  # ... and the process dies here, before publishing
+    done = res.now_ms
+    wait_for(lambda: store.now_ms() > done + 2, timeout=5, interval=0.001,
+             message="the 1 ms lease to expire")
+    published, _ = Scheduler(jobbers, "sched@x").run_once()
+    assert published == 1
+    assert store.get("orphan").state == S.SUBMITTED
+    assert store.history("orphan")[-1].reason == "published by a scheduler: its publisher did not"
+    [message] = store.client.lrange("celery", 0, -1)
+    assert json.loads(message)["headers"]["id"] == "orphan"
+    assert json.loads(message)["headers"]["retries"] == 1
+    assert store.client.zscore(store.keys.publishing, "orphan") is None

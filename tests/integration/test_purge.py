@@ -72,6 +72,8 @@ def test_purge_by_name(proj, worker_factory):
     other_key = unique("purge-other")
     pending = proj.purgeable.apply_async((key,), queue="purgeq")
     other_pending = proj.record_run.apply_async((other_key,), queue="purgeq")
+    # "started" is recorded just before the body logs its run: wait for the log
+    wait_for(lambda: client.llen(key) == 4, timeout=10, message="the four bodies to run")
     ran_before = set(client.lrange(key, 0, -1))
     assert ran_before == {done.id, failed.id, scheduled.id, running.id}
 

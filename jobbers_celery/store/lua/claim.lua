@@ -1,5 +1,7 @@
 -- claim.lua: atomically claim due scheduled tasks (scheduled -> submitted, with a publish
 -- lease) and publishes whose lease expired, so that concurrent schedulers never both get one.
+-- An expired lease on an unsubmitted record is an immediate retry or a shutdown resubmit
+-- whose publisher died between its step and its publish: it is submitted and published here.
 -- KEYS: shared layout, then the task hash of each id in ARGV[2].ids
 -- ARGV[1] states order, ARGV[2] JSON {ids, lease_ms, worker, from}
 -- Returns a flat list of {id, msg, retries, name} for every id this caller must publish.
@@ -28,6 +30,13 @@ for i, id in ipairs(req.ids) do
         out[#out + 1] = redis.call('HGET', task, 'msg') or ''
         out[#out + 1] = redis.call('HGET', task, 'retries') or '0'
         out[#out + 1] = redis.call('HGET', task, 'name') or ''
+      elseif state == 'unsubmitted' then
+        local r = step(ctx, task, {id = id, to = 'submitted', from = {'unsubmitted'},
+          lease_ms = req.lease_ms, worker = req.worker,
+          reason = 'published by a scheduler: its publisher did not', ret = {'msg', 'retries', 'name'}})
+        if r[1] == 1 then
+          out[#out + 1] = id; out[#out + 1] = r[6]; out[#out + 1] = r[7]; out[#out + 1] = r[8]
+        end
       else
         redis.call('ZREM', ctx.publishing, id)
       end
