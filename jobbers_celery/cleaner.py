@@ -86,7 +86,7 @@ class Cleaner:
         store, config = self.jobbers.store, self.jobbers.config
         started = time.perf_counter()
         lost_ms = int(config.worker_lost_after * 1000)
-        scan = store.scan(liveness.gaps(config), lost_ms, PASS_LIMIT)
+        scan = store.cleaner_due(liveness.gaps(config), lost_ms, PASS_LIMIT)
         items: list[tuple[str, str, str, str]] = []
         candidates: list[tuple[str, str, str]] = [(i, "hb", "") for i in scan["hb"]]
         dead: list[str] = scan["dead"]

@@ -71,7 +71,7 @@ class RedisStore:
         self._scripts = {
             name: client.register_script(_script_source(name))
             for name in ("transition", "complete", "claim", "prune", "heartbeat", "cancel",
-                         "alive", "scan", "stall")
+                         "alive", "cleaner_due", "stall")
         }
         self._transition = FastScript(client, self._scripts["transition"])
         self._complete = FastScript(client, self._scripts["complete"])
@@ -322,10 +322,10 @@ class RedisStore:
         return [str(x) for x in raw[1:]]
 
     # ------------------------------------------------------------------ cleaner
-    def scan(self, gaps: tuple[int, int], lost_ms: int, limit: int) -> dict[str, Any]:
-        """Ids and incarnations one cleaner pass must judge (see scan.lua)."""
+    def cleaner_due(self, gaps: tuple[int, int], lost_ms: int, limit: int) -> dict[str, Any]:
+        """Ids and incarnations one cleaner pass must judge (see cleaner_due.lua; index ranges only, never a keyspace scan)."""
         k = self.keys
-        raw = self._scripts["scan"](
+        raw = self._scripts["cleaner_due"](
             keys=[k.clock, k.heartbeat_due, k.workers, k.cancelling],
             args=[_json({"gap_ms": gaps[0], "cgap_ms": gaps[1], "lost_ms": int(lost_ms),
                          "limit": limit})],

@@ -1,4 +1,4 @@
--- scan.lua: what one cleaner pass must look at, by the Redis clock; also ticks the clock.
+-- cleaner_due.lua: what one cleaner pass must look at, by the Redis clock; also ticks the clock.
 -- Index-driven: O(log N + k) for k due entries.
 -- KEYS[1] clock hash  KEYS[2] heartbeat-deadline index  KEYS[3] workers set
 -- KEYS[4] cancelling set
