@@ -13,7 +13,7 @@ from kombu.utils.imports import symbol_by_name
 from jobbers_celery import lifecycle, payload
 from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
-from jobbers_celery.records import TaskRecord, Transition
+from jobbers_celery.records import DeadLetter, TaskRecord, Transition
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink
 from jobbers_celery.states import RESUBMITTABLE, TaskState
 from jobbers_celery.store import RedisStore
@@ -86,14 +86,14 @@ class Jobbers:
         Returns the ids actually resubmitted; others (unknown, running, completed, or
         already resubmitted by a concurrent caller) are skipped.
         """
-        done: list[str] = []
+        published: list[str] = []
         lease_ms = int(self.config.publish_lease * 1000)
         for task_id in dict.fromkeys(task_ids):
-            fields = {"retries": "0"} if reset_retry_count else {}
             res = self.store.step(
                 task_id, TaskState.SUBMITTED, sources=RESUBMITTABLE, lease_ms=lease_ms,
-                reason="resubmitted" + (" (retry count reset)" if reset_retry_count else ""),
-                set_fields=fields, ret=("msg", "retries", "name"),
+                reason=_resubmit_reason(reset_retry_count),
+                set_fields={"retries": "0"} if reset_retry_count else {},
+                ret=("msg", "retries", "name", "ver", "dlq"),
                 # a fresh start also gets its automatic stall recoveries back
                 delete=("stalls",) if reset_retry_count else (),
             )
@@ -103,20 +103,82 @@ class Jobbers:
             if data.get("unserializable") or not res.values.get("name"):
                 log.error("task %s cannot be republished: no JSON payload was recorded", task_id)
                 continue
-            headers = dict(data.get("options", {}).get("headers") or {})
-            headers.pop(payload.HEADER_ENQUEUED_AT, None)
-            data = {**data, "options": {**data.get("options", {}), "headers": headers}}
-            try:
-                with lifecycle.internal_publish(res.now_ms):
-                    payload.republish(self.app, res.values["name"], task_id, data,
-                                      int(res.values.get("retries") or 0))
-            except Exception:
-                log.exception("publishing resubmitted task %s failed; the scheduler will "
-                              "publish it again when its lease expires", task_id)
+            if self._republish(task_id, res.values["name"], data, res.values, res.now_ms):
+                published.append(task_id)
+        self.store.confirm_published(published)
+        return published
+
+    def resubmit_dead_letters(
+        self, entries: Iterable[DeadLetter], reset_retry_count: bool = True
+    ) -> list[str]:
+        """Resubmit tasks from their dead-letter entries (same id), as a DLQ front end does.
+
+        The new run carries the entry's args, kwargs, publish options, version and
+        checkpoint, even when the task's Redis record has expired since: a record that is
+        still there goes ``failed``/``stalled``/``dropped``/``cancelled`` -> ``submitted``;
+        a missing one is created as ``submitted``. A task whose record is in any other state
+        (resubmitted by someone else, running, completed) is skipped. Returns the ids
+        published; at most one caller publishes a given failure, however many race.
+        """
+        published: list[str] = []
+        lease_ms = int(self.config.publish_lease * 1000)
+        seen: set[str] = set()
+        for entry in entries:
+            if entry.task_id in seen:
                 continue
-            self.store.confirm_published([task_id])
-            done.append(task_id)
-        return done
+            seen.add(entry.task_id)
+            options = dict(entry.options or {})
+            headers = dict(options.get("headers") or {})
+            headers.pop(payload.HEADER_ENQUEUED_AT, None)
+            data = {"args": list(entry.args), "kwargs": dict(entry.kwargs),
+                    "options": {**options, "headers": headers}}
+            fields = {"msg": payload.dumps(data)}
+            if reset_retry_count:
+                fields["retries"] = "0"
+            else:
+                fields["retries"] = str(entry.retry_attempt)
+            if entry.checkpoint is not None:
+                fields["ckpt"] = payload.dumps(entry.checkpoint)
+            create = {"name": entry.name, "queue": entry.queue or payload.queue_of(options),
+                      "dlq": "1"}
+            if entry.version is not None:
+                create["ver"] = str(entry.version)
+            res = self.store.step(
+                entry.task_id, TaskState.SUBMITTED,
+                sources=RESUBMITTABLE | {TaskState.UNSUBMITTED}, create=create,
+                set_fields=fields, delete=("stalls",) if reset_retry_count else (),
+                lease_ms=lease_ms, name=entry.name,
+                reason=_resubmit_reason(reset_retry_count) + " from the dead-letter queue",
+                ret=("retries", "name", "ver", "dlq"),
+            )
+            if not res.applied:
+                log.info("dead letter %s not resubmitted: the task is %s", entry.task_id,
+                         res.previous)
+                continue
+            if self._republish(entry.task_id, entry.name, data, res.values, res.now_ms):
+                published.append(entry.task_id)
+        self.store.confirm_published(published)
+        return published
+
+    def _republish(self, task_id: str, name: str, data: dict[str, Any],
+                   values: dict[str, str], now_ms: int) -> bool:
+        """Publish a task whose ``submitted`` step (with a publish lease) just applied."""
+        headers = dict(data.get("options", {}).get("headers") or {})
+        headers.pop(payload.HEADER_ENQUEUED_AT, None)
+        if values.get("ver"):
+            headers[payload.HEADER_VERSION] = int(values["ver"])
+        if values.get("dlq"):
+            headers[payload.HEADER_DEAD_LETTER] = 1
+        data = {**data, "options": {**data.get("options", {}), "headers": headers}}
+        try:
+            with lifecycle.internal_publish(now_ms):
+                payload.republish(self.app, name, task_id, data,
+                                  int(values.get("retries") or 0))
+        except Exception:
+            log.exception("publishing resubmitted task %s failed; the scheduler will "
+                          "publish it again when its lease expires", task_id)
+            return False
+        return True
 
     def cancel(self, task_id: str, terminate: bool = False) -> bool:
         """Cancel a task durably (it never runs, whichever worker receives it, whenever).
@@ -162,3 +224,7 @@ class Jobbers:
                   else None)
         removed, cancelled, skipped = self.store.purge(name, queue, cutoff)
         return PurgeReport(removed=removed, cancelled=cancelled, skipped=skipped)
+
+
+def _resubmit_reason(reset_retry_count: bool) -> str:
+    return "resubmitted" + (" (retry count reset)" if reset_retry_count else "")

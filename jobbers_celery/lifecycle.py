@@ -68,7 +68,8 @@ def on_publish(
         return
     headers.setdefault(pl.HEADER_TASK, name)
     if version is not None:
-        headers[pl.HEADER_VERSION] = version
+        # a resubmit states the version the task failed with; keep it
+        headers.setdefault(pl.HEADER_VERSION, version)
     if dead_letter:
         headers[pl.HEADER_DEAD_LETTER] = 1
     now = _internal.get()

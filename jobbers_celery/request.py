@@ -47,7 +47,7 @@ class JobbersRequest(Request):
         try:
             jobbers = get_jobbers(self.task.app)
             res = jobbers.store.step(
-                self.id, TaskState.DROPPED, sources=(TaskState.SUBMITTED,),
+                self.id, TaskState.DROPPED, sources=(TaskState.SUBMITTED,), bump=True,
                 worker=self.hostname, reason=message, ret=lifecycle.DEAD_LETTER_FIELDS,
                 set_fields=lifecycle.error_fields(exc),
             )

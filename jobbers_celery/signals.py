@@ -141,7 +141,7 @@ def on_task_unknown(
     reason = f"no task named {name!r} is registered on this worker"
     try:
         res = jobbers.store.step(
-            id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason,
+            id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason, bump=True,
             worker=getattr(sender, "hostname", None),
             set_fields=lifecycle.error_fields(None, reason), ret=lifecycle.DEAD_LETTER_FIELDS,
         )
@@ -165,7 +165,7 @@ def on_task_prerun(sender: Any = None, task_id: str | None = None, task: Any = N
     reason = f"{task.name} is not a JobbersTask on this worker; it runs untracked"
     try:
         jobbers.store.step(task_id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason,
-                           set_fields=lifecycle.error_fields(None, reason))
+                           bump=True, set_fields=lifecycle.error_fields(None, reason))
     except Exception:
         log.exception("could not record %s[%s]", task.name, task_id)
 

@@ -123,6 +123,7 @@ class RedisStore:
         set_fields: dict[str, str] | None = None,
         delete: Sequence[str] = (),
         start: bool = False,
+        bump: bool = False,
         wid: str | None = None,
         heartbeat_ms: int | None = None,
         cap: int | None = None,
@@ -148,7 +149,8 @@ class RedisStore:
         :attr:`StepResult.state`. ``write_result``: also write Celery's result in the same
         script if (and only if) the step applies, so that the record and the result never
         disagree and the write costs no round trip of its own. ``expect_refusal``: a refusal
-        is routine for this caller (logged at debug, still counted).
+        is routine for this caller (logged at debug, still counted). ``bump``: count an
+        attempt without starting (drops), so each dead letter has its own attempt number.
         """
         table = allowed_from(to)
         src = table if sources is None else frozenset(sources)
@@ -181,6 +183,8 @@ class RedisStore:
                 spec.update(cap=int(cap), lease_cap_ms=int(lease_cap_ms),
                             defer_ms=int(defer_ms))
                 targets.add(TaskState.SCHEDULED)
+        if bump:
+            spec["bump"] = True
         if cancellable:
             spec["cancellable"] = True
             targets.add(TaskState.CANCELLED)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -367,7 +368,7 @@ def test_unregistered_name_is_dropped(proj, worker_factory, pool):
     record = wait_state(jobbers, result.id, S.DROPPED, worker=worker)
     assert record.name == "proj.does_not_exist"
     assert record.version is None
-    assert record.attempt == 0
+    assert record.attempt == 1  # the drop counts as an attempt, never as a start
     assert record.started_at is None
     assert_utc(record.completed_at)
     assert path(jobbers, result.id) == [*PUBLISH, (S.SUBMITTED.value, S.DROPPED.value)]
@@ -397,7 +398,7 @@ def test_version_mismatch_is_dropped_with_dead_letter(proj, worker_factory, pool
     result = proj.versioned.delay()
     record = wait_state(jobbers, result.id, S.DROPPED, worker=worker)
     assert record.version == 1
-    assert record.attempt == 0
+    assert record.attempt == 1  # the drop counts as an attempt, never as a start
     assert record.started_at is None
     assert path(jobbers, result.id) == [*PUBLISH, (S.SUBMITTED.value, S.DROPPED.value)]
     reason = "message version 1 differs from worker version 2"
@@ -440,7 +441,7 @@ def test_task_missing_on_the_worker_is_dropped_with_dead_letter(proj, worker_fac
     assert entry.args == [7]
     assert entry.exception_message == reason
     assert entry.worker == worker.name
-    assert entry.attempt == 0
+    assert entry.attempt == 1
 
 
 @pytest.mark.parametrize("pool", POOLS)
@@ -583,3 +584,36 @@ def test_retries_and_resubmits_stay_on_the_tasks_queue(proj, worker_factory):
     assert {r.task_id for r in listed} == {failing.id, immediate.id, delayed.id}
     assert [r.submitted_at for r in listed] == sorted(
         (r.submitted_at for r in listed), reverse=True)  # newest first
+
+
+def test_resubmit_dead_letters_carries_the_entry(proj, worker_factory):
+    """From a dead-letter entry: with the record still there (failed -> submitted), and
+    after the record was purged (created again as submitted); racing callers publish once."""
+    jobbers = proj.jobbers
+    client = jobbers.store.client
+    worker = worker_factory(pool="prefork", concurrency=2)
+    kept, purged = unique("dl-kept"), unique("dl-purged")
+    first = proj.fail_once.delay(kept)
+    second = proj.fail_once.delay(purged)
+    for result in (first, second):
+        wait_state(jobbers, result.id, S.FAILED, worker=worker)
+    entries = {e.task_id: e for e in (wait_for(lambda r=r: dead_letters(jobbers, r.id),
+                                                timeout=5, message="dead letter")[0]
+                                       for r in (first, second))}
+    assert jobbers.store.remove_terminal([second.id]) == 1
+    assert jobbers.get(second.id) is None
+
+    # Both entries, twice each, from two threads: each task is published once.
+    with ThreadPoolExecutor(4) as pool:
+        runs = list(pool.map(lambda _: jobbers.resubmit_dead_letters(
+            [entries[first.id], entries[second.id]], reset_retry_count=False), range(4)))
+    published = sorted(i for run in runs for i in run)
+    assert published == sorted([first.id, second.id])
+    for result, key in ((first, kept), (second, purged)):
+        record = wait_state(jobbers, result.id, S.COMPLETED, worker=worker)
+        assert client.lrange(key, 0, -1)[-1] == str(record.attempt)
+        assert record.version == entries[result.id].version
+        assert transitions(jobbers, result.id, S.SUBMITTED)[-1].reason == (
+            "resubmitted from the dead-letter queue")
+    assert jobbers.store.client.zcard(jobbers.store.keys.publishing) == 0
+    assert jobbers.resubmit_dead_letters([entries[first.id]]) == []

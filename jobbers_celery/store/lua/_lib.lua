@@ -11,6 +11,8 @@
 --   create    fields written only when the record does not exist (missing = unsubmitted)
 --   set       fields to write          del     fields to delete
 --   start     attempt += 1; stamps start_at (first start) or retry_at, and hb_at
+--   bump      attempt += 1 without starting (a worker judged the delivery and dropped it),
+--             so that every dead letter of a task has its own (task id, attempt)
 --   wid       with start: the worker incarnation running it (enters its worker-tasks set)
 --   hb_ms     with start: max_heartbeat_interval (enters the heartbeat-deadline index)
 --   cap, lease_cap_ms, defer_ms   with start: max_concurrent; over the cap the task is
@@ -128,6 +130,10 @@ local function step(ctx, task, spec)
     w[#w + 1] = 'sub_at'; w[#w + 1] = now
     redis.call('ZADD', ctx.all, now, spec.id)
     if ctx.name_idx then redis.call('ZADD', ctx.name_idx, now, spec.id) end
+  end
+  if spec.bump and not start then
+    attempt = attempt + 1
+    w[#w + 1] = 'attempt'; w[#w + 1] = attempt
   end
   if start then
     attempt = attempt + 1
