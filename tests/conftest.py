@@ -40,6 +40,15 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
+def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child process: this one's, without the Django settings that
+    pytest-django exported (a Celery process seeing them would set up Django), plus
+    ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.update(extra or {})
+    return env
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -157,7 +166,7 @@ def worker_factory(proj: Any, tmp_path: Path) -> Iterator[Callable[..., Worker]]
         cmd += extra or []
         with log_path.open("w") as log_file:  # the child keeps its own descriptor
             proc = subprocess.Popen(
-                cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log_file,
+                cmd, cwd=ROOT, env=subprocess_env(env), stdout=log_file,
                 stderr=subprocess.STDOUT, text=True, start_new_session=True,
             )
         worker = Worker(proc, name, log_path)

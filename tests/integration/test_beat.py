@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from jobbers_celery import TaskState
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, subprocess_env, wait_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.worker]
 
@@ -20,7 +20,7 @@ def test_tasks_sent_by_celery_beat_are_recorded_and_run(proj, worker_factory, tm
         [sys.executable, "-m", "celery", "-A", "tests.integration.beat_proj", "beat",
          "-s", str(tmp_path / "schedule"), "--pidfile", str(tmp_path / "beat.pid"),
          "-l", "INFO"],
-        cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL,
+        cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:

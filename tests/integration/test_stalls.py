@@ -38,7 +38,7 @@ from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.liveness import gaps
 from jobbers_celery.scheduler import Scheduler
 from jobbers_celery.store import RedisStore
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, subprocess_env, wait_for
 from tests.integration.lifecycle_helpers import (
     COMPLETE,
     PUBLISH,
@@ -583,7 +583,7 @@ def test_celery_beat_runs_the_cleaner_every_interval(proj, worker_factory, tmp_p
         [sys.executable, "-m", "celery", "-A", "tests.integration.proj", "beat",
          "-s", str(tmp_path / "schedule"), "--pidfile", str(tmp_path / "beat.pid"),
          "-l", "INFO"],
-        cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL,
+        cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:

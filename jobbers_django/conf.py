@@ -1,0 +1,47 @@
+"""Every ``JOBBERS_*`` Django setting, with its default, in one place.
+
+``JOBBERS_CELERY_APP``
+    Dotted path of the Celery app (``"proj.celery.app"`` or ``"proj.celery:app"``) that
+    ``jobbers_celery.install`` was called on. Default: Celery's current app.
+``JOBBERS_READ_PERMISSION``
+    Who may read the DLQ and task pages in the API: ``"staff"`` (default), ``"superuser"``
+    or a permission name such as ``"jobbers.view_deadletterentry"``.
+``JOBBERS_RESUBMIT_PERMISSION``
+    Who may resubmit or discard dead letters (admin and API). Default
+    ``"jobbers.resubmit_deadletter"``; same forms as above.
+``JOBBERS_CANCEL_PERMISSION``
+    Who may cancel tasks (admin "Live tasks" page and API). Default ``"jobbers.cancel_task"``.
+``JOBBERS_REDACT_KEYS``
+    Substrings of argument keys whose values are shown as ``********`` (case-insensitive).
+    Default: password, passwd, token, secret, api_key, apikey, authorization, credential,
+    private_key. Resubmission always uses the real values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+DEFAULTS: dict[str, Any] = {
+    "JOBBERS_CELERY_APP": None,
+    "JOBBERS_READ_PERMISSION": "staff",
+    "JOBBERS_RESUBMIT_PERMISSION": "jobbers.resubmit_deadletter",
+    "JOBBERS_CANCEL_PERMISSION": "jobbers.cancel_task",
+    "JOBBERS_REDACT_KEYS": (
+        "password", "passwd", "token", "secret", "api_key", "apikey", "authorization",
+        "credential", "private_key",
+    ),
+}
+
+#: Fixed limits of the contract (DESIGN.md section 3), not settings.
+MAX_IDS = 1000
+MAX_LIMIT = 1000
+DEFAULT_RESUBMIT_LIMIT = 100
+DEFAULT_PAGE_SIZE = 50
+
+
+def get(name: str) -> Any:
+    """The value of ``JOBBERS_<name>``, read at call time (``override_settings`` works)."""
+    key = name if name.startswith("JOBBERS_") else f"JOBBERS_{name}"
+    return getattr(settings, key, DEFAULTS[key])

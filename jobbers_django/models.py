@@ -1,0 +1,200 @@
+"""The dead-letter queue in the database.
+
+``DeadLetterEntry``: one row per task that ended in the DLQ, describing its last failure.
+``DeadLetterFailure``: one row per failed attempt (unique per task id and attempt).
+``FailureGroup``: failures that share a fingerprint, with counts kept up to date by the sink
+and the services, so the groups page never aggregates the entries table.
+``DeadLetterAudit``: append-only record of every resubmit, discard and cancel.
+
+Indexes follow the list views: every filter of the admin changelist and of the API comes
+with ``last_failed_at`` second, so "filter, newest first, page of 50" reads 50 index
+entries whatever the table size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Reason(models.TextChoices):
+    FAILED = "failed", "failed"
+    STALLED = "stalled", "stalled"
+    DROPPED = "dropped", "dropped"
+
+
+class Status(models.TextChoices):
+    DEAD = "dead", "dead"
+    RESUBMITTED = "resubmitted", "resubmitted"
+    DISCARDED = "discarded", "discarded"
+
+
+class DeadLetterEntry(models.Model):
+    task_id = models.CharField(max_length=255, unique=True)
+    task_name = models.CharField(max_length=255)
+    task_version = models.IntegerField(null=True, blank=True)
+    queue = models.CharField(max_length=255, blank=True, default="")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    #: what it takes to publish the task again (routing, headers, callbacks, limits)
+    options = models.JSONField(default=dict, blank=True)
+    checkpoint = models.JSONField(null=True, blank=True)
+    reason = models.CharField(max_length=16, choices=Reason.choices)
+    exception_type = models.CharField(max_length=255, blank=True, default="")
+    exception_message = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    failure_count = models.PositiveIntegerField(default=0)
+    first_failed_at = models.DateTimeField()
+    last_failed_at = models.DateTimeField()
+    worker = models.CharField(max_length=255, blank=True, default="")
+    attempt = models.PositiveIntegerField(default=0)
+    retry_attempt = models.PositiveIntegerField(default=0)
+    fingerprint = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DEAD)
+    resubmit_count = models.PositiveIntegerField(default=0)
+    resubmitted_at = models.DateTimeField(null=True, blank=True)
+    discarded_at = models.DateTimeField(null=True, blank=True)
+    #: set with status=resubmitted in the same transaction, cleared once published: a row
+    #: still pending after a crash is published again by ``services.publish_pending``
+    publish_pending = models.BooleanField(default=False)
+
+    class Meta:
+        verbose_name = "dead-letter entry"
+        verbose_name_plural = "dead-letter entries"
+        ordering = ("-last_failed_at", "-id")
+        default_permissions = ("view",)
+        permissions = (
+            ("resubmit_deadletter", "Can resubmit or discard dead-letter entries"),
+            ("cancel_task", "Can cancel tasks"),
+        )
+        indexes = (
+            models.Index(fields=["-last_failed_at", "-id"], name="jobbers_dle_recent"),
+            models.Index(fields=["task_name", "-last_failed_at"], name="jobbers_dle_name"),
+            models.Index(fields=["task_name", "task_version", "-last_failed_at"],
+                         name="jobbers_dle_name_ver"),
+            models.Index(fields=["queue", "-last_failed_at"], name="jobbers_dle_queue"),
+            models.Index(fields=["status", "-last_failed_at"], name="jobbers_dle_status"),
+            models.Index(fields=["reason", "-last_failed_at"], name="jobbers_dle_reason"),
+            models.Index(fields=["exception_type", "-last_failed_at"], name="jobbers_dle_exc"),
+            models.Index(fields=["fingerprint", "-last_failed_at"], name="jobbers_dle_fp"),
+            models.Index(fields=["resubmitted_at"], name="jobbers_dle_pending",
+                         condition=Q(publish_pending=True)),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.task_name}[{self.task_id}]"
+
+
+class DeadLetterFailure(models.Model):
+    entry = models.ForeignKey(DeadLetterEntry, on_delete=models.CASCADE,
+                              related_name="failures")
+    task_id = models.CharField(max_length=255)
+    attempt = models.PositiveIntegerField()
+    retry_attempt = models.PositiveIntegerField(default=0)
+    reason = models.CharField(max_length=16, choices=Reason.choices)
+    exception_type = models.CharField(max_length=255, blank=True, default="")
+    exception_message = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    worker = models.CharField(max_length=255, blank=True, default="")
+    failed_at = models.DateTimeField()
+    fingerprint = models.CharField(max_length=64)
+
+    class Meta:
+        verbose_name = "failure"
+        ordering = ("failed_at", "attempt")
+        default_permissions = ("view",)
+        constraints = (
+            models.UniqueConstraint(fields=["task_id", "attempt"],
+                                    name="jobbers_failure_task_attempt"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.task_id} attempt {self.attempt}"
+
+
+class FailureGroup(models.Model):
+    fingerprint = models.CharField(max_length=64, unique=True)
+    task_name = models.CharField(max_length=255)
+    exception_type = models.CharField(max_length=255, blank=True, default="")
+    #: the normalised message the fingerprint was made from (ids and numbers taken out)
+    message = models.TextField(blank=True, default="")
+    #: the innermost frame of application code, ``path/to/module.py:function``
+    frame = models.CharField(max_length=500, blank=True, default="")
+    failures = models.PositiveIntegerField(default=0)
+    #: entries whose last failure has this fingerprint and that are still dead
+    dead = models.IntegerField(default=0)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "failure group"
+        ordering = ("-last_seen", "-id")
+        default_permissions = ("view",)
+        indexes = (
+            models.Index(fields=["-last_seen", "-id"], name="jobbers_group_recent"),
+            models.Index(fields=["-failures"], name="jobbers_group_count"),
+            models.Index(fields=["task_name", "-last_seen"], name="jobbers_group_name"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.task_name}: {self.exception_type} ({self.failures})"
+
+
+class Source(models.TextChoices):
+    ADMIN = "admin", "admin"
+    API = "api", "API"
+    CODE = "code", "code"
+
+
+class Action(models.TextChoices):
+    RESUBMIT = "resubmit", "resubmit"
+    DISCARD = "discard", "discard"
+    CANCEL = "cancel", "cancel"
+
+
+class AppendOnlyQuerySet(models.QuerySet["DeadLetterAudit"]):
+    def update(self, **kwargs: Any) -> int:
+        raise TypeError("the jobbers audit is append-only")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise TypeError("the jobbers audit is append-only")
+
+
+class DeadLetterAudit(models.Model):
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                             on_delete=models.SET_NULL, related_name="+")
+    #: kept as text: the audit outlives the user account
+    username = models.CharField(max_length=150, blank=True, default="")
+    source = models.CharField(max_length=8, choices=Source.choices)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    task_ids = models.JSONField(null=True, blank=True)
+    filters = models.JSONField(null=True, blank=True)
+    reset_retry_count = models.BooleanField(null=True, blank=True)
+    limit = models.PositiveIntegerField(null=True, blank=True)
+    matched = models.PositiveIntegerField(default=0)
+    acted = models.PositiveIntegerField(default=0)
+    #: the ids acted on (resubmitted, discarded or cancelled)
+    acted_ids = models.JSONField(default=list, blank=True)
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "audit entry"
+        verbose_name_plural = "audit"
+        ordering = ("-at", "-id")
+        default_permissions = ("view",)
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise TypeError("the jobbers audit is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise TypeError("the jobbers audit is append-only")
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.username or '?'} via {self.source} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,185 @@
+"""The Django ORM dead-letter sink: ``jobbers_dead_letter_sink =
+"jobbers_django.sink.DjangoDeadLetterSink"`` in the Celery configuration.
+
+Writing is idempotent per ``(task_id, attempt)`` also under concurrent writers: the entry
+row is locked first (created if needed), then the failure row is inserted only if that
+attempt is not there yet, and the entry's counters move only when it was inserted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.db import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    transaction,
+)
+from django.db.models import F
+from django.db.models.functions import Greatest, Least
+
+from jobbers_django.fingerprint import fingerprint
+
+if TYPE_CHECKING:
+    from jobbers_celery.records import DeadLetter
+    from jobbers_django.models import DeadLetterEntry
+
+__all__ = ["DjangoDeadLetterSink", "write_entry"]
+
+log = logging.getLogger("jobbers.django.sink")
+
+
+class DjangoDeadLetterSink:
+    """Writes :class:`~jobbers_celery.records.DeadLetter` entries as database rows.
+
+    Built by ``jobbers_celery`` with the ``Jobbers`` instance; touches the ORM only when
+    writing, so it can be built while Django apps are still loading.
+    """
+
+    def __init__(self, jobbers: Any = None) -> None:
+        self.jobbers = jobbers
+
+    def write(self, entry: DeadLetter) -> None:
+        self._with_fresh_connection(lambda: write_entry(entry))
+
+    def write_many(self, entries: Sequence[DeadLetter]) -> None:
+        def write_all() -> None:
+            with transaction.atomic():
+                for entry in entries:
+                    write_entry(entry)
+        self._with_fresh_connection(write_all)
+
+    def size(self) -> int:
+        """Entries still dead (for the DLQ size gauge): a sum over the groups, cheap."""
+        from django.db.models import Sum
+
+        from jobbers_django.models import FailureGroup
+
+        total = FailureGroup.objects.aggregate(n=Sum("dead"))["n"]
+        return int(total or 0)
+
+    @staticmethod
+    def _with_fresh_connection(write: Any) -> None:
+        # Worker processes live for days: a connection the server closed meanwhile fails
+        # once; drop it and try again on a new one before the dispatcher parks the entry.
+        try:
+            write()
+        except (OperationalError, InterfaceError):
+            if transaction.get_connection().in_atomic_block:
+                raise
+            log.warning("database connection lost; retrying the dead-letter write once")
+            close_old_connections()
+            transaction.get_connection().close()
+            write()
+
+
+def write_entry(entry: DeadLetter) -> bool:
+    """Store one failure; ``False`` if this ``(task_id, attempt)`` was already stored."""
+    from jobbers_django.models import DeadLetterEntry, Status
+
+    fp = fingerprint(entry.name, entry.exception_type, entry.exception_message, entry.traceback)
+    last = _last_failure_fields(entry, fp.value)
+    with transaction.atomic():
+        row = DeadLetterEntry.objects.select_for_update().filter(task_id=entry.task_id).first()
+        created = False
+        if row is None:
+            try:
+                with transaction.atomic():
+                    row = DeadLetterEntry.objects.create(
+                        task_id=entry.task_id, first_failed_at=entry.failed_at,
+                        failure_count=0, status=Status.DEAD, **last)
+                created = True
+            except IntegrityError:  # a concurrent writer created it: wait for its lock
+                row = DeadLetterEntry.objects.select_for_update().get(task_id=entry.task_id)
+        inserted = _insert_failure(row, entry, fp.value)
+        if not inserted:
+            if created:  # cannot happen (the failure row needs the entry); be safe anyway
+                raise IntegrityError(f"failure {entry.task_id}:{entry.attempt} without entry")
+            return False
+        newest = created or entry.failed_at >= row.last_failed_at
+        was_dead_fp = None if created else (row.fingerprint if row.status == Status.DEAD
+                                            else None)
+        update: dict[str, Any] = {
+            "failure_count": F("failure_count") + 1,
+            "first_failed_at": Least(F("first_failed_at"), entry.failed_at),
+        }
+        if newest and not created:
+            update.update(last, status=Status.DEAD, publish_pending=False)
+        DeadLetterEntry.objects.filter(pk=row.pk).update(**update)
+        _count_in_group(entry, fp, dead_delta=1 if newest and was_dead_fp != fp.value else 0)
+        if newest and was_dead_fp is not None and was_dead_fp != fp.value:
+            _move_dead(was_dead_fp, -1)
+    return True
+
+
+def _last_failure_fields(entry: DeadLetter, fp: str) -> dict[str, Any]:
+    return {
+        "task_name": entry.name,
+        "task_version": entry.version,
+        "queue": entry.queue or "",
+        "args": entry.args,
+        "kwargs": entry.kwargs,
+        "options": entry.options,
+        "checkpoint": entry.checkpoint,
+        "reason": entry.reason,
+        "exception_type": entry.exception_type or "",
+        "exception_message": entry.exception_message or "",
+        "traceback": entry.traceback or "",
+        "last_failed_at": entry.failed_at,
+        "worker": entry.worker or "",
+        "attempt": entry.attempt,
+        "retry_attempt": entry.retry_attempt,
+        "fingerprint": fp,
+    }
+
+
+def _insert_failure(row: DeadLetterEntry, entry: DeadLetter, fp: str) -> bool:
+    from jobbers_django.models import DeadLetterFailure
+
+    if DeadLetterFailure.objects.filter(task_id=entry.task_id, attempt=entry.attempt).exists():
+        return False
+    try:
+        with transaction.atomic():
+            DeadLetterFailure.objects.create(
+                entry=row, task_id=entry.task_id, attempt=entry.attempt,
+                retry_attempt=entry.retry_attempt, reason=entry.reason,
+                exception_type=entry.exception_type or "",
+                exception_message=entry.exception_message or "",
+                traceback=entry.traceback or "", worker=entry.worker or "",
+                failed_at=entry.failed_at, fingerprint=fp,
+            )
+    except IntegrityError:  # the entry lock makes this unreachable; the constraint stays
+        return False
+    return True
+
+
+def _count_in_group(entry: DeadLetter, fp: Any, dead_delta: int) -> None:
+    from jobbers_django.models import FailureGroup
+
+    update = {
+        "failures": F("failures") + 1,
+        "dead": F("dead") + dead_delta,
+        "first_seen": Least(F("first_seen"), entry.failed_at),
+        "last_seen": Greatest(F("last_seen"), entry.failed_at),
+    }
+    if FailureGroup.objects.filter(fingerprint=fp.value).update(**update):
+        return
+    try:
+        with transaction.atomic():
+            FailureGroup.objects.create(
+                fingerprint=fp.value, task_name=entry.name,
+                exception_type=entry.exception_type or "", message=fp.message,
+                frame=fp.frame[:500], failures=1, dead=dead_delta,
+                first_seen=entry.failed_at, last_seen=entry.failed_at)
+    except IntegrityError:  # created concurrently
+        FailureGroup.objects.filter(fingerprint=fp.value).update(**update)
+
+
+def _move_dead(fingerprint_value: str, delta: int) -> None:
+    from jobbers_django.models import FailureGroup
+
+    FailureGroup.objects.filter(fingerprint=fingerprint_value).update(dead=F("dead") + delta)

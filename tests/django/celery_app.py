@@ -1,0 +1,41 @@
+"""The Celery app of the Django tests: jobbers with the Django dead-letter sink.
+
+Workers run it with ``celery -A tests.django.celery_app worker`` (DJANGO_SETTINGS_MODULE
+and JOBBERS_TEST_DB_NAME set by the test); the test process imports it once the private
+Redis URL is known.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+from jobbers_celery import JobbersTask, install
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.django.settings")
+REDIS_URL = os.environ["JOBBERS_TEST_REDIS_URL"]
+
+app = Celery("djproj", broker=REDIS_URL, backend=REDIS_URL)
+app.conf.update(
+    task_serializer="json",
+    accept_content=["json"],
+    result_serializer="json",
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+    jobbers_scheduler_interval=0.2,
+    jobbers_dead_letter_sink="jobbers_django.sink.DjangoDeadLetterSink",
+)
+jobbers = install(app)
+
+
+@app.task(base=JobbersTask, bind=True, name="djproj.flaky_import", dead_letter_policy="save")
+def flaky_import(self: JobbersTask, key: str, password: str = "") -> dict[str, object]:
+    """Fails until ``key`` is set in Redis (the "fix"), then returns what it was given."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    client.rpush(f"{key}:runs", self.attempt)
+    if not client.exists(key):
+        raise ValueError(f"upstream rejected row {self.attempt * 17} of {key}")
+    return {"attempt": self.attempt, "checkpoint": self.checkpoint, "password": password}

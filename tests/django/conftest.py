@@ -1,0 +1,124 @@
+"""Fixtures of the jobbers_django tests: PostgreSQL (pytest-django's test database), the
+session's private Redis, the Django-sink Celery app, users with and without permissions,
+and a factory of dead letters written through the real sink.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from jobbers_celery.records import DeadLetter
+
+_clock = itertools.count()
+
+
+@pytest.fixture
+def djapp(redis_url: str) -> Any:
+    """``tests.django.celery_app`` (its Jobbers on the private Redis, a clean db)."""
+    import importlib
+
+    return importlib.import_module("tests.django.celery_app")
+
+
+@pytest.fixture
+def jobbers(djapp: Any) -> Any:
+    return djapp.jobbers
+
+
+def dead_letter(task_id: str | None = None, **over: Any) -> DeadLetter:
+    """A dead letter with realistic fields; every call fails a little later than the last."""
+    n = next(_clock)
+    values: dict[str, Any] = {
+        "task_id": task_id or str(uuid.uuid4()),
+        "name": "djproj.flaky_import",
+        "version": 1,
+        "queue": "celery",
+        "reason": "failed",
+        "args": ["catalog-42"],
+        "kwargs": {"password": "hunter2", "region": "eu"},
+        "exception_type": "builtins.ValueError",
+        "exception_message": f"upstream rejected row {n} of catalog-42",
+        "traceback": (
+            "Traceback (most recent call last):\n"
+            '  File "/srv/app/.venv/lib/python3.11/site-packages/celery/app/trace.py", '
+            "line 453, in trace_task\n    R = retval = fun(*args, **kwargs)\n"
+            '  File "/srv/app/shop/imports.py", line 88, in flaky_import\n'
+            "    raise ValueError(...)\nValueError: upstream rejected row\n"
+        ),
+        "attempt": 1,
+        "retry_attempt": 0,
+        "worker": "w1@host",
+        "failed_at": datetime(2026, 11, 1, tzinfo=UTC) + timedelta(seconds=n),
+        "checkpoint": {"row": 17},
+        "options": {"queue": "celery"},
+    }
+    values.update(over)
+    return DeadLetter(**values)
+
+
+@pytest.fixture
+def make_entries(db: None) -> Callable[..., list[str]]:
+    """Write ``n`` dead letters through the Django sink; returns their task ids."""
+    from jobbers_django.sink import write_entry
+
+    def make(n: int = 1, **over: Any) -> list[str]:
+        ids = []
+        for _ in range(n):
+            entry = dead_letter(**over)
+            write_entry(entry)
+            ids.append(entry.task_id)
+        return ids
+
+    return make
+
+
+@pytest.fixture
+def staff(django_user_model: Any) -> Any:
+    """Staff, may view (``jobbers.view_*``), may not resubmit, discard or cancel."""
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="jobbers", codename__startswith="view_"))
+    return user
+
+
+@pytest.fixture
+def operator(django_user_model: Any) -> Any:
+    """Staff with ``jobbers.resubmit_deadletter`` and ``jobbers.cancel_task``."""
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="jobbers",
+        codename__in=["view_deadletterentry", "view_deadletterfailure", "view_failuregroup",
+                      "view_deadletteraudit", "resubmit_deadletter", "cancel_task"]))
+    return user
+
+
+@pytest.fixture
+def outsider(django_user_model: Any) -> Any:
+    """Logged in, not staff."""
+    return django_user_model.objects.create_user("outsider", password="pw")
+
+
+@pytest.fixture
+def published(djapp: Any) -> Iterator[list[str]]:
+    """Ids of the task messages published while the test runs (``before_task_publish``)."""
+    from celery.signals import before_task_publish
+
+    seen: list[str] = []
+
+    def record(headers: dict[str, Any] | None = None, **_: Any) -> None:
+        if headers and headers.get("id"):
+            seen.append(headers["id"])
+
+    before_task_publish.connect(record, weak=False)
+    yield seen
+    before_task_publish.disconnect(record)
