@@ -122,3 +122,13 @@ def published(djapp: Any) -> Iterator[list[str]]:
     before_task_publish.connect(record, weak=False)
     yield seen
     before_task_publish.disconnect(record)
+
+
+@pytest.fixture
+def committed(django_capture_on_commit_callbacks: Any) -> Callable[..., Any]:
+    """Run on_commit callbacks (the publish) as a real commit would: the test itself runs
+    inside a transaction that never commits."""
+    def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args, **kwargs)
+    return run
