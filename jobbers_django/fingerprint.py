@@ -36,6 +36,9 @@ _LIBRARY_PACKAGES = ("celery", "kombu", "billiard", "jobbers_celery", "jobbers_d
 
 _MAX_MESSAGE = 500
 
+#: A Python installation's standard library, on any host (``.../lib/python3.11/...``).
+_STDLIB = re.compile(r"/lib/python\d+(?:\.\d+)?/")
+
 
 @dataclass(frozen=True, slots=True)
 class Fingerprint:
@@ -63,7 +66,7 @@ def _library_roots() -> tuple[str, ...]:
 def _is_library(path: str) -> bool:
     if path.startswith("<") or "/site-packages/" in path or "/dist-packages/" in path:
         return True
-    if path.startswith(_library_roots()):
+    if path.startswith(_library_roots()) or _STDLIB.search(path.replace("\\", "/")):
         return True
     parts = path.replace("\\", "/").split("/")
     return any(p in _LIBRARY_PACKAGES for p in parts[:-1])
