@@ -95,7 +95,9 @@ def get_app() -> Celery:
         return app
     from celery import current_app
 
-    return current_app._get_current_object()
+    # current_app is a proxy; the jobbers instance hangs on the real app object
+    real: Celery = current_app._get_current_object()  # type: ignore[attr-defined]
+    return real
 
 
 def get_jobbers() -> Jobbers:
