@@ -27,7 +27,7 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     jobbers_scheduler_interval=0.2,
     # Short for the demo, so that a killed worker is noticed in seconds. Production values
-    # are the defaults (60 s and 10 s): see docs/long-running.md.
+    # are the defaults (60 s and 10 s): see docs/howto/long-running.md.
     jobbers_worker_lost_after=3,
     jobbers_cleaner_interval=1,
 )

@@ -26,9 +26,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
-  echo "==> installing jobbers and its development tools into $VENV"
+  echo "==> installing jobbers, its development tools and the docs tools into $VENV"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade "pip>=25.1"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[django,otel]" --group "$ROOT/pyproject.toml:dev"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[django,otel]" \
+    --group "$ROOT/pyproject.toml:dev" --group "$ROOT/pyproject.toml:docs"
   touch "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"
