@@ -1,9 +1,27 @@
-"""URLs of the REST API (DESIGN.md section 3): ``path("jobbers/", include("jobbers_django.urls"))``."""
+"""URLs of the REST API (DESIGN.md section 3): ``path("jobbers/", include("jobbers_django.urls"))``.
+
+Paths have no trailing slash. Task ids are matched loosely here and validated by the views,
+so a malformed id is a 400 naming ``task_id``, not a 404.
+"""
 
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
+
+from jobbers_django import views
 
 app_name = "jobbers"
 
-urlpatterns: list[URLPattern | URLResolver] = []
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("dead-letter-queue", views.DeadLetterListView.as_view(), name="dead-letter-queue"),
+    path("dead-letter-queue/resubmit", views.DeadLetterResubmitView.as_view(),
+         name="dead-letter-resubmit"),
+    path("dead-letter-queue/discard", views.DeadLetterDiscardView.as_view(),
+         name="dead-letter-discard"),
+    path("dead-letter-queue/<str:task_id>/history", views.DeadLetterHistoryView.as_view(),
+         name="dead-letter-history"),
+    path("scheduled-tasks", views.ScheduledTasksView.as_view(), name="scheduled-tasks"),
+    path("tasks/<str:task_id>", views.TaskDetailView.as_view(), name="task-detail"),
+    path("tasks/<str:task_id>/cancel", views.CancelTaskView.as_view(), name="task-cancel"),
+    path("schema", views.SchemaView.as_view(), name="schema"),
+]

@@ -1,0 +1,385 @@
+"""What the REST API reads and answers (DESIGN.md section 3).
+
+Requests are validated strictly: unknown fields and query parameters, blank or repeated
+values, malformed task ids and out-of-range limits are 400s that name the field. Answers
+show datetimes as ISO 8601 in UTC (``Z``) and arguments, checkpoints, progress and publish
+options with secret-looking keys redacted (:mod:`jobbers_django.redaction`); the stored
+values stay whole, so a resubmission still uses the real ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import UTC
+from typing import Any, ClassVar
+
+from django.db import models
+from rest_framework import serializers
+
+from jobbers_celery import TaskState
+from jobbers_django import conf
+from jobbers_django.models import DeadLetterEntry, DeadLetterFailure, Reason, Status
+from jobbers_django.redaction import redact
+
+__all__ = [
+    "FILTER_FIELDS",
+    "ORDERINGS",
+    "TASK_ID_MESSAGE",
+    "TASK_ID_PATTERN",
+    "TASK_ID_RE",
+    "validate_task_id",
+]
+
+#: Task ids in paths and bodies. Celery's ids are UUIDs, but callers may choose their own.
+TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,254}$"
+TASK_ID_RE = re.compile(TASK_ID_PATTERN)
+
+#: Filters of an action (resubmit, discard); the list also takes ``status``.
+FILTER_FIELDS = ("queue", "task_name", "task_version", "exception_type", "fingerprint",
+                 "reason", "failed_after", "failed_before")
+
+#: ``ordering`` values of the list: (model field, descending). Ties break on the row id.
+ORDERINGS: dict[str, tuple[str, bool]] = {
+    "-last_failed_at": ("last_failed_at", True),
+    "last_failed_at": ("last_failed_at", False),
+    "-first_failed_at": ("first_failed_at", True),
+    "first_failed_at": ("first_failed_at", False),
+    "-failure_count": ("failure_count", True),
+    "failure_count": ("failure_count", False),
+    "task_name": ("task_name", False),
+    "-task_name": ("task_name", True),
+}
+DEFAULT_ORDERING = "-last_failed_at"
+
+_FINGERPRINT = re.compile(r"^[0-9a-f]{1,64}$")
+
+
+TASK_ID_MESSAGE = ("malformed task id: 1 to 255 characters, letters, digits and . _ : @ + - "
+                   "(not first)")
+
+
+def validate_task_id(value: str) -> None:
+    if not isinstance(value, str) or not TASK_ID_RE.fullmatch(value):
+        raise serializers.ValidationError(TASK_ID_MESSAGE)
+
+
+def _validate_fingerprint(value: str) -> None:
+    if not _FINGERPRINT.match(value):
+        raise serializers.ValidationError("a fingerprint is 1 to 64 lowercase hex digits")
+
+
+# ---------------------------------------------------------------------- fields
+class UTCDateTimeField(serializers.DateTimeField):
+    """ISO 8601 in UTC both ways: answers end in ``Z``; an input without an offset is UTC."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("default_timezone", UTC)
+        super().__init__(**kwargs)
+
+
+class RedactedJSONField(serializers.JSONField):
+    """A stored JSON value as shown to people: secret-looking keys redacted."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("read_only", True)
+        super().__init__(**kwargs)
+
+    def to_representation(self, value: Any) -> Any:
+        return redact(value)
+
+
+class StrictCharField(serializers.CharField):
+    """Text that is text: a number or a boolean is refused, not turned into a string, and
+    surrounding whitespace is kept (so an id with a newline is malformed, not trimmed)."""
+
+    default_error_messages: ClassVar[dict[str, Any]] = {"not_a_string": "must be a string"}
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)  # exact values, never quietly changed
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("not_a_string")
+        return str(super().to_internal_value(data))
+
+
+class StrictSerializer(serializers.Serializer[Any]):
+    """Refuses what it does not know (a typo must not widen a selection) and blank values."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            raise serializers.ValidationError({"body": [
+                f"expected a JSON object, got {type(data).__name__}"]})
+        unknown = sorted(set(data) - {n for n, f in self.fields.items() if not f.read_only})
+        if unknown:
+            allowed = ", ".join(n for n, f in self.fields.items() if not f.read_only)
+            raise serializers.ValidationError(
+                {name: [f"unknown field {name!r}; allowed: {allowed}"] for name in unknown})
+        return super().to_internal_value(data)
+
+
+def _text(max_length: int = 255, **kwargs: Any) -> serializers.CharField:
+    return StrictCharField(required=False, max_length=max_length, **kwargs)
+
+
+def _limit(default: int, help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        required=False, default=default, min_value=1, max_value=conf.MAX_LIMIT,
+        help_text=help_text,
+        error_messages={"min_value": f"must be between 1 and {conf.MAX_LIMIT}",
+                        "max_value": f"must be between 1 and {conf.MAX_LIMIT}",
+                        "invalid": "must be an integer between 1 and "
+                                   f"{conf.MAX_LIMIT}",
+                        "max_string_length": "must be an integer between 1 and "
+                                             f"{conf.MAX_LIMIT}"})
+
+
+class _Filters(StrictSerializer):
+    """Filters shared by the list and the actions; every one an exact match or a bound."""
+
+    queue = _text(help_text="exact queue name")
+    task_name = _text(help_text="exact task name, e.g. proj.tasks.import_catalog")
+    task_version = serializers.IntegerField(required=False, help_text="exact task version")
+    exception_type = _text(help_text="qualified exception type, e.g. builtins.ValueError")
+    fingerprint = _text(max_length=64, validators=[_validate_fingerprint],
+                        help_text="failure group fingerprint (hex)")
+    reason = serializers.ChoiceField(choices=Reason.choices, required=False,
+                                     help_text="why the task was dead-lettered")
+    failed_after = UTCDateTimeField(
+        required=False, help_text="last failure at or after this instant (ISO 8601; "
+        "without an offset it is UTC)")
+    failed_before = UTCDateTimeField(
+        required=False, help_text="last failure strictly before this instant (ISO 8601; "
+        "without an offset it is UTC)")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        after, before = attrs.get("failed_after"), attrs.get("failed_before")
+        if after is not None and before is not None and after >= before:
+            raise serializers.ValidationError(
+                {"failed_before": ["must be later than failed_after"]})
+        return attrs
+
+
+# ---------------------------------------------------------------------- queries
+class DeadLetterListQuerySerializer(_Filters):
+    status = serializers.ChoiceField(choices=Status.choices, required=False,
+                                     help_text="entry status (default: every status)")
+    limit = _limit(conf.DEFAULT_PAGE_SIZE, "page size, 1 to 1000")
+    cursor = serializers.CharField(required=False, max_length=1000,
+                                   help_text="opaque position from a previous page's "
+                                   "`next` link")
+    ordering = serializers.ChoiceField(
+        choices=list(ORDERINGS), required=False, default=DEFAULT_ORDERING,
+        help_text="sort order; ties break on insertion order")
+
+
+class ScheduledQuerySerializer(StrictSerializer):
+    limit = _limit(conf.DEFAULT_PAGE_SIZE, "how many, soonest run_at first, 1 to 1000")
+
+
+class NoQuerySerializer(StrictSerializer):
+    pass
+
+
+# ---------------------------------------------------------------------- action bodies
+class DiscardRequestSerializer(_Filters):
+    """``task_ids`` or filters, never both, never neither."""
+
+    task_ids = serializers.ListField(
+        child=StrictCharField(validators=[validate_task_id]), required=False,
+        allow_empty=False, max_length=conf.MAX_IDS,
+        help_text=f"explicit task ids (1 to {conf.MAX_IDS}); excludes the filters",
+        error_messages={"empty": "must not be empty",
+                        "max_length": f"at most {conf.MAX_IDS} ids per request"})
+    limit = _limit(conf.DEFAULT_RESUBMIT_LIMIT,
+                   "with filters only: act on at most this many entries, newest first")
+    dry_run = serializers.BooleanField(
+        required=False, default=False,
+        help_text="answer what would be done (count and sample) and change nothing")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        names = ", ".join(FILTER_FIELDS)
+        filters = {k: attrs[k] for k in FILTER_FIELDS if k in attrs}
+        if "task_ids" in attrs and filters:
+            raise serializers.ValidationError({"task_ids": [
+                f"give task_ids or filters ({', '.join(filters)}), not both"]})
+        if "task_ids" not in attrs and not filters:
+            message = (f"give task_ids or at least one filter ({names}); an empty "
+                       "selection never means everything")
+            raise serializers.ValidationError({"task_ids": [message]})
+        if "task_ids" in attrs and "limit" in self.initial_data:
+            raise serializers.ValidationError({"limit": [
+                "applies to filters only; task_ids select exactly the ids given"]})
+        attrs["filters"] = filters
+        return attrs
+
+
+class ResubmitRequestSerializer(DiscardRequestSerializer):
+    reset_retry_count = serializers.BooleanField(
+        required=False, default=True,
+        help_text="start the retry count (and automatic stall recoveries) from zero")
+
+
+class CancelRequestSerializer(StrictSerializer):
+    terminate = serializers.BooleanField(
+        required=False, default=False,
+        help_text="also interrupt a started task on its worker (prefork pool) if it does "
+        "not stop at its next heartbeat within jobbers_cancel_grace seconds")
+
+
+# ---------------------------------------------------------------------- answers
+class _UTCModelSerializer(serializers.ModelSerializer[Any]):
+    serializer_field_mapping: ClassVar[dict[type[models.Field[Any, Any]], type[Any]]] = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.DateTimeField: UTCDateTimeField,
+    }
+
+
+class DeadLetterEntrySerializer(_UTCModelSerializer):
+    """A dead-letter entry (its last failure; the traceback is in its history)."""
+
+    args = RedactedJSONField(help_text="positional arguments (secret-looking keys redacted)")
+    kwargs = RedactedJSONField(help_text="keyword arguments (secret-looking keys redacted)")
+    checkpoint = RedactedJSONField(allow_null=True)
+    options = RedactedJSONField(help_text="publish options (queue, routing, headers), "
+                                "secret-looking keys redacted")
+
+    class Meta:
+        model = DeadLetterEntry
+        fields = ("task_id", "task_name", "task_version", "queue", "status", "reason",
+                  "exception_type", "exception_message", "failure_count", "first_failed_at",
+                  "last_failed_at", "attempt", "retry_attempt", "worker", "fingerprint",
+                  "resubmit_count", "resubmitted_at", "discarded_at", "args", "kwargs",
+                  "checkpoint", "options")
+        read_only_fields = fields
+
+
+class DeadLetterPageSerializer(serializers.Serializer[Any]):
+    count = serializers.IntegerField(
+        help_text="entries matching the filters, counted up to 10,000")
+    count_capped = serializers.BooleanField(
+        help_text="true when there are more than `count` entries (the count stopped)")
+    next = serializers.URLField(allow_null=True,
+                                help_text="the next page, null on the last one")
+    results = DeadLetterEntrySerializer(many=True)
+
+
+class FailureSerializer(_UTCModelSerializer):
+    class Meta:
+        model = DeadLetterFailure
+        fields = ("attempt", "retry_attempt", "reason", "exception_type",
+                  "exception_message", "traceback", "worker", "failed_at", "fingerprint")
+        read_only_fields = fields
+
+
+class FailureHistorySerializer(serializers.Serializer[Any]):
+    task_id = serializers.CharField()
+    task_name = serializers.CharField()
+    status = serializers.ChoiceField(choices=Status.choices)
+    failures = FailureSerializer(many=True, help_text="every failed attempt, oldest first")
+
+
+class SkippedSerializer(serializers.Serializer[Any]):
+    task_id = serializers.CharField()
+    why = serializers.CharField()
+
+
+class _ActionResultSerializer(serializers.Serializer[Any]):
+    dry_run = serializers.BooleanField()
+    matched = serializers.IntegerField(
+        help_text="dead entries selected (at most `limit`); with dry_run, how many would "
+        "be acted on")
+    more = serializers.BooleanField(help_text="more entries match beyond `limit`")
+    skipped = SkippedSerializer(many=True, help_text="requested ids not acted on, and why")
+    sample = DeadLetterEntrySerializer(many=True,
+                                       help_text="up to 10 of the matched entries")
+    audit_id = serializers.IntegerField(allow_null=True,
+                                        help_text="the audit entry (null with dry_run)")
+
+
+class ResubmitResultSerializer(_ActionResultSerializer):
+    resubmitted = serializers.ListField(child=serializers.CharField(),
+                                        help_text="ids marked resubmitted")
+    published = serializers.ListField(
+        child=serializers.CharField(), allow_null=True,
+        help_text="ids whose message went to the broker (a task that is running or "
+        "pending in jobbers again is not published twice)")
+
+
+class DiscardResultSerializer(_ActionResultSerializer):
+    discarded = serializers.ListField(child=serializers.CharField(),
+                                      help_text="ids marked discarded")
+
+
+class ErrorInfoSerializer(serializers.Serializer[Any]):
+    type = serializers.CharField()
+    message = serializers.CharField()
+
+
+_STATE_CHOICES = [(s.value, s.value) for s in TaskState]
+
+
+class TaskRecordSerializer(serializers.Serializer[Any]):
+    """A ``jobbers_celery.TaskRecord``."""
+
+    task_id = serializers.CharField()
+    name = serializers.CharField()
+    version = serializers.IntegerField(allow_null=True)
+    queue = serializers.CharField(allow_null=True)
+    state = serializers.ChoiceField(choices=_STATE_CHOICES)
+    attempt = serializers.IntegerField()
+    retry_attempt = serializers.IntegerField()
+    submitted_at = UTCDateTimeField(allow_null=True)
+    started_at = UTCDateTimeField(allow_null=True)
+    retried_at = UTCDateTimeField(allow_null=True)
+    completed_at = UTCDateTimeField(allow_null=True)
+    heartbeat_at = UTCDateTimeField(allow_null=True)
+    run_at = UTCDateTimeField(allow_null=True)
+    worker = serializers.CharField(allow_null=True)
+    error = ErrorInfoSerializer(allow_null=True)
+    progress = RedactedJSONField(allow_null=True)
+    checkpoint = RedactedJSONField(allow_null=True)
+
+
+class TransitionSerializer(serializers.Serializer[Any]):
+    """A ``jobbers_celery.Transition`` (its task id is the enclosing one)."""
+
+    # plain strings: the states are enumerated once, as TaskRecord's ``state``
+    from_state = serializers.CharField(help_text="a task state (see `state`)")
+    to_state = serializers.CharField(help_text="a task state (see `state`)")
+    at = UTCDateTimeField()
+    attempt = serializers.IntegerField()
+    worker = serializers.CharField(allow_null=True)
+    reason = serializers.CharField(allow_null=True)
+
+
+class ScheduledTasksSerializer(serializers.Serializer[Any]):
+    count = serializers.IntegerField(help_text="tasks scheduled now, in all")
+    results = TaskRecordSerializer(many=True, help_text="soonest run_at first")
+
+
+class TaskDetailSerializer(serializers.Serializer[Any]):
+    task_id = serializers.CharField()
+    record = TaskRecordSerializer(allow_null=True,
+                                  help_text="null once the record has expired")
+    transitions = TransitionSerializer(many=True, help_text="oldest first")
+    dead_letter = DeadLetterEntrySerializer(source="entry", allow_null=True,
+                                            help_text="the task's dead-letter entry, if any")
+
+
+class CancelResultSerializer(serializers.Serializer[Any]):
+    task_id = serializers.CharField()
+    cancelled = serializers.BooleanField(
+        help_text="true: cancelled, or cancellation requested from a started task")
+    outcome = serializers.ChoiceField(
+        choices=[("cancelled", "cancelled"), ("requested", "requested"),
+                 ("refused", "refused")],
+        help_text="cancelled now (submitted, scheduled); requested (started: it stops at "
+        "its next heartbeat); refused (already finished)")
+    state = serializers.ChoiceField(choices=_STATE_CHOICES, allow_null=True,
+                                    help_text="the task's state after the request")
+    terminate = serializers.BooleanField()
+

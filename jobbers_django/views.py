@@ -1,0 +1,467 @@
+"""The REST API (DESIGN.md section 3), mounted with
+``path("jobbers/", include("jobbers_django.urls"))``.
+
+Authentication is the project's (DRF's ``DEFAULT_AUTHENTICATION_CLASSES``: session and
+HTTP Basic unless the project says otherwise; a session request needs its CSRF token).
+Permissions are explicit, one rule per endpoint from the ``JOBBERS_*_PERMISSION`` settings
+(:mod:`jobbers_django.permissions`): reading, resubmitting or discarding, cancelling.
+Everything the views do goes through :mod:`jobbers_django.services`, as the admin does.
+
+Lists never count the whole table: ``count`` stops at :data:`COUNT_CAP` (``count_capped``
+says so) and pages follow a keyset cursor, so a page costs the same at any depth.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils.decorators import method_decorator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework import exceptions, serializers, status
+from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.utils.urls import replace_query_param
+from rest_framework.views import APIView
+
+from jobbers_django import conf, permissions, services
+from jobbers_django import serializers as s
+from jobbers_django.models import DeadLetterEntry, Source
+
+if TYPE_CHECKING:
+    from rest_framework.permissions import _PermissionClass
+
+__all__ = [
+    "COUNT_CAP",
+    "CancelTaskView",
+    "DeadLetterDiscardView",
+    "DeadLetterHistoryView",
+    "DeadLetterListView",
+    "DeadLetterResubmitView",
+    "ScheduledTasksView",
+    "SchemaView",
+    "TaskDetailView",
+]
+
+#: A list's ``count`` stops here (a bounded subquery), so a filter matching a million
+#: entries costs no more than one matching ten thousand.
+COUNT_CAP = 1_000
+
+
+# ---------------------------------------------------------------------- permissions
+class _Rule(BasePermission):
+    which = permissions.READ
+    message = "you may not read the jobbers API (JOBBERS_READ_PERMISSION)"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return permissions.allowed(request.user, self.which)
+
+
+class CanRead(_Rule):
+    pass
+
+
+class CanResubmit(_Rule):
+    which = permissions.RESUBMIT
+    message = "you may not resubmit or discard dead letters (JOBBERS_RESUBMIT_PERMISSION)"
+
+
+class CanCancel(_Rule):
+    which = permissions.CANCEL
+    message = "you may not cancel tasks (JOBBERS_CANCEL_PERMISSION)"
+
+
+# ---------------------------------------------------------------------- errors
+def _flatten(errors: Any, prefix: str = "") -> list[str]:
+    """``{"task_ids": {3: ["malformed"]}}`` -> ``["task_ids[3]: malformed"]``."""
+    if isinstance(errors, Mapping):
+        lines = []
+        for key, value in errors.items():
+            if key == api_settings.NON_FIELD_ERRORS_KEY and not prefix:
+                name = ""
+            elif isinstance(key, int):
+                name = f"{prefix}[{key}]"
+            else:
+                name = f"{prefix}.{key}" if prefix else str(key)
+            lines += _flatten(value, name)
+        return lines
+    if isinstance(errors, list | tuple):
+        if all(not isinstance(e, Mapping | list | tuple) for e in errors):
+            return [f"{prefix}: {e}" if prefix else str(e) for e in errors]
+        return [line for i, e in enumerate(errors) for line in _flatten(e, f"{prefix}[{i}]")]
+    return [f"{prefix}: {errors}" if prefix else str(errors)]
+
+
+def _with_summary(handler: Callable[[Exception, dict[str, Any]], Response | None]
+                  ) -> Callable[[Exception, dict[str, Any]], Response | None]:
+    """The project's exception handler, with a validation error answered as
+    ``{"detail": "field: message; ...", "errors": {field: [messages]}}``."""
+
+    def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
+        response = handler(exc, context)
+        if response is not None and isinstance(exc, exceptions.ValidationError):
+            errors = exc.detail if isinstance(exc.detail, dict) else {
+                api_settings.NON_FIELD_ERRORS_KEY: exc.detail}
+            response.data = {"detail": "; ".join(_flatten(errors)), "errors": errors}
+        return response
+
+    return handle
+
+
+def _bad(field: str, message: str) -> exceptions.ValidationError:
+    return exceptions.ValidationError({field: [message]})
+
+
+def _check_task_id(task_id: str) -> None:
+    if not s.TASK_ID_RE.fullmatch(task_id):
+        raise _bad("task_id", s.TASK_ID_MESSAGE)
+
+
+def _query(serializer_class: type[s.StrictSerializer], request: Request) -> dict[str, Any]:
+    """Validated query parameters: unknown, repeated or blank ones are 400s."""
+    params = request.query_params
+    data: dict[str, Any] = {}
+    errors: dict[str, list[str]] = {}
+    for name in params:
+        if name == api_settings.URL_FORMAT_OVERRIDE:
+            continue
+        values = params.getlist(name)
+        if len(values) > 1:
+            errors[name] = ["give this parameter once"]
+        data[name] = values[-1]
+    if errors:
+        raise exceptions.ValidationError(errors)
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _selection(data: Mapping[str, Any]) -> services.Selection:
+    try:
+        if "task_ids" in data:
+            return services.Selection(task_ids=tuple(data["task_ids"]), limit=conf.MAX_IDS)
+        return services.Selection(filters=data["filters"], limit=data["limit"])
+    except services.SelectionError as exc:
+        raise _bad(exc.field, exc.message) from None
+
+
+# ---------------------------------------------------------------------- base
+_TASK_ID_PARAM = OpenApiParameter(
+    "task_id", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=s.TASK_ID_PATTERN,
+    description="the Celery task id")
+
+
+_ERROR = inline_serializer("Error", {
+    "detail": serializers.CharField(help_text="what went wrong; a 400 names the field"),
+    "errors": serializers.DictField(
+        required=False, help_text="400 only: the messages per field (per index for a "
+        "list such as task_ids)"),
+})
+
+
+def _errors(*codes: int) -> dict[int, OpenApiResponse]:
+    text = {400: "invalid input (the message names the field)",
+            401: "not authenticated", 403: "not allowed", 404: "not found"}
+    return {c: OpenApiResponse(_ERROR, description=text[c]) for c in codes}
+
+
+class _JobbersMixin:
+    """Errors naming their field, and 401 (not 403) for a request without credentials
+    whenever one of the authentication classes can challenge (HTTP Basic): DRF asks only
+    the first one, which is usually the session's."""
+
+    def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
+        handler: Callable[[Exception, dict[str, Any]], Response | None] = \
+            super().get_exception_handler()  # type: ignore[misc]
+        return _with_summary(handler)
+
+    def get_authenticate_header(self, request: Request) -> str:
+        for authenticator in self.get_authenticators():  # type: ignore[attr-defined]
+            header = authenticator.authenticate_header(request)
+            if header:
+                return str(header)
+        return ""  # none can challenge: a 403
+
+
+class JobbersAPIView(_JobbersMixin, APIView):
+    """Base of the jobbers endpoints: explicit permissions (reading by default), JSON
+    bodies only."""
+
+    permission_classes: Sequence[_PermissionClass] = (CanRead,)
+    parser_classes: Sequence[type[BaseParser]] = (JSONParser,)
+
+
+def _decode_cursor(token: str, ordering: str) -> tuple[Any, int]:
+    field, _ = s.ORDERINGS[ordering]
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if not isinstance(raw, dict) or set(raw) != {"o", "v", "i"}:
+            raise ValueError(token)
+        if raw["o"] != ordering:
+            raise _bad("cursor", f"was made for ordering={raw['o']}, not {ordering}")
+        pk = raw["i"]
+        if not isinstance(pk, int) or isinstance(pk, bool):
+            raise TypeError(token)
+        value = raw["v"]
+        if field.endswith("_at"):
+            value = datetime.fromisoformat(value)
+            if value.tzinfo is None:
+                raise ValueError(token)
+        elif field == "failure_count":
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(token)
+        elif not isinstance(value, str):
+            raise TypeError(token)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise _bad("cursor", "malformed cursor; use a `next` link as given") from None
+    return value, pk
+
+
+def _encode_cursor(row: DeadLetterEntry, ordering: str) -> str:
+    field, _ = s.ORDERINGS[ordering]
+    value = getattr(row, field)
+    raw = {"o": ordering, "v": value.isoformat() if isinstance(value, datetime) else value,
+           "i": row.pk}
+    return base64.urlsafe_b64encode(json.dumps(raw, separators=(",", ":")).encode()
+                                    ).decode().rstrip("=")
+
+
+def _ordered(qs: QuerySet[DeadLetterEntry], ordering: str,
+             after: tuple[Any, int] | None) -> QuerySet[DeadLetterEntry]:
+    field, desc = s.ORDERINGS[ordering]
+    if after is not None:
+        value, pk = after
+        op = "lt" if desc else "gt"
+        qs = qs.filter(Q(**{f"{field}__{op}": value})
+                       | Q(**{field: value, f"pk__{op}": pk}))
+    sign = "-" if desc else ""
+    return qs.order_by(f"{sign}{field}", f"{sign}pk")
+
+
+# ---------------------------------------------------------------------- dead letters
+class DeadLetterListView(JobbersAPIView):
+    @extend_schema(
+        operation_id="dead_letter_queue_list",
+        summary="Search dead-letter entries",
+        description="Filters combine (all must match); no filter lists every entry. "
+        "Newest last failure first by default. Pages follow `next` (a keyset cursor); "
+        f"`count` stops at {COUNT_CAP:,} (`count_capped`).",
+        parameters=[s.DeadLetterListQuerySerializer],
+        responses={200: s.DeadLetterPageSerializer, **_errors(400, 401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        query = _query(s.DeadLetterListQuerySerializer, request)
+        filters = {k: query[k] for k in (*s.FILTER_FIELDS, "status") if k in query}
+        ordering, limit = query["ordering"], query["limit"]
+        after = _decode_cursor(query["cursor"], ordering) if "cursor" in query else None
+        base = services.filter_entries(DeadLetterEntry.objects.all(), filters)
+        count = base.order_by()[: COUNT_CAP + 1].count()
+        rows = list(_ordered(base, ordering, after).defer("traceback")[: limit + 1])
+        next_url = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            next_url = replace_query_param(request.build_absolute_uri(), "cursor",
+                                           _encode_cursor(rows[-1], ordering))
+        page = {"count": min(count, COUNT_CAP), "count_capped": count > COUNT_CAP,
+                "next": next_url, "results": rows}
+        return Response(s.DeadLetterPageSerializer(page).data)
+
+
+class DeadLetterHistoryView(JobbersAPIView):
+    @extend_schema(
+        operation_id="dead_letter_queue_history",
+        summary="Failure history of one dead-lettered task",
+        description="Every failed attempt of the task, oldest first.",
+        parameters=[_TASK_ID_PARAM],
+        responses={200: s.FailureHistorySerializer, **_errors(400, 401, 403, 404)},
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        _check_task_id(task_id)
+        _query(s.NoQuerySerializer, request)
+        entry = DeadLetterEntry.objects.filter(task_id=task_id).only(
+            "task_id", "task_name", "status").first()
+        if entry is None:
+            raise exceptions.NotFound(f"task {task_id} is not in the dead-letter queue")
+        data = {"task_id": entry.task_id, "task_name": entry.task_name,
+                "status": entry.status, "failures": services.failure_history(task_id)}
+        return Response(s.FailureHistorySerializer(data).data)
+
+
+def _refreshed(sample: list[DeadLetterEntry]) -> list[DeadLetterEntry]:
+    """The sample rows as they are now (after the action changed their status)."""
+    fresh = {r.pk: r for r in DeadLetterEntry.objects.filter(pk__in=[r.pk for r in sample])}
+    return [fresh.get(r.pk, r) for r in sample]
+
+
+def _action_data(result: services.ActionResult) -> dict[str, Any]:
+    return {"dry_run": result.dry_run, "matched": result.matched, "more": result.more,
+            "skipped": result.skipped,
+            "sample": result.sample if result.dry_run else _refreshed(result.sample),
+            "audit_id": result.audit_id}
+
+
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
+class DeadLetterResubmitView(JobbersAPIView):
+    """Not wrapped in ATOMIC_REQUESTS: the claim commits inside the service, then the
+    messages go out, all before the answer (which lists them in ``published``)."""
+
+    permission_classes = (CanResubmit,)
+
+    @extend_schema(
+        operation_id="dead_letter_queue_resubmit",
+        summary="Resubmit dead letters",
+        description="Resubmits `task_ids`, or up to `limit` entries matching the filters "
+        "(newest first). Only entries still `dead` are taken, each at most once however "
+        "many requests race. The task name and arguments are the entry's; a client "
+        "cannot choose them. With `dry_run` nothing changes.",
+        request=s.ResubmitRequestSerializer,
+        responses={200: s.ResubmitResultSerializer, **_errors(400, 401, 403)},
+    )
+    def post(self, request: Request) -> Response:
+        _query(s.NoQuerySerializer, request)  # ?dry_run=true must not be ignored
+        body = s.ResubmitRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        result = services.resubmit(_selection(data),
+                                   reset_retry_count=data["reset_retry_count"],
+                                   user=request.user, source=Source.API,
+                                   dry_run=data["dry_run"])
+        answer = {**_action_data(result), "resubmitted": result.acted,
+                  "published": [] if result.dry_run else result.published}
+        return Response(s.ResubmitResultSerializer(answer).data)
+
+
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
+class DeadLetterDiscardView(JobbersAPIView):
+    permission_classes = (CanResubmit,)
+
+    @extend_schema(
+        operation_id="dead_letter_queue_discard",
+        summary="Discard dead letters",
+        description="Marks `task_ids`, or up to `limit` entries matching the filters, "
+        "discarded: kept and listed with status=discarded, never resubmitted. Needs the "
+        "resubmit permission. With `dry_run` nothing changes.",
+        request=s.DiscardRequestSerializer,
+        responses={200: s.DiscardResultSerializer, **_errors(400, 401, 403)},
+    )
+    def post(self, request: Request) -> Response:
+        _query(s.NoQuerySerializer, request)
+        body = s.DiscardRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        result = services.discard(_selection(data), user=request.user, source=Source.API,
+                                  dry_run=data["dry_run"])
+        answer = {**_action_data(result), "discarded": result.acted}
+        return Response(s.DiscardResultSerializer(answer).data)
+
+
+# ---------------------------------------------------------------------- live tasks
+class ScheduledTasksView(JobbersAPIView):
+    @extend_schema(
+        operation_id="scheduled_tasks_list",
+        summary="Tasks waiting for a delayed retry",
+        description="Soonest `run_at` first.",
+        parameters=[s.ScheduledQuerySerializer],
+        responses={200: s.ScheduledTasksSerializer, **_errors(400, 401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        from jobbers_celery import TaskState
+
+        query = _query(s.ScheduledQuerySerializer, request)
+        jobbers = services.get_jobbers()
+        records = jobbers.scheduled(limit=query["limit"])
+        count = jobbers.counts().get(TaskState.SCHEDULED, len(records))
+        return Response(s.ScheduledTasksSerializer({"count": count, "results": records}).data)
+
+
+class TaskDetailView(JobbersAPIView):
+    @extend_schema(
+        operation_id="task_retrieve",
+        summary="A task's record, transitions and dead-letter entry",
+        description="404 when jobbers has neither a record (records expire after "
+        "jobbers_retention) nor a dead-letter entry for the id.",
+        parameters=[_TASK_ID_PARAM],
+        responses={200: s.TaskDetailSerializer, **_errors(400, 401, 403, 404)},
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        _check_task_id(task_id)
+        _query(s.NoQuerySerializer, request)
+        detail = services.task_detail(task_id)
+        if detail.record is None and detail.entry is None:
+            raise exceptions.NotFound(f"no task {task_id}: no record and no dead-letter entry")
+        return Response(s.TaskDetailSerializer(detail).data)
+
+
+class CancelTaskView(JobbersAPIView):
+    permission_classes = (CanCancel,)
+
+    @extend_schema(
+        operation_id="task_cancel",
+        summary="Cancel a task",
+        description="A submitted or scheduled task is cancelled at once (it never runs). "
+        "A started one is asked to stop: it raises TaskCancelled at its next heartbeat "
+        "(`outcome` requested; with `terminate` its worker also interrupts it after "
+        "jobbers_cancel_grace). 404 for an unknown task; 409 for a finished one.",
+        parameters=[_TASK_ID_PARAM],
+        request=s.CancelRequestSerializer,
+        responses={200: s.CancelResultSerializer,
+                   409: OpenApiResponse(s.CancelResultSerializer,
+                                        description="already finished: nothing to cancel"),
+                   **_errors(400, 401, 403, 404)},
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        _check_task_id(task_id)
+        _query(s.NoQuerySerializer, request)
+        body = s.CancelRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        terminate = body.validated_data["terminate"]
+        jobbers = services.get_jobbers()
+        if jobbers.get(task_id) is None:
+            raise exceptions.NotFound(f"no task {task_id} in jobbers (unknown or expired)")
+        done = services.cancel_task(task_id, terminate=terminate, user=request.user,
+                                    source=Source.API)
+        after = jobbers.get(task_id)
+        state = after.state.value if after is not None else None
+        outcome = ("refused" if not done else
+                   "cancelled" if state == "cancelled" else "requested")
+        answer = s.CancelResultSerializer({"task_id": task_id, "cancelled": done,
+                                           "outcome": outcome, "state": state,
+                                           "terminate": terminate}).data
+        return Response(answer, status=status.HTTP_200_OK if done else status.HTTP_409_CONFLICT)
+
+
+# ---------------------------------------------------------------------- schema
+def jobbers_endpoints_only(endpoints: list[tuple[Any, ...]], **_: Any) -> list[tuple[Any, ...]]:
+    """drf-spectacular preprocessing hook: this app's endpoints, whatever else the project
+    serves."""
+    return [e for e in endpoints
+            if getattr(getattr(e[3], "cls", None), "__module__", "") == __name__]
+
+
+class SchemaView(_JobbersMixin, SpectacularAPIView):
+    """The OpenAPI 3 schema of the jobbers endpoints (readers only)."""
+
+    permission_classes = (CanRead,)
+    custom_settings: ClassVar[dict[str, Any]] = {  # type: ignore[misc]
+        "TITLE": "jobbers API",
+        "DESCRIPTION": "Dead-letter queue triage and task control for Celery "
+                       "(jobbers_django).",
+        "VERSION": "1",
+        "PREPROCESSING_HOOKS": [f"{__name__}.jobbers_endpoints_only"],
+    }
