@@ -1,0 +1,429 @@
+"""The jobbers admin: changelist (filters, search, bounded counts), groups, detail (failure
+history and lifecycle), actions behind confirmation pages and permissions, live tasks and
+cancel, read-only pages, redaction. PostgreSQL and the session's private Redis."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import redis
+from django.contrib.messages import get_messages
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from jobbers_celery import TaskState
+from jobbers_django import admin as jobbers_admin
+from jobbers_django import services
+from jobbers_django.models import DeadLetterAudit, DeadLetterEntry, FailureGroup, Status
+from jobbers_django.sink import write_entry
+from tests.conftest import free_port
+from tests.django.conftest import dead_letter
+from tests.integration.store_helpers import put_in_state
+
+pytestmark = pytest.mark.django_db
+
+S = TaskState
+CHANGELIST = "admin:jobbers_deadletterentry_changelist"
+SECRET = "hunter2"  # conftest's kwargs password; must never reach a page
+
+
+@pytest.fixture(autouse=True)
+def _redis(djapp: Any) -> None:
+    """Every page may read Redis: the private one, flushed per test."""
+
+
+def changelist(client: Any, **params: Any) -> Any:
+    response = client.get(reverse(CHANGELIST), params)
+    assert response.status_code == 200, response
+    return response
+
+
+def listed(response: Any) -> set[str]:
+    return {e.task_id for e in response.context["cl"].result_list}
+
+
+def entry(task_id: str) -> DeadLetterEntry:
+    return DeadLetterEntry.objects.get(task_id=task_id)
+
+
+def post_action(client: Any, action: str, ids: list[str], query: str = "",
+                **extra: Any) -> Any:
+    pks = [entry(i).pk for i in ids]
+    return client.post(reverse(CHANGELIST) + query,
+                       {"action": action, "_selected_action": pks, **extra})
+
+
+def unreachable() -> redis.Redis:
+    """A client of a port nothing listens on, failing at once (no retries)."""
+    return redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
+
+
+def message_texts(response: Any) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+# ---------------------------------------------------------------------- changelist
+def test_changelist_filters_and_search(client, staff, make_entries):
+    default = make_entries(3)
+    other = make_entries(2, name="djproj.other", version=2, queue="slow", reason="stalled",
+                         exception_type="builtins.KeyError", exception_message="'sku' missing")
+    DeadLetterEntry.objects.filter(task_id=default[0]).update(status=Status.DISCARDED)
+    client.force_login(staff)
+
+    assert listed(changelist(client)) == {*default, *other}
+    assert listed(changelist(client, task_name="djproj.other")) == set(other)
+    assert listed(changelist(client, task_version="2")) == set(other)
+    assert listed(changelist(client, queue="slow")) == set(other)
+    assert listed(changelist(client, reason="stalled")) == set(other)
+    assert listed(changelist(client, exception_type="builtins.ValueError")) == set(default)
+    assert listed(changelist(client, status="discarded")) == {default[0]}
+    assert listed(changelist(client, last_failed_at__gte="2026-01-01 00:00:00+00:00",
+                             last_failed_at__lt="2027-01-01 00:00:00+00:00")) == {*default, *other}
+    assert listed(changelist(client, last_failed_at__gte="2027-01-01 00:00:00+00:00")) == set()
+    bad = client.get(reverse(CHANGELIST), {"task_version": "two"})
+    assert bad.status_code == 302
+    assert bad["Location"].endswith("?e=1")
+    assert listed(changelist(client, q=other[1])) == {other[1]}            # id: exact
+    assert listed(changelist(client, q="'SKU' MISS")) == set(other)          # message
+    assert listed(changelist(client, q="row")) == set(default)
+    assert listed(changelist(client, q="catalog-42", reason="failed")) == set(default)
+
+    # the choices come from the failure groups; the text filters render as inputs
+    page = changelist(client).content.decode()
+    assert "?task_name=djproj.other" in page
+    assert "?exception_type=builtins.KeyError" in page
+    assert 'name="queue"' in page
+    assert 'name="task_version"' in page
+
+
+def test_changelist_never_counts_or_scans_the_whole_table(client, operator, make_entries,
+                                                          monkeypatch):
+    make_entries(7)
+    monkeypatch.setattr(jobbers_admin.BoundedPaginator, "cap", 5)
+    client.force_login(operator)
+    with CaptureQueriesContext(connection) as queries:
+        response = changelist(client, q="upstream")
+    sql = [q["sql"] for q in queries.captured_queries]
+    entries = [s for s in sql if '"jobbers_deadletterentry"' in s]
+    assert not any("DISTINCT" in s for s in entries), entries
+    assert any("COUNT(*)" in s and "LIMIT 6" in s for s in entries), entries
+    assert not any("COUNT(*)" in s and "LIMIT" not in s for s in entries), entries
+    page = response.content.decode()
+    assert "more than 5 dead-letter entries" in page
+    assert "more than 5 results" in page
+    assert "Select all matching dead-letter entries (more than 5)" in page
+
+
+def test_groups_page_links_to_the_group_entries(client, staff, make_entries):
+    ids = make_entries(3)
+    odd = make_entries(1, exception_type="builtins.KeyError", exception_message="'sku'")
+    client.force_login(staff)
+    response = client.get(reverse("admin:jobbers_failuregroup_changelist"))
+    assert response.status_code == 200
+    groups = {g.exception_type: g for g in response.context["cl"].result_list}
+    assert (groups["builtins.ValueError"].failures, groups["builtins.ValueError"].dead) == (3, 3)
+    page = response.content.decode()
+    fp = entry(ids[0]).fingerprint
+    assert f"?fingerprint={fp}" in page
+    assert f"?fingerprint={fp}&amp;status=dead" in page
+    assert "upstream rejected row &lt;n&gt; of catalog-&lt;n&gt;" in page  # normalised
+    assert "shop/imports.py:flaky_import" in page
+
+    listing = changelist(client, fingerprint=fp)
+    assert listed(listing) == set(ids)
+    assert listed(changelist(client, fingerprint=entry(odd[0]).fingerprint)) == set(odd)
+    assert "By failure group" in listing.content.decode()
+
+
+# ---------------------------------------------------------------------- detail
+def test_detail_shows_failure_history_and_transitions(client, staff, jobbers):
+    first = dead_letter(attempt=1, exception_message="first failure")
+    write_entry(first)
+    write_entry(dead_letter(first.task_id, attempt=2, retry_attempt=1, reason="stalled",
+                            exception_type=None, exception_message="no heartbeat for 61s",
+                            traceback=None, failed_at=first.failed_at.replace(hour=5)))
+    row = entry(first.task_id)
+    assert jobbers.resubmit_dead_letters([services.to_dead_letter(row)]) == [first.task_id]
+    client.force_login(staff)
+
+    response = client.get(reverse("admin:jobbers_deadletterentry_change", args=[row.pk]))
+    assert response.status_code == 200
+    page = response.content.decode()
+    history = page[page.index('id="jobbers-failures"'):page.index('id="jobbers-lifecycle"')]
+    assert history.index("first failure") < history.index("no heartbeat for 61s")
+    assert "<details><summary>traceback</summary>" in history
+    lifecycle = page[page.index('id="jobbers-lifecycle"'):]
+    assert "<strong>submitted</strong>" in lifecycle
+    assert "resubmitted (retry count reset) from the dead-letter queue" in lifecycle
+    assert f"?fingerprint={row.fingerprint}" in page  # the group link
+    assert "Resubmit…" not in page  # view-only user: no action buttons
+
+
+def test_detail_without_redis_record_or_redis(client, operator, make_entries, jobbers,
+                                              monkeypatch):
+    [task_id] = make_entries(1)
+    client.force_login(operator)
+    url = reverse("admin:jobbers_deadletterentry_change", args=[entry(task_id).pk])
+    page = client.get(url).content.decode()
+    assert "There is no record of this task in Redis any more" in page
+    assert "Resubmit…" in page
+    assert "Discard…" in page
+
+    monkeypatch.setattr(jobbers.store, "client", unreachable())
+    response = client.get(url)
+    assert response.status_code == 200
+    assert "Redis is unreachable, so the lifecycle cannot be shown" in response.content.decode()
+
+
+# ---------------------------------------------------------------------- actions
+def test_view_only_staff_gets_no_action_and_a_refused_post(client, staff, make_entries,
+                                                           published):
+    ids = make_entries(2)
+    client.force_login(staff)
+    page = changelist(client).content.decode()
+    assert "resubmit_selected" not in page
+    assert "discard_selected" not in page
+    for action in ("resubmit_selected", "discard_selected"):
+        assert post_action(client, action, ids).status_code == 403
+        assert post_action(client, action, ids, post="yes").status_code == 403
+    assert set(DeadLetterEntry.objects.values_list("status", flat=True)) == {Status.DEAD}
+    assert published == []
+    assert not DeadLetterAudit.objects.exists()
+
+
+def test_permission_rule_is_configurable(client, operator, make_entries, settings):
+    ids = make_entries(1)
+    settings.JOBBERS_RESUBMIT_PERMISSION = "superuser"
+    client.force_login(operator)
+    assert "resubmit_selected" not in changelist(client).content.decode()
+    assert post_action(client, "resubmit_selected", ids, post="yes").status_code == 403
+    assert entry(ids[0]).status == Status.DEAD
+
+
+def test_resubmit_confirms_then_resubmits(client, operator, make_entries, published,
+                                          jobbers, django_capture_on_commit_callbacks):
+    ids = make_entries(4)
+    services.discard(services.Selection(task_ids=(ids[3],)))
+    client.force_login(operator)
+
+    confirm = post_action(client, "resubmit_selected", ids, index="0")  # the changelist's Go
+    assert confirm.status_code == 200
+    page = confirm.content.decode()
+    assert "Resubmit 3 dead-letter entries?" in page
+    assert "1 of the selected entry is not dead" in page
+    assert all(i in page for i in ids[:3])
+    assert ids[3] not in page
+    assert 'name="reset_retry_count" value="1"' in page
+    assert 'name="reset_retry_count" value="0"' in page
+    assert published == []
+    assert entry(ids[0]).status == Status.DEAD
+
+    with django_capture_on_commit_callbacks(execute=True):
+        done = post_action(client, "resubmit_selected", ids, post="yes", reset_retry_count="1")
+    assert done.status_code == 302
+    assert {i: entry(i).status for i in ids} == {
+        **dict.fromkeys(ids[:3], Status.RESUBMITTED), ids[3]: Status.DISCARDED}
+    assert sorted(published) == sorted(ids[:3])
+    assert all(jobbers.get(i).state == S.SUBMITTED for i in ids[:3])
+    audit = DeadLetterAudit.objects.get(action="resubmit")
+    assert (audit.source, audit.action, audit.username, audit.reset_retry_count,
+            audit.acted) == ("admin", "resubmit", "operator", True, 3)
+    assert sorted(audit.acted_ids) == sorted(ids[:3])
+    [text] = message_texts(done)
+    assert text.startswith("Resubmitted 3 dead-letter entries (retry count reset)")
+    assert FailureGroup.objects.get().dead == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_resubmit_keeping_the_retry_count(client, operator, make_entries, published, jobbers):
+    ids = make_entries(2, retry_attempt=2, attempt=3)
+    client.force_login(operator)
+    done = post_action(client, "resubmit_selected", ids, post="yes", reset_retry_count="0")
+    assert done.status_code == 302
+    assert sorted(published) == sorted(ids)
+    assert [jobbers.get(i).retry_attempt for i in ids] == [2, 2]
+    audit = DeadLetterAudit.objects.get()
+    assert audit.reset_retry_count is False
+    assert message_texts(done) == [
+        "Resubmitted 2 dead-letter entries (retry count kept): 2 published."]
+
+
+def test_discard_confirms_then_discards(client, operator, make_entries, published):
+    ids = make_entries(3)
+    client.force_login(operator)
+    page = post_action(client, "discard_selected", ids[:2]).content.decode()
+    assert "Discard 2 dead-letter entries?" in page
+    done = post_action(client, "discard_selected", ids[:2], post="yes")
+    assert done.status_code == 302
+    assert [entry(i).status for i in ids] == [Status.DISCARDED, Status.DISCARDED, Status.DEAD]
+    assert published == []
+    audit = DeadLetterAudit.objects.get()
+    assert (audit.action, audit.source, audit.acted) == ("discard", "admin", 2)
+    assert message_texts(done) == ["Discarded 2 dead-letter entries."]
+    assert FailureGroup.objects.get().dead == 1
+    # discarding again: nothing is dead any more
+    again = post_action(client, "discard_selected", ids[:2])
+    assert again.status_code == 302
+    assert "Nothing to discard" in message_texts(again)[-1]
+
+
+def test_select_across_takes_the_filtered_dead_entries(client, operator, make_entries):
+    slow = make_entries(3, queue="slow")
+    make_entries(2)
+    client.force_login(operator)
+    response = post_action(client, "discard_selected", slow[:1], query="?queue=slow",
+                           select_across="1")
+    page = response.content.decode()
+    assert "Discard 3 dead-letter entries?" in page
+    assert 'name="select_across" value="1"' in page
+    post_action(client, "discard_selected", slow[:1], query="?queue=slow", select_across="1",
+                post="yes")
+    assert set(DeadLetterEntry.objects.filter(status=Status.DISCARDED)
+               .values_list("task_id", flat=True)) == set(slow)
+
+
+def test_entries_are_read_only(client, django_user_model, make_entries):
+    [task_id] = make_entries(1)
+    admin = django_user_model.objects.create_superuser("root", password="pw")
+    client.force_login(admin)
+    pk = entry(task_id).pk
+    page = changelist(client).content.decode()
+    assert reverse("admin:jobbers_deadletterentry_add") not in page
+    assert client.get(reverse("admin:jobbers_deadletterentry_add")).status_code == 403
+    change = reverse("admin:jobbers_deadletterentry_change", args=[pk])
+    assert 'name="_save"' not in client.get(change).content.decode()
+    assert client.post(change, {"task_name": "x"}).status_code == 403
+    assert client.post(reverse("admin:jobbers_deadletterentry_delete", args=[pk]),
+                       {"post": "yes"}).status_code == 403
+    assert "delete_selected" not in page
+    assert entry(task_id).task_name == "djproj.flaky_import"
+    for name in ("failuregroup", "deadletteraudit"):
+        assert client.get(reverse(f"admin:jobbers_{name}_add")).status_code == 403
+
+
+def test_outsider_is_sent_to_login(client, outsider):
+    client.force_login(outsider)
+    for url in (reverse(CHANGELIST), reverse("admin:jobbers_live")):
+        response = client.get(url)
+        assert response.status_code == 302
+        assert "/login/" in response["Location"]
+
+
+# ---------------------------------------------------------------------- live tasks
+@pytest.fixture
+def live_tasks(jobbers: Any) -> dict[str, str]:
+    store, name = jobbers.store, "djproj.flaky_import"
+    [*_, started] = put_in_state(store, "run-1", S.STARTED, name=name, queue="celery")
+    store.heartbeat("run-1", started.attempt,
+                    progress=json.dumps({"done": 3, "token": SECRET}), name=name)
+    put_in_state(store, "stall-1", S.STALLED, name=name, queue="celery")
+    put_in_state(store, "sched-1", S.SCHEDULED, name=name, queue="celery")
+    return {"running": "run-1", "stalled": "stall-1", "scheduled": "sched-1"}
+
+
+def test_live_page_shows_counts_running_stalled_scheduled(client, staff, live_tasks):
+    client.force_login(staff)
+    response = client.get(reverse("admin:jobbers_live"))
+    assert response.status_code == 200
+    counts = dict(response.context["counts"])
+    assert (counts["started"], counts["stalled"], counts["scheduled"]) == (1, 1, 1)
+    page = response.content.decode()
+    running = page[page.index('id="jobbers-running"'):page.index('id="jobbers-stalled"')]
+    assert "run-1" in running
+    assert "w1@host" in running
+    assert "ago" in running
+    assert '&quot;done&quot;: 3' in running
+    assert "********" in running
+    assert "stall-1" in page[page.index('id="jobbers-stalled"'):]
+    scheduled = page[page.index('id="jobbers-scheduled"'):page.index('id="jobbers-cleaner"')]
+    assert "sched-1" in scheduled
+    assert "No cleaner pass has run yet." in page
+    assert "Cancel…" not in page  # staff may not cancel
+
+    task_page = client.get(reverse("admin:jobbers_task", args=["run-1"])).content.decode()
+    assert "<strong>started</strong>" in task_page
+    assert "Cancel…" not in task_page
+    app_index = client.get(reverse("admin:app_list", args=["jobbers"])).content.decode()
+    assert reverse("admin:jobbers_live") in app_index
+
+
+def test_cancel_needs_the_permission_and_a_confirmation(client, staff, operator, live_tasks,
+                                                        jobbers):
+    url = reverse("admin:jobbers_cancel", args=["sched-1"])
+    client.force_login(staff)
+    assert client.get(url).status_code == 403
+    assert client.post(url, {"terminate": "0"}).status_code == 403
+    assert jobbers.get("sched-1").state == S.SCHEDULED
+
+    client.force_login(operator)
+    assert "Cancel…" in client.get(reverse("admin:jobbers_live")).content.decode()
+    confirm = client.get(url).content.decode()
+    assert "Cancel task <code>sched-1</code>" in confirm
+    assert 'value="1"' not in confirm
+    assert jobbers.get("sched-1").state == S.SCHEDULED
+    done = client.post(url, {"terminate": "0"})
+    assert done.status_code == 302
+    assert done["Location"] == reverse("admin:jobbers_live")
+    assert jobbers.get("sched-1").state == S.CANCELLED
+    audit = DeadLetterAudit.objects.get()
+    assert (audit.action, audit.source, audit.acted_ids) == ("cancel", "admin", ["sched-1"])
+
+    running = reverse("admin:jobbers_cancel", args=["run-1"])
+    assert 'name="terminate" value="1"' in client.get(running).content.decode()
+    client.post(running, {"terminate": "1"})
+    assert "cancel" in " ".join(message_texts(client.get(reverse("admin:jobbers_live"))))
+    finished = client.post(reverse("admin:jobbers_cancel", args=["stall-1"]))
+    assert "was not cancelled" in message_texts(finished)[0]
+
+
+def test_live_page_when_redis_is_unreachable(client, staff, jobbers, monkeypatch):
+    monkeypatch.setattr(jobbers.store, "client", unreachable())
+    client.force_login(staff)
+    response = client.get(reverse("admin:jobbers_live"))
+    assert response.status_code == 200
+    assert "Redis is unreachable" in response.content.decode()
+
+
+# ---------------------------------------------------------------------- audit, secrets
+def test_audit_page_lists_actions(client, operator, make_entries):
+    ids = make_entries(2)
+    client.force_login(operator)
+    post_action(client, "discard_selected", ids, post="yes")
+    response = client.get(reverse("admin:jobbers_deadletteraudit_changelist"))
+    assert response.status_code == 200
+    [row] = response.context["cl"].result_list
+    assert (row.action, row.username, row.acted) == ("discard", "operator", 2)
+
+
+def test_secrets_never_reach_a_page(client, operator, make_entries, live_tasks,
+                                    django_capture_on_commit_callbacks):
+    ids = make_entries(2, options={"queue": "celery",
+                                   "headers": {"Authorization": f"Bearer {SECRET}"}},
+                       checkpoint={"row": 17, "api_key": SECRET})
+    client.force_login(operator)
+    pk = entry(ids[0]).pk
+    pages = [
+        changelist(client),
+        client.get(reverse("admin:jobbers_deadletterentry_change", args=[pk])),
+        client.get(reverse("admin:jobbers_failuregroup_changelist")),
+        client.get(reverse("admin:jobbers_live")),
+        client.get(reverse("admin:jobbers_task", args=["run-1"])),
+        client.get(reverse("admin:jobbers_cancel", args=["run-1"])),
+        post_action(client, "resubmit_selected", ids),
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        post_action(client, "resubmit_selected", ids, post="yes")
+    pages += [client.get(reverse("admin:jobbers_deadletteraudit_changelist")),
+              client.get(reverse("admin:jobbers_task", args=[ids[0]])),
+              client.get(reverse("admin:jobbers_deadletterentry_change", args=[pk]))]
+    for response in pages:
+        assert response.status_code == 200, response
+        assert SECRET not in response.content.decode(), response.request["PATH_INFO"]
+    detail = pages[1].content.decode()
+    assert detail.count("********") >= 3  # kwargs password, checkpoint api_key, header
+    assert entry(ids[0]).kwargs["password"] == SECRET  # stored whole for the resubmit
