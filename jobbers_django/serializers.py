@@ -108,6 +108,9 @@ class StrictCharField(serializers.CharField):
 class StrictSerializer(serializers.Serializer[Any]):
     """Refuses what it does not know (a typo must not widen a selection) and blank values."""
 
+    #: what the messages call an entry: a body's "field" or a URL's "query parameter"
+    kind = "field"
+
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, Mapping):
             raise serializers.ValidationError({"body": [
@@ -116,7 +119,8 @@ class StrictSerializer(serializers.Serializer[Any]):
         if unknown:
             allowed = ", ".join(n for n, f in self.fields.items() if not f.read_only)
             raise serializers.ValidationError(
-                {name: [f"unknown field {name!r}; allowed: {allowed}"] for name in unknown})
+                {name: [f"unknown {self.kind} {name!r}; allowed: {allowed or 'none'}"]
+                 for name in unknown})
         return super().to_internal_value(data)
 
 
@@ -164,6 +168,7 @@ class _Filters(StrictSerializer):
 
 # ---------------------------------------------------------------------- queries
 class DeadLetterListQuerySerializer(_Filters):
+    kind = "query parameter"
     status = serializers.ChoiceField(choices=Status.choices, required=False,
                                      help_text="entry status (default: every status)")
     limit = _limit(conf.DEFAULT_PAGE_SIZE, "page size, 1 to 1000")
@@ -176,11 +181,12 @@ class DeadLetterListQuerySerializer(_Filters):
 
 
 class ScheduledQuerySerializer(StrictSerializer):
+    kind = "query parameter"
     limit = _limit(conf.DEFAULT_PAGE_SIZE, "how many, soonest run_at first, 1 to 1000")
 
 
 class NoQuerySerializer(StrictSerializer):
-    pass
+    kind = "query parameter"
 
 
 # ---------------------------------------------------------------------- action bodies

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils.decorators import method_decorator
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -184,7 +185,10 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
 class _JobbersMixin:
     """Errors naming their field, and 401 (not 403) for a request without credentials
     whenever one of the authentication classes can challenge (HTTP Basic): DRF asks only
-    the first one, which is usually the session's."""
+    the first one, which is usually the session's. The views describe themselves with
+    drf-spectacular whatever the project's ``DEFAULT_SCHEMA_CLASS``."""
+
+    schema = AutoSchema()
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
         handler: Callable[[Exception, dict[str, Any]], Response | None] = \

@@ -276,7 +276,10 @@ def test_task_detail_of_an_expired_record_unknown_and_malformed(make_entries, st
     assert body["dead_letter"]["kwargs"]["password"] == "********"
     assert client.get(f"{API}/tasks/unknown-task").status_code == 404
     assert_bad(client.get(f"{API}/tasks/.hidden"), "task_id")
-    assert_bad(client.get(f"{API}/tasks/{task_id}?verbose=1"), "verbose")
+    unexpected = client.get(f"{API}/tasks/{task_id}?verbose=1")
+    assert_bad(unexpected, "verbose")
+    assert unexpected.json()["detail"] == (
+        "verbose: unknown query parameter 'verbose'; allowed: none")
 
 
 # ---------------------------------------------------------------------- scheduled
@@ -450,6 +453,17 @@ def test_project_wide_schema_generation_has_no_warnings():
     schema = SchemaGenerator().get_schema(request=None, public=True)
     assert (dict(GENERATOR_STATS._warn_cache), dict(GENERATOR_STATS._error_cache)) == ({}, {})
     assert set(schema["paths"]) == ALL_PATHS
+
+
+def test_schema_does_not_depend_on_the_projects_schema_class(staff, settings):
+    from drf_spectacular.drainage import GENERATOR_STATS
+
+    settings.REST_FRAMEWORK = {}  # DRF's own AutoSchema by default
+    GENERATOR_STATS.reset()
+    response = login(staff).get(f"{API}/schema",
+                                HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert (dict(GENERATOR_STATS._warn_cache), dict(GENERATOR_STATS._error_cache)) == ({}, {})
+    assert set(response.json()["paths"]) == ALL_PATHS
 
 
 def test_anonymous_cannot_read_the_schema():
