@@ -37,6 +37,7 @@ from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.schemas.inspectors import ViewInspector
 from rest_framework.settings import api_settings
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
@@ -188,7 +189,7 @@ class _JobbersMixin:
     the first one, which is usually the session's. The views describe themselves with
     drf-spectacular whatever the project's ``DEFAULT_SCHEMA_CLASS``."""
 
-    schema = AutoSchema()
+    schema: ViewInspector | None = AutoSchema()
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
         handler: Callable[[Exception, dict[str, Any]], Response | None] = \
