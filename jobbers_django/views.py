@@ -177,6 +177,19 @@ _ERROR = inline_serializer("Error", {
 })
 
 
+def _documented(**kwargs: Any) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
+    """``extend_schema`` based on drf-spectacular's AutoSchema even when the project's
+    ``DEFAULT_SCHEMA_CLASS`` is DRF's own (the decorator reads it at import time), so the
+    schema endpoint needs no ``REST_FRAMEWORK`` setting."""
+
+    def decorate(method: Callable[..., Response]) -> Callable[..., Response]:
+        method.kwargs = {"schema": AutoSchema}  # type: ignore[attr-defined]
+        documented: Callable[..., Response] = extend_schema(**kwargs)(method)
+        return documented
+
+    return decorate
+
+
 def _errors(*codes: int) -> dict[int, OpenApiResponse]:
     text = {400: "invalid input (the message names the field)",
             401: "not authenticated", 403: "not allowed", 404: "not found"}
@@ -261,7 +274,7 @@ def _ordered(qs: QuerySet[DeadLetterEntry], ordering: str,
 
 # ---------------------------------------------------------------------- dead letters
 class DeadLetterListView(JobbersAPIView):
-    @extend_schema(
+    @_documented(
         operation_id="dead_letter_queue_list",
         summary="Search dead-letter entries",
         description="Filters combine (all must match); no filter lists every entry. "
@@ -289,7 +302,7 @@ class DeadLetterListView(JobbersAPIView):
 
 
 class DeadLetterHistoryView(JobbersAPIView):
-    @extend_schema(
+    @_documented(
         operation_id="dead_letter_queue_history",
         summary="Failure history of one dead-lettered task",
         description="Every failed attempt of the task, oldest first.",
@@ -328,7 +341,7 @@ class DeadLetterResubmitView(JobbersAPIView):
 
     permission_classes = (CanResubmit,)
 
-    @extend_schema(
+    @_documented(
         operation_id="dead_letter_queue_resubmit",
         summary="Resubmit dead letters",
         description="Resubmits `task_ids`, or up to `limit` entries matching the filters "
@@ -356,7 +369,7 @@ class DeadLetterResubmitView(JobbersAPIView):
 class DeadLetterDiscardView(JobbersAPIView):
     permission_classes = (CanResubmit,)
 
-    @extend_schema(
+    @_documented(
         operation_id="dead_letter_queue_discard",
         summary="Discard dead letters",
         description="Marks `task_ids`, or up to `limit` entries matching the filters, "
@@ -378,7 +391,7 @@ class DeadLetterDiscardView(JobbersAPIView):
 
 # ---------------------------------------------------------------------- live tasks
 class ScheduledTasksView(JobbersAPIView):
-    @extend_schema(
+    @_documented(
         operation_id="scheduled_tasks_list",
         summary="Tasks waiting for a delayed retry",
         description="Soonest `run_at` first.",
@@ -396,7 +409,7 @@ class ScheduledTasksView(JobbersAPIView):
 
 
 class TaskDetailView(JobbersAPIView):
-    @extend_schema(
+    @_documented(
         operation_id="task_retrieve",
         summary="A task's record, transitions and dead-letter entry",
         description="404 when jobbers has neither a record (records expire after "
@@ -416,7 +429,7 @@ class TaskDetailView(JobbersAPIView):
 class CancelTaskView(JobbersAPIView):
     permission_classes = (CanCancel,)
 
-    @extend_schema(
+    @_documented(
         operation_id="task_cancel",
         summary="Cancel a task",
         description="A submitted or scheduled task is cancelled at once (it never runs). "
@@ -461,6 +474,14 @@ def jobbers_endpoints_only(endpoints: list[tuple[Any, ...]], **_: Any) -> list[t
 
 class SchemaView(_JobbersMixin, SpectacularAPIView):
     """The OpenAPI 3 schema of the jobbers endpoints (readers only)."""
+
+    @_documented(operation_id="schema_retrieve", summary="This OpenAPI schema",
+                 description="YAML by default; JSON with `Accept: "
+                 "application/vnd.oai.openapi+json` or `?format=json`.",
+                 responses={200: OpenApiTypes.OBJECT, **_errors(401, 403)})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        response: Response = super().get(request, *args, **kwargs)  # type: ignore[no-untyped-call]
+        return response
 
     permission_classes = (CanRead,)
     custom_settings: ClassVar[dict[str, Any]] = {  # type: ignore[misc]

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
+import textwrap
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +23,7 @@ from jobbers_celery import TaskState, payload
 from jobbers_django import views
 from jobbers_django.models import DeadLetterAudit, DeadLetterEntry, Status
 from jobbers_django.sink import write_entry
+from tests.conftest import ROOT, subprocess_env
 from tests.django.conftest import dead_letter
 
 pytestmark = pytest.mark.django_db
@@ -455,15 +459,35 @@ def test_project_wide_schema_generation_has_no_warnings():
     assert set(schema["paths"]) == ALL_PATHS
 
 
-def test_schema_does_not_depend_on_the_projects_schema_class(staff, settings):
-    from drf_spectacular.drainage import GENERATOR_STATS
-
-    settings.REST_FRAMEWORK = {}  # DRF's own AutoSchema by default
-    GENERATOR_STATS.reset()
-    response = login(staff).get(f"{API}/schema",
-                                HTTP_ACCEPT="application/vnd.oai.openapi+json")
-    assert (dict(GENERATOR_STATS._warn_cache), dict(GENERATOR_STATS._error_cache)) == ({}, {})
-    assert set(response.json()["paths"]) == ALL_PATHS
+def test_schema_needs_no_rest_framework_setting():
+    """A project whose ``DEFAULT_SCHEMA_CLASS`` is DRF's own (no ``REST_FRAMEWORK`` at all):
+    the decorators run at import time, so this takes a fresh process."""
+    code = textwrap.dedent("""
+        import json, os, django
+        import tests.django.settings as settings
+        del settings.REST_FRAMEWORK
+        os.environ["DJANGO_SETTINGS_MODULE"] = "tests.django.settings"
+        django.setup()
+        from rest_framework.settings import api_settings
+        assert api_settings.DEFAULT_SCHEMA_CLASS.__module__ == "rest_framework.schemas.openapi"
+        from django.contrib.auth.models import AnonymousUser
+        from drf_spectacular.drainage import GENERATOR_STATS
+        from rest_framework.test import APIRequestFactory, force_authenticate
+        from jobbers_django import views
+        request = APIRequestFactory().get("/jobbers/schema?format=json")
+        force_authenticate(request, type("Staff", (AnonymousUser,), {
+            "is_authenticated": True, "is_active": True, "is_staff": True})())
+        response = views.SchemaView.as_view()(request)
+        response.render()
+        assert response.status_code == 200, response.content
+        assert not GENERATOR_STATS._warn_cache and not GENERATOR_STATS._error_cache
+        print(json.dumps(sorted(json.loads(response.content)["paths"])))
+    """)
+    env = subprocess_env({"JOBBERS_TEST_REDIS_URL": "redis://127.0.0.1:1/1"})
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=False,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout)) == ALL_PATHS
 
 
 def test_anonymous_cannot_read_the_schema():
