@@ -1,18 +1,24 @@
-# Sourced by scripts/test and scripts/demo: make sure the tools exist, then the venv.
+# Sourced by scripts/test and scripts/example: make sure the tools exist, then the venv.
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${JOBBERS_VENV:-$ROOT/.venv}"
 
 need_apt=()
-command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
-command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
+# scripts/example sets JOBBERS_REDIS_OPTIONAL when REDIS_URL names a Redis to use instead
+command -v redis-server >/dev/null 2>&1 || [ -n "${JOBBERS_REDIS_OPTIONAL:-}" ] \
+  || need_apt+=(redis-server)
+if ! command -v python3 >/dev/null 2>&1; then
+  need_apt+=(python3 python3-venv)
+elif [ ! -x "$VENV/bin/python" ] && ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then
+  need_apt+=(python3-venv)  # Debian ships venv's pip bootstrap separately
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "==> installing ${need_apt[*]} (apt-get)"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
-    # Debian starts a redis service on install; jobbers never uses it (tests and the demo
+    # Debian starts a redis service on install; jobbers never uses it (tests and the example
     # start their own on a free port), so leave whatever was running as it was.
   else
     echo "missing: ${need_apt[*]}; install them (e.g. sudo apt-get install ${need_apt[*]})" >&2

@@ -1,1 +1,0 @@
-"""Runnable examples of jobbers. ``scripts/demo`` runs ``run_demo``."""

@@ -1,0 +1,1 @@
+"""The example Django project: settings, URLs and the Celery app (``example.celery``)."""

@@ -1,0 +1,1 @@
+"""The example's shop app: Celery tasks that take every path jobbers knows."""
