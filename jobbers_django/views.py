@@ -120,7 +120,8 @@ def _with_summary(handler: Callable[[Exception, dict[str, Any]], Response | None
         if response is not None and isinstance(exc, exceptions.ValidationError):
             errors = exc.detail if isinstance(exc.detail, dict) else {
                 api_settings.NON_FIELD_ERRORS_KEY: exc.detail}
-            response.data = {"detail": "; ".join(_flatten(errors)), "errors": errors}
+            lines = (line.rstrip(".") for line in _flatten(errors))
+            response.data = {"detail": "; ".join(lines), "errors": errors}
         return response
 
     return handle
