@@ -20,7 +20,11 @@ __all__ = ["Fingerprint", "app_frame", "fingerprint", "normalise_message"]
 _SUBSTITUTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
                 r"[0-9a-fA-F]{12}"), "<uuid>"),
+    # jobbers worker incarnations (node name:pid:random), then e-mail addresses, then
+    # Celery node names (name@host): a stall on another worker is the same failure
+    (re.compile(r"\b[\w.+-]+@[\w.-]+:\d+:[0-9a-zA-Z]+"), "<worker>"),
     (re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"), "<email>"),
+    (re.compile(r"\b[\w.+-]+@[\w.-]+"), "<worker>"),
     (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),
     # hex-looking tokens (hashes, object ids) with at least one digit and one letter
     (re.compile(r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "<hex>"),

@@ -81,7 +81,9 @@ def write_entry(entry: DeadLetter) -> bool:
     """Store one failure; ``False`` if this ``(task_id, attempt)`` was already stored."""
     from jobbers_django.models import DeadLetterEntry, Status
 
-    fp = fingerprint(entry.name, entry.exception_type, entry.exception_message, entry.traceback)
+    # no exception (stalled, dropped): the reason stands in for its type
+    fp = fingerprint(entry.name, entry.exception_type or f"({entry.reason})",
+                     entry.exception_message, entry.traceback)
     last = _last_failure_fields(entry, fp.value)
     with transaction.atomic():
         row = DeadLetterEntry.objects.select_for_update().filter(task_id=entry.task_id).first()

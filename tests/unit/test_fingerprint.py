@@ -25,6 +25,15 @@ def test_ids_and_numbers_are_taken_out():
           "mail <email>)")
 
 
+def test_stalls_on_different_workers_are_one_failure():
+    a = normalise_message("worker imports-b@example:1887:7c194b last seen 2026-11-22T02:15:55Z, "
+                          "no heartbeat for 2.4s")
+    b = normalise_message("worker main@host:2001:a9f0e1 last seen 2026-11-23T11:01:02Z, "
+                          "no heartbeat for 61.0s")
+    assert a == b == "worker <worker> last seen <n>-<n>-<n>T<n>Z, no heartbeat for <n>s"
+    assert normalise_message("on w1@host.example.com") == normalise_message("on w2@host.example.com")
+
+
 def test_innermost_application_frame():
     tb = _tb((f"{SITE}/celery/app/trace.py", "trace_task"),
              ("/srv/app/shop/imports.py", "import_catalog"),
