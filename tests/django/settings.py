@@ -63,7 +63,8 @@ else:
         "USER": os.environ.get("JOBBERS_TEST_DB_USER", "postgres"),
         "HOST": "127.0.0.1",
         "PORT": "5432",
-        "TEST": {"NAME": "test_jobbers"},
+        # another name lets two test sessions run side by side
+        "TEST": {"NAME": os.environ.get("JOBBERS_TEST_PG_NAME", "test_jobbers")},
     }}
 
 REST_FRAMEWORK = {
