@@ -28,7 +28,7 @@ import math
 import re
 from collections import Counter
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import redis
 from django.contrib import admin, messages
@@ -70,7 +70,7 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]
                    r"[0-9a-fA-F]{12}")
 
 
-class BoundedPaginator(Paginator):
+class BoundedPaginator(Paginator):  # type: ignore[type-arg]
     """Counts at most ``cap + 1`` rows (``COUNT(*)`` over a ``LIMIT``ed subquery), so a page
     of a million-row table never counts the table; pages stop at ``cap`` rows (narrow the
     filters to reach older entries). Templates say "more than {cap}" when ``capped``."""
@@ -79,7 +79,8 @@ class BoundedPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        return int(self.object_list.order_by()[: self.cap + 1].count())
+        rows = cast("QuerySet[Any]", self.object_list)
+        return rows.order_by()[: self.cap + 1].count()
 
     @property
     def capped(self) -> bool:
@@ -93,7 +94,23 @@ class BoundedPaginator(Paginator):
 
 
 # ---------------------------------------------------------------------- filters
-class GroupValuesFilter(admin.SimpleListFilter):
+class ExactFilter(admin.SimpleListFilter):
+    """``?<parameter_name>=<value>``: an exact match on the column of that name (the
+    parameters are the API's filter names)."""
+
+    parameter_name: str
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = (self.value() or "").strip()
+        if not value:
+            return queryset
+        try:
+            return queryset.filter(**{self.parameter_name: value})
+        except (ValueError, ValidationError) as exc:  # e.g. a version that is not a number
+            raise IncorrectLookupParameters(exc) from exc
+
+
+class GroupValuesFilter(ExactFilter):
     """Choices read from the failure groups (``SELECT DISTINCT`` over a small table),
     never from the entries; a value passed in the URL filters even if not offered."""
 
@@ -106,10 +123,6 @@ class GroupValuesFilter(admin.SimpleListFilter):
             values.append(current)
         return [(v, v) for v in values]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset.filter(**{self.parameter_name: value}) if value else queryset
-
 
 class TaskNameFilter(GroupValuesFilter):
     title = "task name"
@@ -121,15 +134,11 @@ class ExceptionTypeFilter(GroupValuesFilter):
     parameter_name = "exception_type"
 
 
-class ChoicesFilter(admin.SimpleListFilter):
-    """A choices field under its plain name (``?status=dead``, as in the API)."""
+class ChoicesFilter(ExactFilter):
+    """A choices field (``?status=dead``); the choices come from the model."""
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return list(model_admin.model._meta.get_field(self.parameter_name).flatchoices)
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset.filter(**{self.parameter_name: value}) if value else queryset
 
 
 class ReasonFilter(ChoicesFilter):
@@ -142,8 +151,8 @@ class StatusFilter(ChoicesFilter):
     parameter_name = "status"
 
 
-class InputFilter(admin.SimpleListFilter):
-    """A text box: exact match on an indexed column, no query to build choices."""
+class InputFilter(ExactFilter):
+    """A text box, for columns whose values no small table lists (no query for choices)."""
 
     template = "jobbers/admin/input_filter.html"
 
@@ -152,13 +161,6 @@ class InputFilter(admin.SimpleListFilter):
 
     def has_output(self) -> bool:
         return True
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = (self.value() or "").strip()
-        try:
-            return queryset.filter(**{self.parameter_name: value}) if value else queryset
-        except (ValueError, ValidationError) as exc:  # e.g. a version that is not a number
-            raise IncorrectLookupParameters(exc) from exc
 
     def choices(self, changelist: Any) -> Any:
         yield {
@@ -180,7 +182,7 @@ class VersionFilter(InputFilter):
     parameter_name = "task_version"
 
 
-class FingerprintFilter(admin.SimpleListFilter):
+class FingerprintFilter(ExactFilter):
     """``?fingerprint=<fp>`` (the groups page links here); shown only while it is set."""
 
     title = "failure group"
@@ -193,10 +195,6 @@ class FingerprintFilter(admin.SimpleListFilter):
         group = FailureGroup.objects.filter(fingerprint=fp).first()
         return [(fp, f"{group.exception_type or group.task_name}: "
                      f"{Truncator(group.message).chars(60)}" if group else fp)]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        fp = self.value()
-        return queryset.filter(fingerprint=fp) if fp else queryset
 
 
 # ---------------------------------------------------------------------- helpers
@@ -387,38 +385,52 @@ class DeadLetterEntryAdmin(ReadOnlyAdmin):
 
     def _act(self, request: HttpRequest, queryset: QuerySet[Any], action: str
              ) -> HttpResponse | None:
-        """Confirmation page first (``post`` absent), then the service call. Only dead
-        entries are acted on, at most ``MAX_IDS`` (newest first) per action."""
+        """A confirmation page listing the dead entries of the selection (at most
+        ``MAX_IDS``, newest first); confirming acts on exactly those."""
+        verb = "resubmit" if action == Action.RESUBMIT else "discard"
+        if request.POST.get("post") == "yes":
+            self._perform(request, action, verb, queryset)
+            return None
         dead = queryset.filter(status=Status.DEAD).order_by("-last_failed_at", "-id")
         rows = list(dead.values_list("task_id", "task_name", "exception_type",
                                      "last_failed_at")[: conf.MAX_IDS + 1])
         more = len(rows) > conf.MAX_IDS
         rows = rows[: conf.MAX_IDS]
-        verb = "resubmit" if action == Action.RESUBMIT else "discard"
         if not rows:
             self.message_user(request, f"Nothing to {verb}: none of the selected entries is "
                               "dead (they were resubmitted or discarded already).",
                               messages.WARNING)
             return None
-        ids = tuple(r[0] for r in rows)
-        if request.POST.get("post") == "yes":
-            self._perform(request, action, ids)
-            return None
         not_dead = queryset.exclude(status=Status.DEAD).order_by()[:BoundedPaginator.cap]
-        noun = "dead-letter entry" if len(ids) == 1 else "dead-letter entries"
+        noun = "dead-letter entry" if len(rows) == 1 else "dead-letter entries"
         context = self.admin_context(
-            request, f"{verb.capitalize()} {len(ids)} {noun}?", action=verb, count=len(ids),
-            shown=rows[:CONFIRM_SHOWN], rest=max(0, len(ids) - CONFIRM_SHOWN), more=more,
+            request, f"{verb.capitalize()} {len(rows)} {noun}?", action=verb, count=len(rows),
+            shown=rows[:CONFIRM_SHOWN], rest=max(0, len(rows) - CONFIRM_SHOWN), more=more,
             max_ids=conf.MAX_IDS, not_dead=not_dead.count(),
+            # one field, not one per id: Django refuses more than 1,000 fields per request
             hidden=[("action", f"{verb}_selected"),
                     ("select_across", request.POST.get("select_across", "0")),
+                    ("task_ids", json.dumps([r[0] for r in rows])),
                     *((ACTION_CHECKBOX_NAME, pk)
                       for pk in request.POST.getlist(ACTION_CHECKBOX_NAME))],
             back_url=request.get_full_path(),
         )
         return TemplateResponse(request, "jobbers/admin/action_confirmation.html", context)
 
-    def _perform(self, request: HttpRequest, action: str, ids: tuple[str, ...]) -> None:
+    def _perform(self, request: HttpRequest, action: str, verb: str,
+                 queryset: QuerySet[Any]) -> None:
+        """Act on the entries the confirmation page listed that are still selected (those
+        resubmitted or discarded meanwhile are reported as skipped, newer ones untouched)."""
+        try:
+            listed = json.loads(request.POST.get("task_ids") or "[]")[: conf.MAX_IDS]
+        except ValueError:
+            listed = []
+        ids = tuple(queryset.filter(task_id__in=[str(i) for i in listed])
+                    .values_list("task_id", flat=True))
+        if not ids:
+            self.message_user(request, f"Nothing to {verb}: the confirmed entries are no "
+                              "longer selected.", messages.WARNING)
+            return
         selection = services.Selection(task_ids=ids, limit=len(ids))
         reset = request.POST.get("reset_retry_count", "1") != "0"
         try:

@@ -58,6 +58,15 @@ def post_action(client: Any, action: str, ids: list[str], query: str = "",
                        {"action": action, "_selected_action": pks, **extra})
 
 
+def confirm(client: Any, page: Any, **choice: str) -> Any:
+    """Press a button of a confirmation page: post back its hidden fields, as a browser."""
+    assert page.status_code == 200, page
+    data: dict[str, list[str]] = {}
+    for name, value in page.context["hidden"]:
+        data.setdefault(name, []).append(str(value))
+    return client.post(page.context["back_url"], {**data, "post": "yes", **choice})
+
+
 def unreachable() -> redis.Redis:
     """A client of a port nothing listens on, failing at once (no retries)."""
     return redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
@@ -190,7 +199,8 @@ def test_view_only_staff_gets_no_action_and_a_refused_post(client, staff, make_e
     assert "discard_selected" not in page
     for action in ("resubmit_selected", "discard_selected"):
         assert post_action(client, action, ids).status_code == 403
-        assert post_action(client, action, ids, post="yes").status_code == 403
+        assert post_action(client, action, ids, post="yes",
+                           task_ids=json.dumps(ids)).status_code == 403
     assert set(DeadLetterEntry.objects.values_list("status", flat=True)) == {Status.DEAD}
     assert published == []
     assert not DeadLetterAudit.objects.exists()
@@ -201,7 +211,8 @@ def test_permission_rule_is_configurable(client, operator, make_entries, setting
     settings.JOBBERS_RESUBMIT_PERMISSION = "superuser"
     client.force_login(operator)
     assert "resubmit_selected" not in changelist(client).content.decode()
-    assert post_action(client, "resubmit_selected", ids, post="yes").status_code == 403
+    assert post_action(client, "resubmit_selected", ids, post="yes",
+                       task_ids=json.dumps(ids)).status_code == 403
     assert entry(ids[0]).status == Status.DEAD
 
 
@@ -211,9 +222,9 @@ def test_resubmit_confirms_then_resubmits(client, operator, make_entries, publis
     services.discard(services.Selection(task_ids=(ids[3],)))
     client.force_login(operator)
 
-    confirm = post_action(client, "resubmit_selected", ids, index="0")  # the changelist's Go
-    assert confirm.status_code == 200
-    page = confirm.content.decode()
+    confirm_page = post_action(client, "resubmit_selected", ids, index="0")  # changelist's Go
+    assert confirm_page.status_code == 200
+    page = confirm_page.content.decode()
     assert "Resubmit 3 dead-letter entries?" in page
     assert "1 of the selected entry is not dead" in page
     assert all(i in page for i in ids[:3])
@@ -224,7 +235,7 @@ def test_resubmit_confirms_then_resubmits(client, operator, make_entries, publis
     assert entry(ids[0]).status == Status.DEAD
 
     with django_capture_on_commit_callbacks(execute=True):
-        done = post_action(client, "resubmit_selected", ids, post="yes", reset_retry_count="1")
+        done = confirm(client, confirm_page, reset_retry_count="1")
     assert done.status_code == 302
     assert {i: entry(i).status for i in ids} == {
         **dict.fromkeys(ids[:3], Status.RESUBMITTED), ids[3]: Status.DISCARDED}
@@ -243,7 +254,7 @@ def test_resubmit_confirms_then_resubmits(client, operator, make_entries, publis
 def test_resubmit_keeping_the_retry_count(client, operator, make_entries, published, jobbers):
     ids = make_entries(2, retry_attempt=2, attempt=3)
     client.force_login(operator)
-    done = post_action(client, "resubmit_selected", ids, post="yes", reset_retry_count="0")
+    done = confirm(client, post_action(client, "resubmit_selected", ids), reset_retry_count="0")
     assert done.status_code == 302
     assert sorted(published) == sorted(ids)
     assert [jobbers.get(i).retry_attempt for i in ids] == [2, 2]
@@ -256,9 +267,9 @@ def test_resubmit_keeping_the_retry_count(client, operator, make_entries, publis
 def test_discard_confirms_then_discards(client, operator, make_entries, published):
     ids = make_entries(3)
     client.force_login(operator)
-    page = post_action(client, "discard_selected", ids[:2]).content.decode()
-    assert "Discard 2 dead-letter entries?" in page
-    done = post_action(client, "discard_selected", ids[:2], post="yes")
+    confirm_page = post_action(client, "discard_selected", ids[:2])
+    assert "Discard 2 dead-letter entries?" in confirm_page.content.decode()
+    done = confirm(client, confirm_page)
     assert done.status_code == 302
     assert [entry(i).status for i in ids] == [Status.DISCARDED, Status.DISCARDED, Status.DEAD]
     assert published == []
@@ -272,19 +283,47 @@ def test_discard_confirms_then_discards(client, operator, make_entries, publishe
     assert "Nothing to discard" in message_texts(again)[-1]
 
 
-def test_select_across_takes_the_filtered_dead_entries(client, operator, make_entries):
+def test_select_across_takes_the_filtered_dead_entries_it_listed(client, operator,
+                                                                  make_entries):
     slow = make_entries(3, queue="slow")
     make_entries(2)
     client.force_login(operator)
-    response = post_action(client, "discard_selected", slow[:1], query="?queue=slow",
-                           select_across="1")
-    page = response.content.decode()
-    assert "Discard 3 dead-letter entries?" in page
-    assert 'name="select_across" value="1"' in page
-    post_action(client, "discard_selected", slow[:1], query="?queue=slow", select_across="1",
-                post="yes")
+    page = post_action(client, "discard_selected", slow[:1], query="?queue=slow",
+                       select_across="1")
+    assert "Discard 3 dead-letter entries?" in page.content.decode()
+    late = make_entries(1, queue="slow")  # fails after the page was shown: not confirmed
+    done = confirm(client, page)
+    assert message_texts(done) == ["Discarded 3 dead-letter entries."]
     assert set(DeadLetterEntry.objects.filter(status=Status.DISCARDED)
                .values_list("task_id", flat=True)) == set(slow)
+    assert entry(late[0]).status == Status.DEAD
+
+
+def test_confirming_entries_taken_meanwhile_reports_them_skipped(client, operator,
+                                                                 make_entries):
+    ids = make_entries(3)
+    client.force_login(operator)
+    page = post_action(client, "discard_selected", ids)
+    services.discard(services.Selection(task_ids=(ids[0],)))  # someone else, meanwhile
+    done = confirm(client, page)
+    assert message_texts(done) == [
+        "Discarded 2 dead-letter entries; 1 skipped (1 status is discarded)."]
+
+
+def test_a_thousand_entries_confirm_in_one_field(client, operator, make_entries):
+    """More than Django's 1,000 POST fields if each id were a field of its own."""
+    from jobbers_django.models import DeadLetterEntry as Entry
+
+    ids = make_entries(1)
+    fields = {f.attname: getattr(entry(ids[0]), f.attname)
+              for f in Entry._meta.concrete_fields if f.name != "id"}
+    Entry.objects.bulk_create([Entry(**fields | {"task_id": f"bulk-{n}"}) for n in range(1100)])
+    client.force_login(operator)
+    page = post_action(client, "discard_selected", ids, select_across="1")
+    assert "Discard 1000 dead-letter entries?" in page.content.decode()
+    assert "one action takes at most 1000" in " ".join(page.content.decode().split())
+    confirm(client, page)
+    assert Entry.objects.filter(status=Status.DISCARDED).count() == 1000
 
 
 def test_entries_are_read_only(client, django_user_model, make_entries):
@@ -393,7 +432,7 @@ def test_live_page_when_redis_is_unreachable(client, staff, jobbers, monkeypatch
 def test_audit_page_lists_actions(client, operator, make_entries):
     ids = make_entries(2)
     client.force_login(operator)
-    post_action(client, "discard_selected", ids, post="yes")
+    confirm(client, post_action(client, "discard_selected", ids))
     response = client.get(reverse("admin:jobbers_deadletteraudit_changelist"))
     assert response.status_code == 200
     [row] = response.context["cl"].result_list
@@ -417,7 +456,7 @@ def test_secrets_never_reach_a_page(client, operator, make_entries, live_tasks,
         post_action(client, "resubmit_selected", ids),
     ]
     with django_capture_on_commit_callbacks(execute=True):
-        post_action(client, "resubmit_selected", ids, post="yes")
+        confirm(client, pages[-1])
     pages += [client.get(reverse("admin:jobbers_deadletteraudit_changelist")),
               client.get(reverse("admin:jobbers_task", args=[ids[0]])),
               client.get(reverse("admin:jobbers_deadletterentry_change", args=[pk]))]
