@@ -77,6 +77,9 @@ class DeadLetterEntry(models.Model):
                          name="jobbers_dle_name_ver"),
             models.Index(fields=["queue", "-last_failed_at"], name="jobbers_dle_queue"),
             models.Index(fields=["status", "-last_failed_at"], name="jobbers_dle_status"),
+            # triage and resubmit-by-filter: the dead entries of one task, newest first
+            models.Index(fields=["status", "task_name", "-last_failed_at"],
+                         name="jobbers_dle_status_name"),
             models.Index(fields=["reason", "-last_failed_at"], name="jobbers_dle_reason"),
             models.Index(fields=["exception_type", "-last_failed_at"], name="jobbers_dle_exc"),
             models.Index(fields=["fingerprint", "-last_failed_at"], name="jobbers_dle_fp"),

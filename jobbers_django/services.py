@@ -110,7 +110,8 @@ def get_jobbers() -> Jobbers:
 @dataclass(frozen=True)
 class Selection:
     """Which dead letters an action is for: explicit ``task_ids`` or ``filters``, never
-    neither (an empty selection does not mean "everything")."""
+    neither (an empty selection does not mean "everything"). ``limit`` bounds what a filter
+    takes; explicit ids are all taken (at most ``MAX_IDS``)."""
 
     task_ids: tuple[str, ...] | None = None
     filters: Mapping[str, Any] = field(default_factory=dict)
@@ -133,6 +134,11 @@ class Selection:
             raise SelectionError(min(unknown), "unknown filter")
         if not 1 <= self.limit <= conf.MAX_LIMIT:
             raise SelectionError("limit", f"must be between 1 and {conf.MAX_LIMIT}")
+
+    @property
+    def cap(self) -> int:
+        """How many entries the action may take: every id given, or ``limit`` of a filter."""
+        return len(self.task_ids) if self.task_ids is not None else self.limit
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready, for the audit."""
@@ -189,9 +195,9 @@ def _skipped(selection: Selection, acted: Sequence[str]) -> list[dict[str, str]]
 
 
 def _preview(action: str, selection: Selection) -> ActionResult:
-    rows = list(_candidates(selection)[: selection.limit + 1])
-    more = len(rows) > selection.limit
-    rows = rows[: selection.limit]
+    rows = list(_candidates(selection)[: selection.cap + 1])
+    more = len(rows) > selection.cap
+    rows = rows[: selection.cap]
     return ActionResult(action=action, dry_run=True, matched=len(rows), more=more,
                         acted=[], skipped=_skipped(selection, [r.task_id for r in rows]),
                         sample=rows[:SAMPLE_SIZE])
@@ -202,8 +208,8 @@ def _claim(selection: Selection) -> tuple[list[DeadLetterEntry], bool]:
     qs = _candidates(selection)
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True, of=("self",))
-    rows = list(qs[: selection.limit + 1])
-    return rows[: selection.limit], len(rows) > selection.limit
+    rows = list(qs[: selection.cap + 1])
+    return rows[: selection.cap], len(rows) > selection.cap
 
 
 def _audit(action: str, selection: Selection, *, user: Any, source: str, matched: int,

@@ -51,5 +51,5 @@ def test_postgresql_has_the_list_indexes():
                        ["jobbers_deadletterentry"])
         names = {r[0] for r in cursor.fetchall()}
     assert {"jobbers_dle_recent", "jobbers_dle_name", "jobbers_dle_name_ver", "jobbers_dle_queue",
-            "jobbers_dle_status", "jobbers_dle_reason", "jobbers_dle_exc", "jobbers_dle_fp",
+            "jobbers_dle_status", "jobbers_dle_status_name", "jobbers_dle_reason", "jobbers_dle_exc", "jobbers_dle_fp",
             "jobbers_dle_pending"} <= names

@@ -175,3 +175,9 @@ def test_racing_resubmits_of_the_same_100_entries_publish_100(make_entries, jobb
     assert set(DeadLetterEntry.objects.values_list("resubmit_count", flat=True)) == {1}
     assert jobbers.store.client.llen("celery") == 100
     assert jobbers.counts()[S.SUBMITTED] == 100
+
+
+def test_explicit_ids_are_all_taken_whatever_the_default_limit(make_entries, committed):
+    ids = tuple(make_entries(150))
+    result = committed(services.discard, Selection(task_ids=ids))
+    assert len(result.acted) == 150
