@@ -431,7 +431,7 @@ class DeadLetterEntryAdmin(ReadOnlyAdmin):
             self.message_user(request, f"Nothing to {verb}: the confirmed entries are no "
                               "longer selected.", messages.WARNING)
             return
-        selection = services.Selection(task_ids=ids, limit=len(ids))
+        selection = services.Selection(task_ids=ids)
         reset = request.POST.get("reset_retry_count", "1") != "0"
         try:
             if action == Action.RESUBMIT:
