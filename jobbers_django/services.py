@@ -257,7 +257,14 @@ def resubmit(selection: Selection, *, reset_retry_count: bool = True, user: Any 
         pks = [r.pk for r in rows]
 
         def publish() -> None:
-            result.published = _publish(pks, reset_retry_count)
+            try:
+                result.published = _publish(pks, reset_retry_count)
+            except Exception:
+                # Committed as resubmitted, not published (Redis or the broker is down):
+                # the rows stay publish_pending for publish_pending() to finish.
+                log.exception("publishing %d resubmitted dead letters failed; they stay "
+                              "pending for publish_pending()", len(pks))
+                result.published = []
 
         if rows:
             transaction.on_commit(publish)
@@ -288,8 +295,11 @@ def _publish(pks: Sequence[int], reset_retry_count: bool) -> list[str]:
 
 
 def publish_pending(older_than: timedelta = timedelta(seconds=30)) -> int:
-    """Publish entries marked resubmitted whose publish never ran (the process died
-    between the commit and the publish); returns how many were published."""
+    """Publish entries marked resubmitted whose publish never ran (the process died between
+    the commit and the publish, or Redis was down); returns how many were published.
+
+    Runs at the start of every resubmit, and from ``manage.py jobbers_publish_pending``
+    (run it from cron or a beat schedule so that nothing waits for the next resubmit)."""
     cutoff = timezone.now() - older_than
     pending = list(DeadLetterEntry.objects.filter(publish_pending=True,
                                                   resubmitted_at__lt=cutoff)
@@ -375,6 +385,7 @@ class LiveOverview:
 
 def live_overview(limit: int = 100) -> LiveOverview:
     from jobbers_celery import TaskState
+    from jobbers_celery.records import from_ms
 
     jobbers = get_jobbers()
     return LiveOverview(
@@ -383,7 +394,8 @@ def live_overview(limit: int = 100) -> LiveOverview:
         stalled=jobbers.tasks(state=TaskState.STALLED, limit=limit),
         scheduled=jobbers.scheduled(limit=limit),
         cleaner=jobbers.cleaner_status(),
-        now=timezone.now(),
+        # the task times are Redis times: elapsed is measured on the same clock
+        now=from_ms(jobbers.store.now_ms()) or timezone.now(),
     )
 
 

@@ -181,3 +181,25 @@ def test_explicit_ids_are_all_taken_whatever_the_default_limit(make_entries, com
     ids = tuple(make_entries(150))
     result = committed(services.discard, Selection(task_ids=ids))
     assert len(result.acted) == 150
+
+
+def test_redis_down_after_commit_leaves_the_entries_pending(make_entries, committed,
+                                                            monkeypatch, published):
+    from django.core.management import call_command
+
+    ids = tuple(make_entries(2))
+
+    def broken(*_a, **_k):
+        raise ConnectionError("redis is down")
+
+    jobbers = services.get_jobbers()
+    monkeypatch.setattr(jobbers, "resubmit_dead_letters", broken)
+    result = committed(services.resubmit, Selection(task_ids=ids))
+    assert sorted(result.acted) == sorted(ids)
+    assert result.published == []
+    assert DeadLetterEntry.objects.filter(publish_pending=True).count() == 2
+    monkeypatch.undo()
+    DeadLetterEntry.objects.update(resubmitted_at=timezone.now() - timedelta(minutes=1))
+    call_command("jobbers_publish_pending")
+    assert sorted(published) == sorted(ids)
+    assert not DeadLetterEntry.objects.filter(publish_pending=True).exists()
