@@ -7,8 +7,8 @@ and the services, so the groups page never aggregates the entries table.
 ``DeadLetterAudit``: append-only record of every resubmit, discard and cancel.
 
 Indexes follow the list views: every filter of the admin changelist and of the API comes
-with ``last_failed_at`` second, so "filter, newest first, page of 50" reads 50 index
-entries whatever the table size.
+with ``last_failed_at`` and ``id`` after it (the list order), so "filter, newest first, page
+of 50" reads 50 index entries whatever the table size.
 """
 
 from __future__ import annotations
@@ -72,17 +72,19 @@ class DeadLetterEntry(models.Model):
         )
         indexes = (
             models.Index(fields=["-last_failed_at", "-id"], name="jobbers_dle_recent"),
-            models.Index(fields=["task_name", "-last_failed_at"], name="jobbers_dle_name"),
-            models.Index(fields=["task_name", "task_version", "-last_failed_at"],
+            models.Index(fields=["task_name", "-last_failed_at", "-id"],
+                         name="jobbers_dle_name"),
+            models.Index(fields=["task_name", "task_version", "-last_failed_at", "-id"],
                          name="jobbers_dle_name_ver"),
-            models.Index(fields=["queue", "-last_failed_at"], name="jobbers_dle_queue"),
-            models.Index(fields=["status", "-last_failed_at"], name="jobbers_dle_status"),
+            models.Index(fields=["queue", "-last_failed_at", "-id"], name="jobbers_dle_queue"),
+            models.Index(fields=["status", "-last_failed_at", "-id"], name="jobbers_dle_status"),
             # triage and resubmit-by-filter: the dead entries of one task, newest first
-            models.Index(fields=["status", "task_name", "-last_failed_at"],
+            models.Index(fields=["status", "task_name", "-last_failed_at", "-id"],
                          name="jobbers_dle_status_name"),
-            models.Index(fields=["reason", "-last_failed_at"], name="jobbers_dle_reason"),
-            models.Index(fields=["exception_type", "-last_failed_at"], name="jobbers_dle_exc"),
-            models.Index(fields=["fingerprint", "-last_failed_at"], name="jobbers_dle_fp"),
+            models.Index(fields=["reason", "-last_failed_at", "-id"], name="jobbers_dle_reason"),
+            models.Index(fields=["exception_type", "-last_failed_at", "-id"],
+                         name="jobbers_dle_exc"),
+            models.Index(fields=["fingerprint", "-last_failed_at", "-id"], name="jobbers_dle_fp"),
             models.Index(fields=["resubmitted_at"], name="jobbers_dle_pending",
                          condition=Q(publish_pending=True)),
         )

@@ -291,7 +291,13 @@ class DeadLetterListView(JobbersAPIView):
         after = _decode_cursor(query["cursor"], ordering) if "cursor" in query else None
         base = services.filter_entries(DeadLetterEntry.objects.all(), filters)
         count = base.order_by()[: COUNT_CAP + 1].count()
-        rows = list(_ordered(base, ordering, after).defer("traceback")[: limit + 1])
+        # The page's ids first, then their rows: an ids-only query is served by an index-only
+        # scan of (filter, -last_failed_at, -id), where the planner, asked for whole rows,
+        # may walk the newest-first index and filter, which is slow when the filter's
+        # entries are all old (an outage fixed last week: 150 ms instead of 0.4 ms at 1M).
+        ids = list(_ordered(base, ordering, after).values_list("pk", flat=True)[: limit + 1])
+        by_pk = DeadLetterEntry.objects.defer("traceback").in_bulk(ids)
+        rows = [by_pk[pk] for pk in ids if pk in by_pk]
         next_url = None
         if len(rows) > limit:
             rows = rows[:limit]
