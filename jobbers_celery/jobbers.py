@@ -121,47 +121,49 @@ class Jobbers:
         published; at most one caller publishes a given failure, however many race.
         """
         published: list[str] = []
-        lease_ms = int(self.config.publish_lease * 1000)
         seen: set[str] = set()
-        for entry in entries:
-            if entry.task_id in seen:
-                continue
-            seen.add(entry.task_id)
-            options = dict(entry.options or {})
-            headers = dict(options.get("headers") or {})
-            headers.pop(payload.HEADER_ENQUEUED_AT, None)
-            data = {"args": list(entry.args), "kwargs": dict(entry.kwargs),
-                    "options": {**options, "headers": headers}}
-            fields = {"msg": payload.dumps(data)}
-            if reset_retry_count:
-                fields["retries"] = "0"
-            else:
-                fields["retries"] = str(entry.retry_attempt)
-            if entry.checkpoint is not None:
-                fields["ckpt"] = payload.dumps(entry.checkpoint)
-            create = {"name": entry.name, "queue": entry.queue or payload.queue_of(options),
-                      "dlq": "1"}
-            if entry.version is not None:
-                create["ver"] = str(entry.version)
-            res = self.store.step(
-                entry.task_id, TaskState.SUBMITTED,
-                sources=RESUBMITTABLE | {TaskState.UNSUBMITTED}, create=create,
-                set_fields=fields, delete=("stalls",) if reset_retry_count else (),
-                lease_ms=lease_ms, name=entry.name,
-                reason=_resubmit_reason(reset_retry_count) + " from the dead-letter queue",
-                ret=("retries", "name", "ver", "dlq"),
-            )
-            if not res.applied:
-                log.info("dead letter %s not resubmitted: the task is %s", entry.task_id,
-                         res.previous)
-                continue
-            if self._republish(entry.task_id, entry.name, data, res.values, res.now_ms):
-                published.append(entry.task_id)
+        # one producer (one broker connection) for the whole batch, not one per message
+        with self.app.producer_or_acquire() as producer:
+            for entry in entries:
+                if entry.task_id not in seen:
+                    seen.add(entry.task_id)
+                    if self._resubmit_dead_letter(entry, reset_retry_count, producer):
+                        published.append(entry.task_id)
         self.store.confirm_published(published)
         return published
 
+    def _resubmit_dead_letter(self, entry: DeadLetter, reset_retry_count: bool,
+                              producer: Any) -> bool:
+        options = dict(entry.options or {})
+        headers = dict(options.get("headers") or {})
+        headers.pop(payload.HEADER_ENQUEUED_AT, None)
+        data = {"args": list(entry.args), "kwargs": dict(entry.kwargs),
+                "options": {**options, "headers": headers}}
+        fields = {"msg": payload.dumps(data),
+                  "retries": "0" if reset_retry_count else str(entry.retry_attempt)}
+        if entry.checkpoint is not None:
+            fields["ckpt"] = payload.dumps(entry.checkpoint)
+        create = {"name": entry.name, "queue": entry.queue or payload.queue_of(options),
+                  "dlq": "1"}
+        if entry.version is not None:
+            create["ver"] = str(entry.version)
+        res = self.store.step(
+            entry.task_id, TaskState.SUBMITTED,
+            sources=RESUBMITTABLE | {TaskState.UNSUBMITTED}, create=create,
+            set_fields=fields, delete=("stalls",) if reset_retry_count else (),
+            lease_ms=int(self.config.publish_lease * 1000), name=entry.name,
+            reason=_resubmit_reason(reset_retry_count) + " from the dead-letter queue",
+            ret=("retries", "name", "ver", "dlq"),
+        )
+        if not res.applied:
+            log.info("dead letter %s not resubmitted: the task is %s", entry.task_id,
+                     res.previous)
+            return False
+        return self._republish(entry.task_id, entry.name, data, res.values, res.now_ms,
+                               producer)
+
     def _republish(self, task_id: str, name: str, data: dict[str, Any],
-                   values: dict[str, str], now_ms: int) -> bool:
+                   values: dict[str, str], now_ms: int, producer: Any = None) -> bool:
         """Publish a task whose ``submitted`` step (with a publish lease) just applied."""
         headers = dict(data.get("options", {}).get("headers") or {})
         headers.pop(payload.HEADER_ENQUEUED_AT, None)
@@ -173,7 +175,7 @@ class Jobbers:
         try:
             with lifecycle.internal_publish(now_ms):
                 payload.republish(self.app, name, task_id, data,
-                                  int(values.get("retries") or 0))
+                                  int(values.get("retries") or 0), producer=producer)
         except Exception:
             log.exception("publishing resubmitted task %s failed; the scheduler will "
                           "publish it again when its lease expires", task_id)

@@ -127,10 +127,15 @@ def queue_of(options: Mapping[str, Any]) -> str:
 
 def republish(
     app: Celery, name: str, task_id: str, payload: Mapping[str, Any], retries: int,
-    extra_headers: Mapping[str, Any] | None = None,
+    extra_headers: Mapping[str, Any] | None = None, producer: Any = None,
 ) -> None:
-    """Publish ``task_id`` again through Celery (signals, routing and queue declaration)."""
+    """Publish ``task_id`` again through Celery (signals, routing and queue declaration).
+
+    ``producer``: one to reuse across many publishes (``app.producer_or_acquire()``).
+    """
     options = dict(payload.get("options") or {})
+    if producer is not None:
+        options["producer"] = producer
     if extra_headers:
         options["headers"] = {**(options.get("headers") or {}), **extra_headers}
     app.send_task(

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
-from django.db.models import F, QuerySet
+from django.db.models import Case, F, IntegerField, QuerySet, Value, When
 from django.utils import timezone
 
 from jobbers_django import conf
@@ -231,8 +231,13 @@ def _leave_dead(rows: Sequence[DeadLetterEntry]) -> None:
     per_group: dict[str, int] = {}
     for row in rows:
         per_group[row.fingerprint] = per_group.get(row.fingerprint, 0) + 1
-    for fp, n in per_group.items():
-        FailureGroup.objects.filter(fingerprint=fp).update(dead=F("dead") - n)
+    if not per_group:
+        return
+    # one statement for every group touched (a thousand entries may span hundreds)
+    FailureGroup.objects.filter(fingerprint__in=list(per_group)).update(
+        dead=F("dead") - Case(*(When(fingerprint=fp, then=Value(n))
+                                for fp, n in per_group.items()),
+                              default=Value(0), output_field=IntegerField()))
 
 
 def resubmit(selection: Selection, *, reset_retry_count: bool = True, user: Any = None,
