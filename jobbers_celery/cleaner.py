@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobbers_celery import lifecycle, liveness, payload
+from jobbers_celery import lifecycle, liveness, metrics, payload
 from jobbers_celery.records import from_ms
 from jobbers_celery.store import StepResult
 
@@ -115,6 +115,10 @@ class Cleaner:
                 outcome[key] += part[key]
             outcome["stalled"] += int(part["stalled"])
             outcome["kept"] += int(part["kept"])
+        for item in (*outcome["recovered"], *outcome["dead"]):
+            metrics.attempt_ended(item.get("name") or "", item.get("queue"), "stalled",
+                                  now_ms=float(item.get("now") or 0),
+                                  started_ms=metrics.ms_value(item.get("started")))
         recovered = self._publish(outcome["recovered"])
         dead_lettered = self._dead_letter(outcome["dead"])
         if scan["cancel"]:

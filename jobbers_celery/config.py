@@ -43,6 +43,9 @@ class JobbersConfig:
     #: Seconds a task cancelled with ``terminate=True`` gets to stop at a heartbeat before
     #: its worker interrupts it.
     cancel_grace: float = 10.0
+    #: Seconds the process that reports the cluster-wide metric gauges keeps that role
+    #: without collecting; set it above the metric reader's collection interval.
+    metrics_gauge_lease: float = 120.0
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any], broker_url: str | None = None) -> JobbersConfig:
@@ -72,7 +75,8 @@ class JobbersConfig:
                 f"(no braces), got {self.key_prefix!r}"
             )
         for name in ("cleaner_interval", "worker_lost_after", "retention",
-                     "scheduler_interval", "publish_lease", "cancel_grace"):
+                     "scheduler_interval", "publish_lease", "cancel_grace",
+                     "metrics_gauge_lease"):
             value = getattr(self, name)
             if (isinstance(value, bool) or not isinstance(value, int | float)
                     or not math.isfinite(value) or value <= 0):

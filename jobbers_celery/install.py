@@ -8,7 +8,7 @@ from typing import Any
 
 from celery import Celery
 
-from jobbers_celery import signals
+from jobbers_celery import metrics, signals
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.errors import ConfigurationError
 from jobbers_celery.jobbers import Jobbers
@@ -37,6 +37,7 @@ def install(app: Celery) -> Jobbers:
         jobbers = Jobbers(app, config)
         app._jobbers = jobbers  # type: ignore[attr-defined]
         signals.register(jobbers)
+        metrics.watch(jobbers)
         signals.connect()
         app.steps["worker"].add(SchedulerStep)
         app.steps["worker"].add(ShutdownStep)

@@ -33,6 +33,7 @@ __all__ = [
     "loads",
     "queue_of",
     "republish",
+    "request_header",
 ]
 
 HEADER_TASK = "jobbers_task"
@@ -119,6 +120,15 @@ def from_signature_options(
 ) -> dict[str, Any]:
     """Payload from a signature's options (``Task.signature_from_request``)."""
     return {"args": list(args or ()), "kwargs": dict(kwargs or {}), "options": _clean(options)}
+
+
+def request_header(request: Any, name: str) -> Any:
+    """A custom message header as a task request (Celery ``Context``) carries it: as an
+    attribute, or in its ``headers`` dict; ``None`` when absent."""
+    value = getattr(request, name, None)
+    if value is None:
+        value = (getattr(request, "headers", None) or {}).get(name)
+    return value
 
 
 def queue_of(options: Mapping[str, Any]) -> str:

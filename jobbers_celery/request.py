@@ -13,9 +13,9 @@ from typing import Any
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 
-from jobbers_celery import lifecycle
+from jobbers_celery import lifecycle, metrics
 from jobbers_celery.options import DeadLetterPolicy
-from jobbers_celery.payload import HEADER_VERSION
+from jobbers_celery.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
 from jobbers_celery.states import TaskState
 
 __all__ = ["JobbersRequest", "VersionMismatch"]
@@ -51,6 +51,11 @@ class JobbersRequest(Request):
                 worker=self.hostname, reason=message, ret=lifecycle.DEAD_LETTER_FIELDS,
                 set_fields=lifecycle.error_fields(exc),
             )
+            if res.applied:
+                metrics.attempt_ended(
+                    self.task.name, res.values.get("queue"), TaskState.DROPPED.value,
+                    now_ms=res.now_ms,
+                    enqueued_ms=metrics.ms_value(self.request_dict.get(HEADER_ENQUEUED_AT)))
             policy = getattr(self.task, "jobbers_options", None)
             if res.applied and policy is not None \
                     and policy.dead_letter_policy is DeadLetterPolicy.SAVE:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps, signals
 
-from jobbers_celery import lifecycle, liveness, payload
+from jobbers_celery import lifecycle, liveness, metrics, payload
 
 if TYPE_CHECKING:
     from jobbers_celery.jobbers import Jobbers
@@ -82,6 +82,10 @@ class Scheduler:
             claimed = store.claim(ids, lease_ms, self.worker_name)
             done = []
             now_ms = store.now_ms()
+            for item in claimed:
+                if item.run_at is not None:  # claimed because its run_at came
+                    metrics.selected(item.name, item.queue, metrics.ROLE_SCHEDULER,
+                                     now_ms - item.run_at)
             for item in claimed:
                 try:
                     self._publish(item, now_ms)

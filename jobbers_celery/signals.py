@@ -21,9 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from celery import current_app, signals
 
-from jobbers_celery import lifecycle, liveness, shutdown
+from jobbers_celery import lifecycle, liveness, metrics, shutdown
 from jobbers_celery.options import DeadLetterPolicy
-from jobbers_celery.payload import HEADER_DEAD_LETTER, HEADER_TASK
+from jobbers_celery.payload import (
+    HEADER_DEAD_LETTER,
+    HEADER_ENQUEUED_AT,
+    HEADER_TASK,
+    request_header,
+)
 from jobbers_celery.states import TaskState
 from jobbers_celery.task import JobbersTask
 
@@ -111,8 +116,17 @@ def on_task_failure(
         res = jobbers.store.step(
             task_id, S.FAILED, sources=(S.STARTED,), wid_fence=wid, wid=wid, name=sender.name,
             reason=f"{type(exception).__name__} reported by the worker", cancellable=True,
-            set_fields=lifecycle.error_fields(exception), ret=lifecycle.DEAD_LETTER_FIELDS,
+            set_fields=lifecycle.error_fields(exception),
+            ret=(*lifecycle.DEAD_LETTER_FIELDS, *metrics.ATTEMPT_FIELDS),
         )
+        if res.applied:
+            # the request is on the task's stack for a lost pool child, not in every case
+            metrics.attempt_ended(
+                sender.name, res.values.get("queue"),
+                S.CANCELLED.value if res.state is S.CANCELLED else S.FAILED.value,
+                now_ms=res.now_ms, started_ms=metrics.started_ms(res.values),
+                enqueued_ms=metrics.ms_value(request_header(sender.request, HEADER_ENQUEUED_AT)),
+            )
         if (res.applied and res.state is S.FAILED
                 and sender.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE):
             lifecycle.dead_letter(
@@ -145,6 +159,10 @@ def on_task_unknown(
             worker=getattr(sender, "hostname", None),
             set_fields=lifecycle.error_fields(None, reason), ret=lifecycle.DEAD_LETTER_FIELDS,
         )
+        if res.applied:
+            metrics.attempt_ended(name or "", res.values.get("queue"), S.DROPPED.value,
+                                  now_ms=res.now_ms,
+                                  enqueued_ms=metrics.ms_value(headers.get(HEADER_ENQUEUED_AT)))
         if res.applied and headers.get(HEADER_DEAD_LETTER):
             lifecycle.dead_letter(jobbers, task_id=id, name=name or "", reason="dropped",
                                   result=res, raw=res.values, message=reason,
@@ -164,8 +182,13 @@ def on_task_prerun(sender: Any = None, task_id: str | None = None, task: Any = N
         return
     reason = f"{task.name} is not a JobbersTask on this worker; it runs untracked"
     try:
-        jobbers.store.step(task_id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason,
-                           bump=True, set_fields=lifecycle.error_fields(None, reason))
+        res = jobbers.store.step(task_id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason,
+                                 bump=True, set_fields=lifecycle.error_fields(None, reason),
+                                 ret=("queue",))
+        if res.applied:
+            metrics.attempt_ended(
+                task.name, res.values.get("queue"), S.DROPPED.value, now_ms=res.now_ms,
+                enqueued_ms=metrics.ms_value(request_header(task.request, HEADER_ENQUEUED_AT)))
     except Exception:
         log.exception("could not record %s[%s]", task.name, task_id)
 
@@ -181,10 +204,16 @@ def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = 
     wid = liveness.worker_id()
     try:
         if terminated:  # usually recorded already by the task itself, on its way out
-            jobbers.store.step(task_id, S.CANCELLED, sources=(S.STARTED,), wid_fence=wid,
-                               wid=wid, name=sender.name,
-                               reason=f"interrupted by the worker (signal {signum})",
-                               worker=getattr(request, "hostname", None), expect_refusal=True)
+            res = jobbers.store.step(
+                task_id, S.CANCELLED, sources=(S.STARTED,), wid_fence=wid, wid=wid,
+                name=sender.name, reason=f"interrupted by the worker (signal {signum})",
+                worker=getattr(request, "hostname", None), expect_refusal=True,
+                ret=metrics.ATTEMPT_FIELDS)
+            if res.applied:
+                metrics.attempt_ended(
+                    sender.name, res.values.get("queue"), S.CANCELLED.value, now_ms=res.now_ms,
+                    started_ms=metrics.started_ms(res.values),
+                    enqueued_ms=metrics.ms_value(request_header(request, HEADER_ENQUEUED_AT)))
         else:
             jobbers.store.step(task_id, S.CANCELLED, sources=(S.SUBMITTED,),
                                reason="revoked: the worker did not run it",

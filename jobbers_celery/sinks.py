@@ -3,7 +3,9 @@
 A sink is anything with ``write(entry)``; ``jobbers_dead_letter_sink`` names a factory that
 receives the ``Jobbers`` instance. Writing must be idempotent per ``(task_id, attempt)``.
 A sink may also have ``write_many(entries)`` (optional, see :class:`BatchDeadLetterSink`),
-which the cleaner uses to write all the dead letters of a pass at once.
+which the cleaner uses to write all the dead letters of a pass at once, and ``size()``
+(optional, see :class:`SizedDeadLetterSink`), which the ``dead_letter_queue_size`` metric
+gauge reports.
 The dispatcher in front of it makes sure an entry is never lost silently: on failure the
 entry is logged in full, parked in a Redis outbox (or in memory when Redis is down too),
 and written again later.
@@ -18,6 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
+from jobbers_celery import metrics
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.store.keys import Keys
 
@@ -31,6 +34,7 @@ __all__ = [
     "DeadLetterDispatcher",
     "DeadLetterSink",
     "RedisDeadLetterSink",
+    "SizedDeadLetterSink",
 ]
 
 log = logging.getLogger("jobbers.deadletter")
@@ -64,6 +68,18 @@ class BatchDeadLetterSink(DeadLetterSink, Protocol):
         """Store every entry of ``entries``."""
 
 
+class SizedDeadLetterSink(DeadLetterSink, Protocol):
+    """A sink that can tell how many entries it holds (found with ``getattr``; without it
+    the ``dead_letter_queue_size`` gauge is not reported).
+
+    Called only by the one process that reports the cluster-wide gauges, once per metric
+    collection: it should be one cheap query.
+    """
+
+    def size(self) -> int:
+        """How many entries the dead-letter queue holds now."""
+
+
 class RedisDeadLetterSink:
     """The default sink: a hash of JSON entries plus a time index, in the jobbers namespace."""
 
@@ -92,6 +108,10 @@ class RedisDeadLetterSink:
         pipe.hsetnx(self.keys.dead_letters, member, json.dumps(entry.to_json(), default=str))
         pipe.zadd(self.keys.dead_letter_index, {member: entry.failed_at.timestamp()}, nx=True)
 
+    def size(self) -> int:
+        """Entries stored (one ``HLEN``)."""
+        return int(self.client.hlen(self.keys.dead_letters))
+
     def entries(self, limit: int = 100) -> list[DeadLetter]:
         """Newest first."""
         members = cast("list[str]",
@@ -115,6 +135,7 @@ class DeadLetterDispatcher:
 
     def send(self, entry: DeadLetter) -> bool:
         """Write ``entry``; ``False`` if it was parked for a later retry."""
+        metrics.dead_lettered((entry,))
         try:
             self.sink.write(entry)
             return True
@@ -136,6 +157,7 @@ class DeadLetterDispatcher:
         batch = list(entries)
         if not batch:
             return []
+        metrics.dead_lettered(batch)
         write_many: Any = getattr(self.sink, "write_many", None)
         if callable(write_many):
             try:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, NoReturn
 from celery import Task
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
 
-from jobbers_celery import lifecycle, liveness, payload, results, shutdown, softlimit
+from jobbers_celery import lifecycle, liveness, metrics, payload, results, shutdown, softlimit
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
 from jobbers_celery.errors import AttemptSuperseded, CheckpointTooLarge, TaskCancelled, TaskTimeout
 from jobbers_celery.options import (
@@ -40,6 +40,7 @@ _CHECKPOINT = "jobbers_checkpoint"
 _DONE = "jobbers_outcome_recorded"
 _HB_SENT = "jobbers_heartbeat_sent"
 _HB_PENDING = "jobbers_heartbeat_pending"
+_METRICS = "jobbers_metrics"  # (queue, start time in Redis ms) of the running attempt
 
 #: Record fields a completed task no longer needs (the payload, the running attempt's
 #: bookkeeping): dropping them keeps the finished record small.
@@ -255,6 +256,24 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         setattr(req, _ATTEMPT, res.attempt)
         ckpt = res.values.get("ckpt")
         setattr(req, _CHECKPOINT, payload.loads(ckpt) if ckpt else None)
+        queue = res.values.get("queue") or None
+        setattr(req, _METRICS, (queue, res.now_ms))
+        published = metrics.ms_value(payload.request_header(req, payload.HEADER_PUBLISHED_AT))
+        metrics.selected(self.name, queue, metrics.ROLE_WORKER,
+                         res.now_ms - published if published is not None else None)
+
+    def _ended(self, res: Any, status: str) -> None:
+        """Metrics of the step ``res`` that ended this attempt (if it applied): ``status``,
+        or ``cancelled`` when a pending cancellation redirected the step."""
+        if not res.applied:
+            return
+        req = self.request
+        queue, started = getattr(req, _METRICS, None) or (None, None)
+        metrics.attempt_ended(
+            self.name, queue, S.CANCELLED.value if res.state is S.CANCELLED else status,
+            now_ms=res.now_ms, started_ms=started,
+            enqueued_ms=metrics.ms_value(payload.request_header(req, payload.HEADER_ENQUEUED_AT)),
+        )
 
     def _record_was_removed(self, jobbers: Any) -> bool:
         """Was this message's submission recorded in the current dataset? Then a missing
@@ -262,8 +281,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         while Redis was unreachable, by a client without jobbers, or before the dataset was
         lost) the worker records it late and runs it."""
         req = self.request
-        headers = req.headers or {}
-        epoch = getattr(req, payload.HEADER_EPOCH, None) or headers.get(payload.HEADER_EPOCH)
+        epoch = payload.request_header(req, payload.HEADER_EPOCH)
         return bool(epoch) and epoch == jobbers.store.epoch()
 
     def _start_step(self, jobbers: Any) -> Any:
@@ -279,7 +297,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             wid=liveness.worker_id(), heartbeat_ms=hb_ms, cap=opts.max_concurrent,
             lease_cap_ms=self._lease_ms(jobbers),
             defer_ms=round(random.uniform(*DEFER_RANGE_S) * 1000),
-            cancellable=True, set_fields=fields, ret=("ckpt",), name=self.name,
+            cancellable=True, set_fields=fields, ret=("ckpt", "queue"), name=self.name,
         )
 
     def _record_late_submit(self, jobbers: Any) -> None:
@@ -312,6 +330,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             worker=self._worker(), delete=_DROP_ON_COMPLETION, write_result=write,
             wid=liveness.worker_id(), name=self.name, set_fields=self._pending_checkpoint(),
         )
+        self._ended(res, S.COMPLETED.value)
         if not res.applied:
             log.warning("late completion of %s[%s] attempt %s rejected: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
@@ -325,6 +344,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             req.id, to, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
             reason=reason, wid=liveness.worker_id(), name=self.name,
         )
+        self._ended(res, to.value)
         if not res.applied:
             log.warning("late %s of %s[%s] attempt %s rejected: the task is %s",
                         to.value, self.name, req.id, self.attempt, res.previous)
@@ -340,6 +360,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             ret=lifecycle.DEAD_LETTER_FIELDS, wid=liveness.worker_id(), name=self.name,
             cancellable=True,
         )
+        self._ended(res, S.FAILED.value)
         if not res.applied:
             log.warning("failure of %s[%s] attempt %s not recorded: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
@@ -387,6 +408,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 ret=lifecycle.DEAD_LETTER_FIELDS, wid=liveness.worker_id(), name=self.name,
                 cancellable=True, cancel_reason=cancelled,
             )
+            self._ended(res, S.STALLED.value)
             if (res.applied and res.state is S.STALLED
                     and self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE):
                 lifecycle.dead_letter(jobbers, task_id=str(req.id), name=self.name,
@@ -400,6 +422,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 set_fields=pending, wid=liveness.worker_id(), name=self.name, cancellable=True,
                 cancel_reason=cancelled, lease_ms=self._publish_lease_ms(jobbers),
             )
+            self._ended(res, metrics.STATUS_RESUBMITTED)
             if res.applied and res.state is S.UNSUBMITTED:
                 # same id, same retry count: records unsubmitted -> submitted on publish
                 self.signature_from_request(req).apply_async()
@@ -413,11 +436,12 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if getattr(exc, "requeue", False):
             # The broker hands the message back; its next start records a new submission.
             setattr(self.request, _DONE, True)
-            _jobbers(self).store.step(
+            res = _jobbers(self).store.step(
                 self.request.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason="rejected with requeue",
                 wid=liveness.worker_id(), name=self.name,
             )
+            self._ended(res, metrics.STATUS_RESUBMITTED)
         else:
             why = getattr(exc, "reason", None)
             cause = why if isinstance(why, BaseException) else RuntimeError(f"rejected: {why!r}")
@@ -474,6 +498,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 set_fields={**err, "msg": payload.dumps(data), "retries": str(n)},
                 wid=liveness.worker_id(), name=self.name, cancellable=True,
             )
+            self._retried(res)
             when: Any = datetime.now(UTC) + timedelta(seconds=delay)
         else:
             fields = {**err, "retries": str(n)}
@@ -490,6 +515,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 wid=liveness.worker_id(), name=self.name, cancellable=True,
                 lease_ms=self._publish_lease_ms(_jobbers(self)),
             )
+            self._retried(res)
             if res.applied and res.state is S.UNSUBMITTED:
                 sig.apply_async()  # records unsubmitted -> submitted on publish
                 store.confirm_published([req.id])
@@ -504,6 +530,12 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if throw:
             raise retry
         return retry
+
+    def _retried(self, res: Any) -> None:
+        self._ended(res, metrics.STATUS_RETRIED)
+        if res.applied and res.state is not S.CANCELLED:
+            queue = (getattr(self.request, _METRICS, None) or (None,))[0]
+            metrics.retried(self.name, self.jobbers_options.version, queue)
 
     def _retry_delay(self, n: int, eta: datetime | None, countdown: float | None) -> float:
         opts = self.jobbers_options

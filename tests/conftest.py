@@ -151,14 +151,16 @@ class Worker:
 
 @pytest.fixture
 def worker_factory(proj: Any, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
-    """Start real ``celery worker`` subprocesses running ``tests.integration.proj``."""
+    """Start real ``celery worker`` subprocesses running ``tests.integration.proj`` (or
+    another app module that builds on it: ``app=``)."""
     workers: list[Worker] = []
 
     def start(pool: str = "prefork", concurrency: int = 2, env: dict[str, str] | None = None,
-              queues: str | None = None, extra: list[str] | None = None) -> Worker:
+              queues: str | None = None, extra: list[str] | None = None,
+              app: str = "tests.integration.proj") -> Worker:
         name = f"w-{uuid.uuid4().hex[:8]}@localhost"
         log_path = tmp_path / f"{name}.log"
-        cmd = [sys.executable, "-m", "celery", "-A", "tests.integration.proj", "worker",
+        cmd = [sys.executable, "-m", "celery", "-A", app, "worker",
                "-P", pool, "-c", str(concurrency), "-n", name, "-l", "INFO",
                "--without-mingle", "--without-gossip", "--without-heartbeat"]
         if queues:

@@ -33,12 +33,15 @@ class StepResult:
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A task the scheduler claimed and must publish."""
+    """A task the scheduler claimed and must publish. ``run_at`` is set when it was claimed
+    because its ``run_at`` came (not when a lapsed publish lease is taken over)."""
 
     task_id: str
     msg: str
     retries: int
     name: str
+    run_at: int | None = None
+    queue: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,3 +123,9 @@ class Keys:
 
     def lock(self, name: str) -> str:
         return f"{self._ns}:lock:{name}"
+
+    @property
+    def metrics_lease(self) -> str:
+        """String: the token of the one process that reports the cluster-wide metric gauges
+        (expires unless that process renews it; see ``jobbers_celery.metrics``)."""
+        return f"{self._ns}:metrics:lease"

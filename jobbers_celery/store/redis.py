@@ -78,9 +78,9 @@ class RedisStore:
         self._heartbeat = FastScript(client, self._scripts["heartbeat"])
         # the liveness thread gets its own connection: it must not wait on the shared pool
         self._alive = FastScript(client, self._scripts["alive"])
-        self._due = client.register_script(
-            resources.files("jobbers_celery.store").joinpath("lua", "due.lua").read_text()
-        )
+        lua = resources.files("jobbers_celery.store").joinpath("lua")
+        self._due = client.register_script(lua.joinpath("due.lua").read_text())
+        self._lease = client.register_script(lua.joinpath("lease.lua").read_text())
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "jobbers", retention: float = 604800) -> RedisStore:
@@ -395,6 +395,16 @@ class RedisStore:
     def clock(self) -> dict[str, str]:
         return cast("dict[str, str]", self.client.hgetall(self.keys.clock))
 
+    def last_pass_age_ms(self) -> int | None:
+        """Redis-clock ms since the cleaner's last pass, ``None`` if none ran (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.hget(self.keys.clock, "last_at")
+        (sec, usec), last = pipe.execute()
+        if not last:
+            return None
+        return int(sec) * 1000 + int(usec) // 1000 - int(last)
+
     def remove_terminal(self, ids: Sequence[str]) -> int:
         """Delete terminal records now (``purge``), with their history and index entries."""
         if not ids:
@@ -478,8 +488,10 @@ class RedisStore:
         raw = self._scripts["claim"](keys=keys, args=[states, _json(spec)])
         return [
             Claimed(task_id=str(raw[i]), msg=str(raw[i + 1]), retries=_int(raw[i + 2]),
-                    name=str(raw[i + 3]))
-            for i in range(0, len(raw), 4)
+                    name=str(raw[i + 3]),
+                    run_at=_int(str(raw[i + 4])) if raw[i + 4] not in ("", None) else None,
+                    queue=str(raw[i + 5]))
+            for i in range(0, len(raw), 6)
         ]
 
     def release_publish_leases(self, ids: Sequence[str]) -> None:
@@ -492,6 +504,11 @@ class RedisStore:
         ids = list(ids)
         if ids:
             self.client.zrem(self.keys.publishing, *ids)
+
+    def hold_lease(self, key: str, token: str, ttl_ms: int) -> bool:
+        """Take the lease ``key`` for ``token`` if it is free, or renew it if ``token`` holds
+        it; ``False`` while another token holds it (lease.lua, one round trip)."""
+        return bool(self._lease(keys=[key], args=[token, int(ttl_ms)]))
 
     def try_lock(self, name: str, ttl_ms: int) -> bool:
         """Take a best-effort lock that expires by itself (efficiency only, never safety)."""

@@ -25,6 +25,8 @@ app.conf.update(
     jobbers_cleaner_interval=1,
     jobbers_cancel_grace=1,
     task_acks_late=os.environ.get("PROJ_ACKS_LATE") == "1",
+    # the metric gauges' lease (test_metrics shortens it to see another process take over)
+    jobbers_metrics_gauge_lease=float(os.environ.get("PROJ_METRICS_LEASE", "120")),
 )
 jobbers = install(app)
 

@@ -4,7 +4,8 @@
 -- whose publisher died between its step and its publish: it is submitted and published here.
 -- KEYS: shared layout, then the task hash of each id in ARGV[2].ids
 -- ARGV[1] states order, ARGV[2] JSON {ids, lease_ms, worker, from}
--- Returns a flat list of {id, msg, retries, name} for every id this caller must publish.
+-- Returns a flat list of {id, msg, retries, name, run_at, queue} for every id this caller
+-- must publish; run_at is '' unless the task was claimed because its run_at came.
 local ctx, k = context()
 local req = cjson.decode(ARGV[2])
 local out = {}
@@ -15,9 +16,10 @@ for i, id in ipairs(req.ids) do
   if state == 'scheduled' and run_at and run_at <= ctx.now then
     local r = step(ctx, task, {id = id, to = 'submitted', from = req.from,
       lease_ms = req.lease_ms, worker = req.worker, reason = 'run_at reached',
-      ret = {'msg', 'retries', 'name'}})
+      ret = {'msg', 'retries', 'name', 'queue'}})
     if r[1] == 1 then
       out[#out + 1] = id; out[#out + 1] = r[6]; out[#out + 1] = r[7]; out[#out + 1] = r[8]
+      out[#out + 1] = run_at; out[#out + 1] = r[9]
     end
   else
     local deadline = tonumber(redis.call('ZSCORE', ctx.publishing, id) or '')
@@ -30,12 +32,16 @@ for i, id in ipairs(req.ids) do
         out[#out + 1] = redis.call('HGET', task, 'msg') or ''
         out[#out + 1] = redis.call('HGET', task, 'retries') or '0'
         out[#out + 1] = redis.call('HGET', task, 'name') or ''
+        out[#out + 1] = ''
+        out[#out + 1] = redis.call('HGET', task, 'queue') or ''
       elseif state == 'unsubmitted' then
         local r = step(ctx, task, {id = id, to = 'submitted', from = {'unsubmitted'},
           lease_ms = req.lease_ms, worker = req.worker,
-          reason = 'published by a scheduler: its publisher did not', ret = {'msg', 'retries', 'name'}})
+          reason = 'published by a scheduler: its publisher did not',
+          ret = {'msg', 'retries', 'name', 'queue'}})
         if r[1] == 1 then
           out[#out + 1] = id; out[#out + 1] = r[6]; out[#out + 1] = r[7]; out[#out + 1] = r[8]
+          out[#out + 1] = ''; out[#out + 1] = r[9]
         end
       else
         redis.call('ZREM', ctx.publishing, id)

@@ -12,8 +12,9 @@
 -- worker-tasks set per incarnation in req.forget.
 -- ARGV[1] states order, ARGV[2] JSON {items = {{id, kind, wid}}, lost_ms, lease_ms, ttl,
 -- forget = {wid...}}
--- Returns JSON {recovered = {{id, msg, retries, name}}, dead = {{id, attempt, now, reason,
--- fields...}}, stalled = n, kept = n}
+-- Returns JSON {recovered = {{id, msg, retries, name, queue, now, started}}, dead = {{id,
+-- attempt, now, reason, started, fields...}}, stalled = n, kept = n}; started is when the
+-- stalled attempt started (ms).
 local ctx, k = context()
 local req = cjson.decode(ARGV[2])
 local clock, workers = KEYS[k], ctx.workers
@@ -22,7 +23,7 @@ local resumed = tonumber(redis.call('HGET', clock, 'resumed_at') or '0') or 0
 local lost_ms = tonumber(req.lost_ms)
 local recovered, dead, stalled, kept = {}, {}, 0, 0
 local FIELDS = {'state', 'attempt', 'hb_at', 'hb_iv', 'wid', 'srec', 'stalls', 'worker',
-                'msg', 'ver', 'queue', 'retries', 'ckpt', 'dlq', 'name'}
+                'msg', 'ver', 'queue', 'retries', 'ckpt', 'dlq', 'name', 'start_at', 'retry_at'}
 
 local function secs(ms) return string.format('%.1fs', ms / 1000) end
 
@@ -76,6 +77,7 @@ for i, item in ipairs(req.items) do
       set = {err = cjson.encode({type = 'Stalled', message = reason})}})
     if r[1] == 1 then
       stalled = stalled + 1
+      local started = f.retry_at or f.start_at or ''
       local done = tonumber(f.stalls or '0') or 0
       local allowed = tonumber(f.srec or '0') or 0
       if done < allowed then
@@ -83,12 +85,13 @@ for i, item in ipairs(req.items) do
           lease_ms = req.lease_ms, set = {stalls = tostring(done + 1)},
           reason = 'stall recovery ' .. (done + 1) .. ' of ' .. allowed})
         recovered[#recovered + 1] = {id = item.id, msg = f.msg or '',
-          retries = f.retries or '0', name = f.name or ''}
+          retries = f.retries or '0', name = f.name or '', queue = f.queue or '', now = now,
+          started = started}
       else
         dead[#dead + 1] = {id = item.id, attempt = attempt, now = now, reason = reason,
           msg = f.msg or '', ver = f.ver or '', queue = f.queue or '',
           retries = f.retries or '0', ckpt = f.ckpt or '', dlq = f.dlq or '',
-          name = f.name or '', worker = f.worker or ''}
+          name = f.name or '', worker = f.worker or '', started = started}
       end
     end
   end
