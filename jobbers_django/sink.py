@@ -47,10 +47,12 @@ class DjangoDeadLetterSink:
         self._with_fresh_connection(lambda: write_entry(entry))
 
     def write_many(self, entries: Sequence[DeadLetter]) -> None:
+        """One transaction per entry, not one for the batch: a batch holding a failure
+        group's row while waiting for an entry that a resubmit has locked (the resubmit then
+        waiting for that group) would be a deadlock."""
         def write_all() -> None:
-            with transaction.atomic():
-                for entry in entries:
-                    write_entry(entry)
+            for entry in entries:
+                write_entry(entry)
         self._with_fresh_connection(write_all)
 
     def size(self) -> int:
