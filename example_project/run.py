@@ -675,6 +675,20 @@ def probe_api(base: str, password: str) -> str:
 
 
 # ---------------------------------------------------------------------- setup steps
+#: Used when redis-server is not installed but a Redis answers on the standard port; a
+#: database of its own keeps the example's queues apart from an application's on db 0.
+LOCAL_REDIS = "redis://127.0.0.1:6379/15"
+
+
+def _answers(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
 def start_redis(ui: UI, procs: Processes, notes: list[str]) -> tuple[str, Proc | None]:
     import redis
 
@@ -691,6 +705,11 @@ def start_redis(ui: UI, procs: Processes, notes: list[str]) -> tuple[str, Proc |
                      "'jobbers-example', queues celery, long, imports")
         return url, None
     binary = shutil.which("redis-server")
+    if binary is None and _answers(LOCAL_REDIS):
+        # No redis-server to start, but one is reachable: use it, in a database of its own
+        notes.append(f"redis-server is not installed; using the Redis that answers at "
+                     f"{LOCAL_REDIS} (keys under 'jobbers-example'; REDIS_URL picks another)")
+        return LOCAL_REDIS, None
     if binary is None:
         raise SetupError(
             "No Redis: REDIS_URL is not set and redis-server is not installed.\n"
