@@ -677,7 +677,7 @@ def probe_api(base: str, password: str) -> str:
 # ---------------------------------------------------------------------- setup steps
 #: Used when redis-server is not installed but a Redis answers on the standard port; a
 #: database of its own keeps the example's queues apart from an application's on db 0.
-LOCAL_REDIS = "redis://127.0.0.1:6379/15"
+LOCAL_REDIS = os.environ.get("EXAMPLE_FALLBACK_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 def _answers(url: str) -> bool:

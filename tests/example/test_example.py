@@ -178,7 +178,10 @@ def test_scenario_end_to_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("env", "says"), [
-    ({"PATH": "/nonexistent"}, "sudo apt-get install redis-server"),
+    # no redis-server, and no Redis answering where the example would look for one
+    ({"PATH": "/nonexistent",
+      "EXAMPLE_FALLBACK_REDIS_URL": f"redis://127.0.0.1:{free_port()}/15"},
+     "sudo apt-get install redis-server"),
     ({"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}, "does not answer"),
 ])
 def test_without_redis_it_says_how_to_get_one(tmp_path: Path, env: dict[str, str],
