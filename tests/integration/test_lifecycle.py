@@ -484,7 +484,8 @@ def test_duplicate_delivery_runs_the_body_once(proj, worker_factory, pool):
     record = wait_state(jobbers, first.id, S.COMPLETED, worker=worker)
     assert record.attempt == 1
     assert client.lrange(key, 0, -1) == [f"{first.id}:1"]
-    assert "duplicate or stale delivery" in worker.log
+    wait_for(lambda: "duplicate or stale delivery" in worker.log, timeout=5,
+             message="the worker's warning about the duplicate delivery")
 
     # 2. The same id published again after it completed.
     proj.record_run.apply_async((key, 0.0), task_id=first.id)

@@ -146,7 +146,9 @@ def test_stale_attempt_completion_is_refused_and_stores_no_result(proj, worker_f
 
     wait_for(lambda: refused_completions(jobbers) >= 1, timeout=10,
              message="attempt 1's completion to be refused")
-    assert "late completion of proj.by_attempt" in worker.log
+    # the refusal is counted in Redis a moment before the child writes its warning
+    wait_for(lambda: "late completion of proj.by_attempt" in worker.log, timeout=5,
+             message="the worker's warning about the late completion")
     record = jobbers.get(first.id)
     assert record.state == S.STARTED
     assert record.attempt == 2
