@@ -404,12 +404,6 @@ def live_overview(limit: int = 100) -> LiveOverview:
     )
 
 
-def groups(task_name: str | None = None) -> QuerySet[FailureGroup]:
-    """Failure groups, most recent first (optionally for one task)."""
-    qs = FailureGroup.objects.all()
-    return qs.filter(task_name=task_name) if task_name else qs
-
-
 def failure_history(task_id: str) -> QuerySet[Any]:
     from jobbers_django.models import DeadLetterFailure
 

@@ -99,10 +99,7 @@ def write_entry(entry: DeadLetter) -> bool:
                 created = True
             except IntegrityError:  # a concurrent writer created it: wait for its lock
                 row = DeadLetterEntry.objects.select_for_update().get(task_id=entry.task_id)
-        inserted = _insert_failure(row, entry, fp.value)
-        if not inserted:
-            if created:  # cannot happen (the failure row needs the entry); be safe anyway
-                raise IntegrityError(f"failure {entry.task_id}:{entry.attempt} without entry")
+        if not _insert_failure(row, entry, fp.value):
             return False
         newest = created or entry.failed_at >= row.last_failed_at
         was_dead_fp = None if created else (row.fingerprint if row.status == Status.DEAD
