@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from jobbers_celery.errors import ConfigurationError
@@ -26,6 +26,13 @@ class JobbersConfig:
 
     #: Where lifecycle state lives; defaults to the broker URL when the broker is Redis.
     redis_url: str = ""
+    #: Options of the state store's connection, in kombu's transport-options form
+    #: (``master_name`` for Sentinel, ...); default: ``broker_transport_options`` when
+    #: ``redis_url`` is taken from the broker.
+    redis_transport_options: Mapping[str, Any] = field(default_factory=dict)
+    #: TLS options of the state store's connection, in Celery's ``broker_use_ssl`` form;
+    #: default: ``broker_use_ssl`` when ``redis_url`` is taken from the broker.
+    redis_use_ssl: Mapping[str, Any] | bool | None = None
     #: Namespace of every key; wrapped in a hash tag so scripts run on Redis Cluster.
     key_prefix: str = "jobbers"
     #: Seconds between cleaner passes (scheduled by celery beat).
@@ -57,6 +64,11 @@ class JobbersConfig:
         if not values.get("redis_url"):
             if broker_url and broker_url.split("://", 1)[0] in {"redis", "rediss"}:
                 values["redis_url"] = broker_url
+                # the broker's connection options go with its URL
+                for ours, celerys in (("redis_transport_options", "broker_transport_options"),
+                                      ("redis_use_ssl", "broker_use_ssl")):
+                    if ours not in values and conf.get(celerys) is not None:
+                        values[ours] = conf[celerys]
             else:
                 raise ConfigurationError(
                     "jobbers needs Redis: set jobbers_redis_url (CELERY_JOBBERS_REDIS_URL in "
@@ -81,6 +93,15 @@ class JobbersConfig:
             if (isinstance(value, bool) or not isinstance(value, int | float)
                     or not math.isfinite(value) or value <= 0):
                 raise ConfigurationError(f"jobbers_{name} must be a number > 0, got {value!r}")
+        if not isinstance(self.redis_transport_options, Mapping):
+            raise ConfigurationError(
+                "jobbers_redis_transport_options must be a dict, "
+                f"got {self.redis_transport_options!r}"
+            )
+        if self.redis_use_ssl is not None and not isinstance(self.redis_use_ssl, bool | Mapping):
+            raise ConfigurationError(
+                f"jobbers_redis_use_ssl must be a dict or a bool, got {self.redis_use_ssl!r}"
+            )
         if not isinstance(self.dead_letter_sink, str) or "." not in self.dead_letter_sink:
             raise ConfigurationError(
                 f"jobbers_dead_letter_sink must be a dotted path, got {self.dead_letter_sink!r}"

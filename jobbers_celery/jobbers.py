@@ -17,6 +17,7 @@ from jobbers_celery.records import DeadLetter, TaskRecord, Transition
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink
 from jobbers_celery.states import RESUBMITTABLE, TaskState
 from jobbers_celery.store import RedisStore
+from jobbers_celery.store.connect import redis_client
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -42,7 +43,7 @@ class Jobbers:
     def __init__(self, app: Celery, config: JobbersConfig) -> None:
         self.app = app
         self.config = config
-        self.store = RedisStore.from_url(config.redis_url, config.key_prefix, config.retention)
+        self.store = RedisStore(redis_client(config), config.key_prefix, config.retention)
         factory = symbol_by_name(config.dead_letter_sink)
         sink = factory(self)
         if not isinstance(sink, DeadLetterSink):

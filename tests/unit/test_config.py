@@ -38,3 +38,24 @@ def test_a_non_redis_broker_needs_an_explicit_url():
 def test_bad_settings_are_refused_clearly(key, value, message):
     with pytest.raises(ConfigurationError, match=message):
         JobbersConfig.from_mapping({key: value}, "redis://localhost/0")
+
+
+def test_the_brokers_connection_options_go_with_its_url():
+    conf = {"broker_transport_options": {"master_name": "m"},
+            "broker_use_ssl": {"ssl_cert_reqs": "required"}}
+    config = JobbersConfig.from_mapping(conf, "rediss://h:6380/0")
+    assert config.redis_transport_options == {"master_name": "m"}
+    assert config.redis_use_ssl == {"ssl_cert_reqs": "required"}
+    # an explicit jobbers_redis_url is another server: the broker's options do not apply
+    own = JobbersConfig.from_mapping({**conf, "jobbers_redis_url": "redis://x/1"},
+                                     "redis://h:6379/0")
+    assert (own.redis_transport_options, own.redis_use_ssl) == ({}, None)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("jobbers_redis_transport_options", ["master_name"], "must be a dict"),
+    ("jobbers_redis_use_ssl", "yes", "must be a dict or a bool"),
+])
+def test_bad_connection_options_are_refused_clearly(key, value, message):
+    with pytest.raises(ConfigurationError, match=message):
+        JobbersConfig.from_mapping({key: value}, "redis://localhost/0")
