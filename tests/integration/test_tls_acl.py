@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -216,3 +217,13 @@ def test_a_missing_permission_a_wrong_password_or_ca_fail_fast_and_clearly(
     with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
         get_jobbers(unknown).counts()
     print(f"\nmissing key permission: refused at the first step, task failed in {took:.1f}s")
+
+
+def test_the_documented_rule_is_the_tested_rule():
+    """docs/howto/topologies.md shows ``ACL_RULE`` word for word (section tls)."""
+    text = (ROOT / "docs" / "howto" / "topologies.md").read_text()
+    start = text.index("redis-cli --tls")
+    command = shlex.split(text[start:text.index("```", start)].replace("\\\n", " "))
+    at = command.index("SETUSER")
+    assert command[at + 1:at + 5] == ["jobbers", "reset", "on", ">PASSWORD"]
+    assert tuple(command[at + 5:]) == ACL_RULE
