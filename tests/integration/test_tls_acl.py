@@ -148,7 +148,9 @@ def test_every_step_over_tls_as_the_documented_acl_user(tls, start_worker):
     wait_for(lambda: jobbers.clean().stalled or jobbers.get(frozen.id).state == S.STALLED,
              timeout=15, interval=0.3, message="the cleaner to stall the silent task")
     wait_state(jobbers, frozen.id, S.STALLED, worker=worker)
-    assert jobbers.cleaner_status() is not None
+    # the cleaner's beat task, run by the worker
+    app.tasks["jobbers.clean"].delay()
+    wait_for(lambda: jobbers.cleaner_status().by == "beat", message="the worker's cleaner pass")
 
     # the operator's side: reads, resubmit from the DLQ, purge; a plain Celery task too
     assert jobbers.counts()[S.COMPLETED] == 2
@@ -170,6 +172,7 @@ def test_every_step_over_tls_as_the_documented_acl_user(tls, start_worker):
 
     assert worker.stop() == 0
     _assert_no_refusal(tls, worker)
+    assert "results are written by the completed step" in worker.log
     print(f"\nTLS + ACL: every step as {tls.user!r} in {time.monotonic() - started:.1f}s")
 
 
@@ -183,6 +186,7 @@ def test_tls_from_settings_broker_use_ssl_and_jobbers_redis_use_ssl(tls, start_w
     assert path(jobbers, result.id) == PUBLISH + START + COMPLETE
     assert worker.stop() == 0
     _assert_no_refusal(tls, worker)
+    assert "results are written by the completed step" in worker.log
     print(f"\nTLS from settings: one task in {time.monotonic() - started:.1f}s")
 
 
