@@ -220,6 +220,9 @@ def test_a_missing_permission_a_wrong_password_or_ca_fail_fast_and_clearly(
     unknown = tls_proj.make_app("url", tls.url(ca=other.ca), str(other.ca))
     with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
         get_jobbers(unknown).counts()
+    plain = tls.url(query=False).replace("rediss://", "redis://", 1)  # TLS forgotten
+    with pytest.raises(redis.ConnectionError):
+        get_jobbers(tls_proj.make_app("url", plain, "")).counts()
     print(f"\nmissing key permission: refused at the first step, task failed in {took:.1f}s")
 
 
