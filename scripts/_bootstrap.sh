@@ -8,6 +8,8 @@ need_apt=()
 # scripts/example sets JOBBERS_REDIS_OPTIONAL when REDIS_URL names a Redis to use instead
 command -v redis-server >/dev/null 2>&1 || [ -n "${JOBBERS_REDIS_OPTIONAL:-}" ] \
   || need_apt+=(redis-server)
+# the TLS tests (tests/integration/tls_helpers.py) make their certificates with openssl
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 if ! command -v python3 >/dev/null 2>&1; then
   need_apt+=(python3 python3-venv)
 elif [ ! -x "$VENV/bin/python" ] && ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then
