@@ -27,6 +27,7 @@ vhost's queues (:meth:`RabbitVhost.held`).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,14 +40,18 @@ pytestmark = [pytest.mark.redis, pytest.mark.worker, pytest.mark.rabbitmq]
 
 
 @pytest.fixture(autouse=True)
-def on_rabbitmq(proj: Any, rabbitmq: RabbitVhost,
-                monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def on_rabbitmq(proj: Any, rabbitmq: RabbitVhost, monkeypatch: pytest.MonkeyPatch,
+                tmp_path: Path) -> Iterator[None]:
     """This test's broker is the session's RabbitMQ vhost, emptied before and after."""
     rabbitmq.reset()
     monkeypatch.setattr(test_shutdown, "broker", rabbitmq.held)
     with use_broker(proj.app, rabbitmq.url, monkeypatch):
         yield
     rabbitmq.reset()
+    logs = sorted(tmp_path.glob("w-*.log"))
+    assert logs, "no worker ran"
+    for log in logs:  # every worker of the test was on RabbitMQ
+        assert "transport:   amqp://" in log.read_text(errors="replace"), log.name
 
 
 ACKS = pytest.mark.parametrize("acks_late", [False, True], ids=["early_ack", "acks_late"])
@@ -82,21 +87,24 @@ def test_duplicate_delivery_runs_the_body_once(proj, worker_factory):
 
 @ACKS
 def test_killed_worker_task_is_stalled_and_resumed_once(proj, worker_factory, monkeypatch,
-                                                        acks_late):
+                                                        tmp_path, acks_late):
     monkeypatch.setenv("PROJ_ACKS_LATE", "1" if acks_late else "0")
     test_stalls.test_killed_worker_task_is_stalled_and_resumed_once_on_another_worker(
         proj, worker_factory, "resumable", "prefork")
+    if acks_late:
+        # RabbitMQ handed the killed attempt's message to the survivor at once; the record
+        # said started, so it was refused and the stall recovery ran it (once, checked above)
+        logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("w-*.log"))
+        assert "it is started (duplicate or stale delivery)" in logs
 
 
 # ------------------------------------------------------------------- on_shutdown, prefork
 
 
 @ACKS
-def test_prefork_sigterm_three_policies_at_once(proj, worker_factory, r, acks_late,  # noqa: F811
-                                                monkeypatch):
-    # an amqp worker's event loop waits up to 1 s for the broker when idle: it notices the
-    # SIGTERM only then (Redis' loop wakes sooner), so the resubmit task must run longer
-    monkeypatch.setattr(test_shutdown, "RESUBMIT_S", 2.5)
+def test_prefork_sigterm_three_policies_at_once(proj, worker_factory, r, acks_late):  # noqa: F811
+    # The resubmit task runs 1 s: it is interrupted only if the worker notices the SIGTERM
+    # at once (an idle amqp event loop used to sleep up to 10 s: ShutdownStep wakes it).
     test_shutdown.test_prefork_sigterm_three_policies_at_once(proj, worker_factory, r,
                                                               acks_late)
 

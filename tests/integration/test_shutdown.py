@@ -53,9 +53,6 @@ S = TaskState
 LOST_AFTER_S = 3.0  # proj: jobbers_worker_lost_after
 SOFT_SHUTDOWN_S = 1.0  # PROJ_SOFT_SHUTDOWN for the cold shutdowns
 LONG_S = 10.0  # a stop task: never reaches its end here
-#: test_prefork_sigterm_three_policies_at_once: the resubmit task, still running when the
-#: worker notices the SIGTERM (at its event loop's next pass: up to 1 s later on amqp).
-RESUBMIT_S = 1.0
 
 #: kind -> (proj task, its on_shutdown)
 KINDS = {
@@ -311,7 +308,7 @@ def test_prefork_sigterm_three_policies_at_once(proj, worker_factory, r, acks_la
     env = env_for(acks_late)
     first = worker_factory(pool="prefork", concurrency=3, env=env)
     stop = submit(proj, "stop", LONG_S)
-    resubmit = submit(proj, "resubmit", RESUBMIT_S, retries=2)  # keeps its retry count
+    resubmit = submit(proj, "resubmit", 1.0, retries=2)  # keeps its retry count
     cont = submit(proj, "continue", 1.5)
     jobs = [stop, resubmit, cont]
     running(proj, r, first, *jobs)
