@@ -27,12 +27,8 @@ if ! rabbitmq_up; then
   fi
   rabbitmq_up || {
     echo "==> starting RabbitMQ"
-    # as the rabbitmq user when it exists (its files belong to it), like the init script
-    if id rabbitmq >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-      su rabbitmq -s /bin/sh -c "rabbitmq-server -detached" || true
-    else
-      rabbitmq-server -detached || true
-    fi
+    # Debian's wrapper runs it as the rabbitmq user when called as root
+    rabbitmq-server -detached || true
     rabbitmqctl -q await_startup --timeout 60 >/dev/null 2>&1 || true
     for _ in $(seq 1 120); do rabbitmq_up && break; sleep 0.5; done
     rabbitmq_up || { echo "RabbitMQ did not come up on 127.0.0.1:5672" >&2; exit 1; }
