@@ -30,6 +30,18 @@ HOST, PORT = "127.0.0.1", 5672
 BROKER_ENV = "JOBBERS_TEST_BROKER_URL"
 #: Queues the test apps use (Celery's default queue; test_lifecycle routes to "other").
 QUEUES = ("celery", "other")
+#: A test session's vhost: this prefix, its pid, a random suffix.
+PREFIX = "jobbers-test-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class RabbitVhost:
@@ -45,7 +57,8 @@ class RabbitVhost:
         if self.ctl is None:
             pytest.fail("rabbitmqctl is not installed: the RabbitMQ tests make their own "
                         "vhost with it", pytrace=False)
-        self.name = f"jobbers-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._forget_stale()
+        self.name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.run("add_vhost", self.name)
         self.run("set_permissions", "-p", self.name, "guest", ".*", ".*", ".*")
         self.url = f"amqp://guest:guest@{HOST}:{PORT}/{self.name}"
@@ -58,6 +71,14 @@ class RabbitVhost:
             pytest.fail(f"rabbitmqctl {' '.join(args)} failed ({done.returncode}): "
                         f"{done.stderr.strip() or done.stdout.strip()}", pytrace=False)
         return done.stdout
+
+    def _forget_stale(self) -> None:
+        """Delete the vhosts of test sessions that were killed before they could (their
+        process is gone)."""
+        for name in self.run("list_vhosts", "--no-table-headers", "name").split():
+            pid = name[len(PREFIX):].split("-", 1)[0]
+            if name.startswith(PREFIX) and pid.isdigit() and not _alive(int(pid)):
+                self.run("delete_vhost", name)
 
     def delete(self) -> None:
         self.run("delete_vhost", self.name)
