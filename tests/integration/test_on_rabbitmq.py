@@ -16,7 +16,8 @@ Chosen because RabbitMQ behaves differently from Redis there:
   at once and must refuse it;
 - every ``on_shutdown`` policy on prefork, early ack and ``acks_late``, warm, cold and
   SIGTERM to the process group: the interrupted messages of an ``acks_late`` worker are
-  redelivered when its channel closes; each body must still run as its policy says;
+  redelivered when its channel closes; each body must still run as its policy says (and
+  on the threads pool, where a policy applies at the task's next heartbeat);
 - cancellation (at a heartbeat; ``terminate=True`` through the broker's broadcast; a
   scheduled retry).
 
@@ -115,6 +116,12 @@ def test_prefork_cold_shutdown_acks_late(proj, worker_factory, r):  # noqa: F811
 
 def test_prefork_sigterm_to_the_process_group_acks_late(proj, worker_factory, r):  # noqa: F811
     test_shutdown.test_prefork_sigterm_to_the_process_group(proj, worker_factory, r, True)
+
+
+def test_threads_sigterm_applies_the_policy_at_the_next_heartbeat(proj, worker_factory,
+                                                                 r):  # noqa: F811
+    test_shutdown.test_cooperative_pools_apply_the_policy_at_the_next_heartbeat(
+        proj, worker_factory, r, "threads", ("stop", "continue", "silent"))
 
 
 # --------------------------------------------------------------------------- cancellation
