@@ -16,6 +16,10 @@ How, per pool:
   it unwinds (``JobbersTask``). A task interrupted any other way (cold shutdown, SIGTERM to
   the whole process group) unwinds the same way; a ``continue`` task interrupted by force
   is resubmitted, so that nothing is lost.
+- Celery checks for a shutdown signal once per pass of the worker's event loop, and an idle
+  loop sleeps until its next timer: on an ``amqp://`` broker that can be 10 s (a Redis
+  broker's loop wakes every second for its BRPOP). The step keeps a timer of
+  ``WAKE_UP_S`` in the loop, so every policy is applied within about a second of the signal.
 - threads, solo: a task cannot be interrupted. ``worker_shutting_down`` sets a flag in the
   process, and the task's next ``heartbeat()`` raises :class:`WorkerShuttingDown` for
   ``stop`` and ``resubmit``. A task that never heartbeats behaves as ``continue``.
@@ -42,6 +46,9 @@ __all__ = [
 log = logging.getLogger("jobbers.shutdown")
 
 _draining = threading.Event()
+
+#: The longest a worker's event loop sleeps: how late it may notice a shutdown signal.
+WAKE_UP_S = 1.0
 
 
 class WorkerShuttingDown(BaseException):
@@ -80,11 +87,29 @@ def rearm_child_signals() -> None:
     fired[0] = False
 
 
+def _wake_up() -> None:
+    """A timer that does nothing: the event loop's pass after it checks for shutdown."""
+
+
 class ShutdownStep(bootsteps.StartStopStep):
     """Interrupts the ``stop`` and ``resubmit`` tasks when a prefork worker shuts down."""
 
     label = "jobbers shutdown policies"
     requires = ("celery.worker.components:Pool",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self._wake_up: Any = None
+
+    def start(self, parent: Any) -> None:
+        hub = getattr(parent, "hub", None)  # None without an event loop (solo, eventlet)
+        if hub is not None:
+            self._wake_up = hub.call_repeatedly(WAKE_UP_S, _wake_up)
+
+    def stop(self, parent: Any) -> None:
+        if self._wake_up is not None:
+            self._wake_up.cancel()
+            self._wake_up = None
 
     def close(self, parent: Any) -> None:
         # blueprint.stop() calls close() on every step before any stop(): the pool has not

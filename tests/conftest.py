@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from tests.rabbitmq import rabbitmq  # noqa: F401  (the session's RabbitMQ vhost fixture)
+
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_DB = 1
 

@@ -15,9 +15,12 @@ from jobbers_celery import JobbersTask, install
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.django.settings")
 REDIS_URL = os.environ["JOBBERS_TEST_REDIS_URL"]
+# JOBBERS_TEST_BROKER_URL: another broker (RabbitMQ, tests/rabbitmq.py); state stays in Redis.
+BROKER_URL = os.environ.get("JOBBERS_TEST_BROKER_URL") or REDIS_URL
 
-app = Celery("djproj", broker=REDIS_URL, backend=REDIS_URL)
+app = Celery("djproj", broker=BROKER_URL, backend=REDIS_URL)
 app.conf.update(
+    jobbers_redis_url=REDIS_URL,
     task_serializer="json",
     accept_content=["json"],
     result_serializer="json",

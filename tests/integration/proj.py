@@ -10,10 +10,13 @@ from celery import Celery
 from jobbers_celery import BackoffStrategy, DeadLetterPolicy, JobbersTask, install
 
 REDIS_URL = os.environ["JOBBERS_TEST_REDIS_URL"]
+# JOBBERS_TEST_BROKER_URL: another broker (RabbitMQ, tests/rabbitmq.py); state stays in Redis.
+BROKER_URL = os.environ.get("JOBBERS_TEST_BROKER_URL") or REDIS_URL
 
 # PROJ_RESULT_BACKEND: a worker storing results elsewhere (tests of the unfolded result path).
-app = Celery("proj", broker=REDIS_URL, backend=os.environ.get("PROJ_RESULT_BACKEND") or REDIS_URL)
+app = Celery("proj", broker=BROKER_URL, backend=os.environ.get("PROJ_RESULT_BACKEND") or REDIS_URL)
 app.conf.update(
+    jobbers_redis_url=REDIS_URL,
     task_serializer="json",
     accept_content=["json"],
     result_serializer="json",
