@@ -6,7 +6,7 @@ somewhere. MkDocs' strict build checks the links between docs pages only; this c
 paths written in prose or code spans (``docs/...``, ``jobbers_celery/...``, ``tests/...``,
 ...), upper-case top-level documents (``CHANGELOG.md``) and relative Markdown links.
 Paths that exist only once something runs (``example_project/var/``, ``.venv/``, ``site/``,
-``dist/``) are listed in RUNTIME: the pages that name them say so.
+``dist/``, ``__pycache__``) are listed in RUNTIME: the pages that name them say so.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def missing_in(source: Path) -> list[str]:
     text = source.read_text(errors="replace")
     missing = []
     for path in sorted(cited(text)):
-        if path in RUNTIME | REMOVED or any(path.startswith(r + "/") for r in RUNTIME):
+        if (path in RUNTIME | REMOVED or any(path.startswith(r + "/") for r in RUNTIME)
+                or "__pycache__" in path):
             continue
         if not ((ROOT / path).exists() if "*" not in path else any(ROOT.glob(path))):
             missing.append(path)
