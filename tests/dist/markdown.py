@@ -35,9 +35,11 @@ class Block:
         m = APPEND.match(self.title)
         return (m["path"], True) if m else (self.title, False)
 
-    def commands(self) -> list[str]:
-        """The commands of a shell block, one a line, blank lines skipped."""
-        return [c for c in self.text.splitlines() if c.strip()]
+    def commands(self) -> list[tuple[int, str]]:
+        """The commands of a shell block with their line numbers, one a line, blank lines
+        skipped."""
+        return [(self.line + 1 + i, c) for i, c in enumerate(self.text.splitlines())
+                if c.strip()]
 
 
 def blocks(page: Path) -> list[Block]:

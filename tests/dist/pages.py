@@ -68,8 +68,8 @@ class Page:
                 self.play(session)
                 session = []
             if block.lang == "sh":
-                for command in block.commands():
-                    self.command(self.substitute(command), block)
+                for line, command in block.commands():
+                    self.command(self.substitute(command), f"{self.path.name} line {line}")
             elif block.lang == "python" and block.title:
                 self.write(block)
             elif block.lang == "pycon":
@@ -95,7 +95,7 @@ class Page:
         with target.open("a" if append else "w") as f:
             f.write(self.substitute(block.text))
 
-    def command(self, command: str, block: Block) -> None:
+    def command(self, command: str, where: str) -> None:
         if re.match(r"^(\.|source)\s", command):
             self.prelude.append(command)  # the shell's state for the commands that follow
             return
@@ -122,7 +122,7 @@ class Page:
         with (self.logs / "commands.log").open("a") as f:
             f.write(f"$ {command}\n{out}{err}\n")
         self.outputs.append((command, out))
-        assert code == 0, f"{self.where(block)}: `{command}` exited {code}:\n{(out + err)[-6000:]}"
+        assert code == 0, f"{where}: `{command}` exited {code}:\n{(out + err)[-6000:]}"
         self.timings.append((command, time.monotonic() - started))
 
     def play(self, steps: list[Step]) -> None:
@@ -130,7 +130,8 @@ class Page:
         steps_file = self.logs / "pycon-steps.json"
         report_file = self.logs / "pycon-report.json"
         steps_file.write_text(json.dumps(
-            [{"examples": [{**ex, "source": self.substitute(str(ex["source"]))}
+            [{"examples": [{**ex, "source": self.substitute(str(ex["source"])),
+                            "want": self.substitute(str(ex["want"]))}
                            for ex in s.examples], "waits": s.waits} for s in steps]))
         env = user_env({"PYCON_STEPS": str(steps_file), "PYCON_REPORT": str(report_file),
                         "PYCON_DEADLINE": str(self.deadline)})
