@@ -19,10 +19,10 @@ PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 
 #: the arguments of an install line -> the test that runs exactly that install
 TESTED = {
-    "/path/to/jobbers": "tests/dist/test_quickstart_celery.py (the page's line, from the checkout)",
-    "/path/to/jobbers[django]": "tests/dist/test_quickstart_django.py (the page's line, from the "
-                                "checkout); tests/dist/test_bare_install.py (the wheel's extra)",
-    "/path/to/jobbers[otel]": "tests/dist/test_bare_install.py (the wheel's [django,otel])",
+    "/path/to/jobbers": "tests/distribution/test_quickstart_celery.py (the page's line, from the checkout)",
+    "/path/to/jobbers[django]": "tests/distribution/test_quickstart_django.py (the page's line, from the "
+                                "checkout); tests/distribution/test_bare_install.py (the wheel's extra)",
+    "/path/to/jobbers[otel]": "tests/distribution/test_bare_install.py (the wheel's [django,otel])",
 }
 #: packages from PyPI that a page installs for a tool of its own, not jobbers
 THIRD_PARTY = {"selenium": "docs/howto/dlq-admin.md: scripts/admin_screenshots.py drives Chromium"}
@@ -58,7 +58,7 @@ def test_every_install_line_is_tested(page: str, line: int, args: str) -> None:
 def test_the_tested_forms_are_run() -> None:
     """The quickstart tests run their pages' lines, with /path/to/jobbers made this checkout;
     the bare-install test installs the wheel and its extras."""
-    dist = ROOT / "tests" / "dist"
+    dist = ROOT / "tests" / "distribution"
     for test in ("test_quickstart_celery.py", "test_quickstart_django.py"):
         assert 'Substitution("/path/to/jobbers", str(ROOT)' in (dist / test).read_text()
     bare = (dist / "test_bare_install.py").read_text()

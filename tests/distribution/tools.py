@@ -84,10 +84,10 @@ class Venv:
 
     def distributions(self, cwd: Path, log: Path) -> set[str]:
         """The names of the distributions installed, lower-case (pip itself included)."""
-        out = run([self.python, "-c",
-                   "import importlib.metadata as m\n"
-                   "print('\\n'.join(sorted({d.metadata['Name'].lower() "
-                   "for d in m.distributions()})))"], cwd=cwd, log=log)
+        script = ("import importlib.metadata as m\n"
+                  "print('\\n'.join(sorted({d.metadata['Name'].lower() "
+                  "for d in m.distributions()})))")
+        out = run([self.python, "-c", script], cwd=cwd, log=log)
         return set(out.split())
 
 
@@ -140,10 +140,8 @@ class Service:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                pass
         with contextlib.suppress(ProcessLookupError):  # children the parent left behind
             os.killpg(self.proc.pid, signal.SIGKILL)
         if self.proc.poll() is None:

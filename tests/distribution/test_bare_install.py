@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RedisServer
-from tests.dist.tools import Dist, Service, Venv, run, user_env
+from tests.distribution.tools import Dist, Service, Venv, run, user_env
 
 pytestmark = [pytest.mark.worker, pytest.mark.timeout(900)]
 

@@ -2,7 +2,7 @@
 
 Fed on standard input to the shell the page names (``python`` next to ``proj.py``, or
 ``python manage.py shell``), so the session sees exactly what the reader's shell sees. The
-steps come from ``PYCON_STEPS`` (JSON, see tests/dist/markdown.py); each example is compiled
+steps come from ``PYCON_STEPS`` (JSON, see tests/distribution/markdown.py); each example is compiled
 in ``single`` mode like an interactive line (expression values are echoed) and its output
 compared with the page's as doctest does, ``...`` standing for any text. A waiting step is
 re-run every 0.2 s until it matches or ``PYCON_DEADLINE`` seconds pass. The first mismatch
@@ -25,8 +25,8 @@ def run_example(source: str, namespace: dict[str, object]) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         try:
-            exec(compile(source, "<stdin>", "single"), namespace)
-        except Exception:
+            exec(compile(source, "<stdin>", "single"), namespace)  # noqa: S102 (the page's line)
+        except Exception:  # noqa: BLE001 (the session shows any error, as a shell does)
             exc_type, exc, _ = sys.exc_info()
             out.write("Traceback (most recent call last):\n  ...\n")
             out.write("".join(traceback.format_exception_only(exc_type, exc)))

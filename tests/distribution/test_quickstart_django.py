@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, RedisServer, free_port, wait_for
-from tests.dist.pages import Page, Substitution
+from tests.distribution.pages import Page, Substitution
 
 pytestmark = [pytest.mark.worker, pytest.mark.timeout(900)]
 

@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.dist.markdown import Block, Step, blocks, session_steps
-from tests.dist.tools import INSTALL_TIMEOUT, Service, user_env
+from tests.distribution.markdown import Block, Step, blocks, session_steps
+from tests.distribution.tools import INSTALL_TIMEOUT, Service, user_env
 
 RUNNER = Path(__file__).with_name("pycon_runner.py")
 
@@ -138,8 +138,9 @@ class Page:
         script = "\n".join([*self.prelude, f"{self.shell} < {RUNNER}"])
         proc = subprocess.run(["bash", "-c", script], cwd=self.workdir, env=env, text=True,
                               capture_output=True, timeout=INSTALL_TIMEOUT, check=False)
-        assert proc.returncode == 0 and report_file.exists(), \
-            f"`{self.shell}` exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
+        failure = f"`{self.shell}` exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
+        assert proc.returncode == 0, failure
+        assert report_file.exists(), failure
         report = json.loads(report_file.read_text())
         if not report["ok"]:
             failed = report["failed"]

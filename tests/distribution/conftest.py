@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, RedisServer
-from tests.dist.tools import Dist, build, copy_tree
+from tests.distribution.tools import Dist, build, copy_tree
 
 #: Local state planted in the copy before the build: none of it may reach the sdist.
 LOCAL_STATE = {

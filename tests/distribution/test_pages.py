@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dist.pages import Page, Substitution
+from tests.distribution.pages import Page, Substitution
 
 PAGE = '''# A page
 
