@@ -1,4 +1,4 @@
-"""Retry delay strategies. Pure: the formulas of DESIGN.md, capped by ``max_retry_delay``.
+"""Retry delay strategies. Pure: the formulas of docs/howto/retries.md, capped by ``max_retry_delay``.
 
 ``n`` is the number of the retry being scheduled, 1 for the first retry, so ``linear`` waits
 d, 2d, 3d ... and ``exponential`` waits 2d, 4d, 8d ... (d·2^n exactly as documented).

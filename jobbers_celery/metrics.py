@@ -1,4 +1,4 @@
-"""OpenTelemetry metrics (DESIGN.md section 4), through ``opentelemetry-api`` only.
+"""OpenTelemetry metrics (docs/howto/metrics.md), through ``opentelemetry-api`` only.
 
 No SDK is imported here: the instruments come from the API's global meter provider, which
 is a no-op until the application installs an SDK ``MeterProvider`` (and they start
@@ -10,7 +10,8 @@ use) and never breaks a task: a failure is swallowed and logged at debug level.
 
 Times are differences of Redis clock readings (the ``now`` of the steps and the
 ``jobbers_enqueued_at``/``jobbers_published_at`` headers), in milliseconds. No task id is
-ever an attribute. ``docs/metrics.md`` lists the instruments and what each attribute means.
+ever an attribute. ``docs/howto/metrics.md`` lists the instruments and what each attribute
+means.
 
 The observable gauges (tasks per state, dead-letter queue size, age of the cleaner's last
 pass) are read from Redis and describe the whole cluster, so only one process reports

@@ -34,7 +34,7 @@ DEFAULTS: dict[str, Any] = {
     ),
 }
 
-#: Fixed limits of the contract (DESIGN.md section 3), not settings.
+#: Fixed limits of the API (docs/howto/rest-api.md, "Validation"), not settings.
 MAX_IDS = 1000
 MAX_LIMIT = 1000
 DEFAULT_RESUBMIT_LIMIT = 100

@@ -1,4 +1,4 @@
-"""What the REST API reads and answers (DESIGN.md section 3).
+"""What the REST API reads and answers (docs/howto/rest-api.md).
 
 Requests are validated strictly: unknown fields and query parameters, blank or repeated
 values, malformed task ids and out-of-range limits are 400s that name the field. Answers

@@ -1,4 +1,5 @@
-"""URLs of the REST API (DESIGN.md section 3): ``path("jobbers/", include("jobbers_django.urls"))``.
+"""URLs of the REST API (docs/howto/rest-api.md):
+``path("jobbers/", include("jobbers_django.urls"))``.
 
 Paths have no trailing slash. Task ids are matched loosely here and validated by the views,
 so a malformed id is a 400 naming ``task_id``, not a 404.

@@ -1,4 +1,4 @@
-"""The REST API (DESIGN.md section 3), mounted with
+"""The REST API (docs/howto/rest-api.md), mounted with
 ``path("jobbers/", include("jobbers_django.urls"))``.
 
 Authentication is the project's (DRF's ``DEFAULT_AUTHENTICATION_CLASSES``: session and

@@ -10,6 +10,8 @@ command -v redis-server >/dev/null 2>&1 || [ -n "${JOBBERS_REDIS_OPTIONAL:-}" ] 
   || need_apt+=(redis-server)
 # the TLS tests (tests/integration/tls_helpers.py) make their certificates with openssl
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+# the Django quickstart (tests/distribution) reads the API with curl, as the page does
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 if ! command -v python3 >/dev/null 2>&1; then
   need_apt+=(python3 python3-venv)
 elif [ ! -x "$VENV/bin/python" ] && ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then

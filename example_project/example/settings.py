@@ -155,7 +155,7 @@ CELERY_JOBBERS_DEAD_LETTER_SINK = "jobbers_django.sink.DjangoDeadLetterSink"
 CELERY_JOBBERS_KEY_PREFIX = "jobbers-example"
 # Short, so that the example's frozen and killed tasks are caught within seconds. The
 # production defaults are 10 s (cleaner, run by celery beat) and 60 s (worker liveness):
-# see docs/long-running.md.
+# see docs/howto/long-running.md.
 CELERY_JOBBERS_CLEANER_INTERVAL = 1
 CELERY_JOBBERS_WORKER_LOST_AFTER = 3
 CELERY_JOBBERS_SCHEDULER_INTERVAL = 0.2

@@ -63,7 +63,7 @@ def unique(prefix: str) -> str:
     return f"proj:{prefix}:{uuid.uuid4().hex[:10]}"
 
 
-# The lifecycle paths of DESIGN.md section 1, as (from, to) pairs.
+# The lifecycle paths of the state machine (docs/reference/lifecycle.md), as (from, to) pairs.
 PUBLISH = [(S.UNSUBMITTED.value, S.SUBMITTED.value)]
 START = [(S.SUBMITTED.value, S.STARTED.value)]
 IMMEDIATE_RETRY = [(S.STARTED.value, S.UNSUBMITTED.value), *PUBLISH, *START]

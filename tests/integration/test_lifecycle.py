@@ -1,4 +1,5 @@
-"""End to end: every lifecycle path of DESIGN.md section 1, through real worker subprocesses.
+"""End to end: every lifecycle path of docs/reference/lifecycle.md, through real worker
+subprocesses.
 
 Each test starts its own worker (``worker_factory``) against the session's private Redis,
 which is flushed between tests. Waits poll a condition with a deadline; nothing sleeps.

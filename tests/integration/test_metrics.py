@@ -1,4 +1,4 @@
-"""OpenTelemetry metrics (DESIGN.md section 4) read back with the SDK's in-memory reader.
+"""OpenTelemetry metrics (docs/howto/metrics.md) read back with the SDK's in-memory reader.
 
 Metrics recorded inside a worker are read in that worker: ``tests.integration.otel_proj``
 installs the SDK there and writes what it collected to a JSON file per process, which the

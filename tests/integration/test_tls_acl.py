@@ -1,6 +1,6 @@
 """Broker, result backend and jobbers store over ``rediss://`` as an ACL user.
 
-A TLS-only redis-server with certificates made at test time (tests/integration/tls_helpers);
+A TLS-only redis-server with certificates made at test time (tests/integration/tls_helpers.py);
 the user has exactly the documented ACL rule (``ACL_RULE``), the default user is password
 protected. A real prefork worker runs every kind of step (completed, delayed retry through
 the scheduler, heartbeats, cancel, failure into the Redis DLQ, stall found by the cleaner,

@@ -15,7 +15,8 @@ from jobbers_celery.states import (
 
 S = TaskState
 
-# DESIGN.md section 1, written out independently of the module under test.
+# The state machine of docs/reference/lifecycle.md, written out independently of the module
+# under test.
 CONTRACT = {
     (S.UNSUBMITTED, S.SUBMITTED),
     (S.SUBMITTED, S.STARTED), (S.SUBMITTED, S.CANCELLED), (S.SUBMITTED, S.DROPPED),
