@@ -12,6 +12,8 @@ Environment (set by ``overhead.py``; this module is benchmark scaffolding, not l
 ``BENCH_JOBBERS_URL``
     ``jobbers_redis_url``; set to the result backend's URL, jobbers folds Celery's result
     write into its ``completed`` step ("folded" variant).
+``BENCH_PLAIN_TASK``
+    ``1``: ``bench.noop`` is a plain task (variant ``plain_installed``).
 ``BENCH_STORE_MODE``
     diagnostics only, to split the jobbers overhead into its parts: ``real`` (default);
     ``trivial-lua``: each step still sends its EVALSHA with the same keys and arguments,
@@ -46,7 +48,12 @@ if os.environ.get("BENCH_JOBBERS_URL"):
 jobbers = install(app)
 
 
-@app.task(base=JobbersTask, name="bench.noop")
+#: ``BENCH_PLAIN_TASK=1``: ``bench.noop`` is a plain task of this app (jobbers installed but
+#: not used by the task: the baseline of the previous overhead.py, variant plain_installed).
+TRACKED = os.environ.get("BENCH_PLAIN_TASK") != "1"
+
+
+@app.task(base=JobbersTask if TRACKED else app.Task, name="bench.noop")
 def noop() -> None:
     return None
 
