@@ -22,7 +22,7 @@ commands and script time per task (``INFO commandstats`` deltas), Redis requests
 (foreign CPU), then the serial round-trip latency (one task at a time). Prints medians with
 min-max over the rounds, the ratios to ``plain`` and a verdict against issue 12's targets.
 
-    .venv/bin/python bench/overhead.py             # 3000 tasks x 4 rounds, both pools (~8 min)
+    .venv/bin/python bench/overhead.py             # 3000 tasks x 4 rounds, both pools (~7 min)
     .venv/bin/python bench/overhead.py --quick     # smoke run (~1.5 min)
     .venv/bin/python bench/overhead.py --pool solo --rounds 6 --json out.json
 
