@@ -1,17 +1,19 @@
-"""The Celery app that ``bench/overhead.py`` measures (``celery -A bench_app worker``).
+"""The jobbers app that ``bench/overhead.py`` measures (``celery -A bench_app worker``).
 
-One app, Redis broker and Redis result backend on the same (private) server, jobbers
-installed, and two tasks that do nothing: a plain Celery task and a ``JobbersTask``. Any
-difference between the two is what jobbers costs.
+A Celery app with jobbers installed and one no-op ``JobbersTask``, ``bench.noop``, the same
+name, settings and broker as the plain app of ``bench_plain.py``.
 
 Environment (set by ``overhead.py``; this module is benchmark scaffolding, not library code):
 
-``BENCH_REDIS_URL``
-    broker, result backend and jobbers store (required).
-``BENCH_COUNT_DIR``
-    when set, every worker process counts its Redis round trips (calls of redis-py's
-    ``send_packed_command``: one per command sent alone, one per pipeline) and writes the
-    running total to ``<dir>/<pid>.json`` a few times a second.
+``BENCH_BROKER_URL``
+    broker (Redis db 0); also the jobbers store unless ``BENCH_JOBBERS_URL`` is set.
+``BENCH_RESULT_URL``
+    Celery's result backend (Redis db 1).
+``BENCH_JOBBERS_URL``
+    ``jobbers_redis_url``; set to the result backend's URL, jobbers folds Celery's result
+    write into its ``completed`` step ("folded" variant).
+``BENCH_PLAIN_TASK``
+    ``1``: ``bench.noop`` is a plain task (variant ``plain_installed``).
 ``BENCH_STORE_MODE``
     diagnostics only, to split the jobbers overhead into its parts: ``real`` (default);
     ``trivial-lua``: each step still sends its EVALSHA with the same keys and arguments,
@@ -19,27 +21,21 @@ Environment (set by ``overhead.py``; this module is benchmark scaffolding, not l
     script still writes Celery's result); ``noop``: no Redis call at all (only the Python
     side of jobbers; Celery's backend stores the result as for a plain task). Records are
     not written in these modes.
-``BENCH_PROFILE_DIR``
-    when set, every prefork pool child runs under cProfile. Once ``<dir>/reset`` exists
-    (end of warmup) it starts afresh and then writes ``<dir>/child-<pid>.prof`` (and the
-    number of tasks it covers, ``child-<pid>.json``) every ``BENCH_PROFILE_EVERY`` tasks.
 """
 
 from __future__ import annotations
 
-import cProfile
 import json
 import os
-import threading
 from typing import Any
 
-from celery import Celery, signals
+import bench_hooks  # noqa: F401 - counts Redis requests, signals readiness
+from celery import Celery
 
 from jobbers_celery import JobbersTask, install
 
-REDIS_URL = os.environ["BENCH_REDIS_URL"]
-
-app = Celery("bench", broker=REDIS_URL, backend=REDIS_URL)
+app = Celery("bench", broker=os.environ["BENCH_BROKER_URL"],
+             backend=os.environ["BENCH_RESULT_URL"])
 app.conf.update(
     task_serializer="json",
     accept_content=["json"],
@@ -47,20 +43,19 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
 )
+if os.environ.get("BENCH_JOBBERS_URL"):
+    app.conf.jobbers_redis_url = os.environ["BENCH_JOBBERS_URL"]
 jobbers = install(app)
 
 
-@app.task(name="bench.plain_noop")
-def plain_noop() -> None:
+#: ``BENCH_PLAIN_TASK=1``: ``bench.noop`` is a plain task of this app (jobbers installed but
+#: not used by the task: the baseline of the previous overhead.py, variant plain_installed).
+TRACKED = os.environ.get("BENCH_PLAIN_TASK") != "1"
+
+
+@app.task(base=JobbersTask if TRACKED else app.Task, name="bench.noop")
+def noop() -> None:
     return None
-
-
-@app.task(base=JobbersTask, name="bench.jobbers_noop")
-def jobbers_noop() -> None:
-    return None
-
-
-TASKS = {"plain": plain_noop, "jobbers": jobbers_noop}
 
 
 # --------------------------------------------------------------------------- store modes
@@ -82,7 +77,7 @@ if STORE_MODE == "noop":
 
     jobbers.store._transition = _noop_transition  # type: ignore[assignment]
     # No jobbers call at all: Celery's backend stores the result as for a plain task.
-    _results.folded_result = lambda *_: None  # type: ignore[assignment]
+    _results.folded_result = lambda *_: None
 elif STORE_MODE == "trivial-lua":
     from jobbers_celery.store.fastcall import FastScript
 
@@ -108,101 +103,3 @@ elif STORE_MODE == "trivial-lua":
     jobbers.store._complete = _trivial_completion  # type: ignore[assignment]
 elif STORE_MODE != "real":
     raise ValueError(f"BENCH_STORE_MODE must be real, trivial-lua or noop, not {STORE_MODE!r}")
-
-
-# --------------------------------------------------------------------------- round trips
-_round_trips = [0]
-_counting = [False]
-
-
-def round_trips() -> int:
-    """Redis round trips this process made since counting was enabled (or since fork)."""
-    return _round_trips[0]
-
-
-def enable_round_trip_counting() -> None:
-    """Count every ``send_packed_command`` of redis-py in this process (idempotent).
-
-    A pipeline is sent with one call, a lone command with one call, a health-check PING
-    with one more: the count is the number of requests this process sent to Redis.
-    """
-    if _counting[0]:
-        return
-    _counting[0] = True
-    from redis.connection import AbstractConnection
-
-    original = AbstractConnection.send_packed_command
-
-    def counted(self: Any, command: Any, check_health: bool = True) -> Any:
-        _round_trips[0] += 1
-        return original(self, command, check_health)  # type: ignore[no-untyped-call]
-
-    AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
-
-
-def _writer(directory: str, role: str) -> None:
-    pid = os.getpid()
-    path = os.path.join(directory, f"{pid}.json")
-    tmp = path + ".tmp"
-    while True:
-        with open(tmp, "w") as fh:
-            json.dump({"pid": pid, "role": role, "round_trips": _round_trips[0]}, fh)
-        os.replace(tmp, path)
-        threading.Event().wait(0.1)
-
-
-def _start_writer(role: str) -> None:
-    directory = os.environ.get("BENCH_COUNT_DIR")
-    if not directory:
-        return
-    enable_round_trip_counting()
-    threading.Thread(target=_writer, args=(directory, role), name="bench-rtt",
-                     daemon=True).start()
-
-
-# --------------------------------------------------------------------------- profiling
-_profile: dict[str, Any] = {}
-
-
-@signals.worker_init.connect
-def _worker_main_init(**_: Any) -> None:
-    _start_writer("worker-main")
-
-
-@signals.worker_process_init.connect
-def _pool_child_init(**_: Any) -> None:
-    _round_trips[0] = 0  # the fork copied the main process's count
-    _start_writer("worker-child")
-    directory = os.environ.get("BENCH_PROFILE_DIR")
-    if directory:
-        base = os.path.join(directory, f"child-{os.getpid()}")
-        _profile.update(every=int(os.environ.get("BENCH_PROFILE_EVERY", "50")),
-                        path=base + ".prof", meta=base + ".json",
-                        reset=os.path.join(directory, "reset"), reset_seen=False)
-        _reset_profile()
-
-
-def _reset_profile() -> None:
-    if "profiler" in _profile:
-        _profile["profiler"].disable()
-    _profile.update(profiler=cProfile.Profile(), n=0)
-    _profile["profiler"].enable()
-
-
-@signals.task_postrun.connect
-def _dump_profile(**_: Any) -> None:
-    """Dump every few tasks; start afresh once ``<dir>/reset`` appears (end of warmup)."""
-    if not _profile:
-        return
-    if not _profile["reset_seen"] and os.path.exists(_profile["reset"]):
-        _profile["reset_seen"] = True
-        _reset_profile()
-        return
-    _profile["n"] += 1
-    if _profile["reset_seen"] and _profile["n"] % _profile["every"] == 0:
-        profiler = _profile["profiler"]
-        profiler.disable()
-        profiler.dump_stats(_profile["path"])
-        with open(_profile["meta"], "w") as fh:
-            json.dump({"tasks": _profile["n"]}, fh)
-        profiler.enable()

@@ -521,7 +521,9 @@ class Bench:
         workers = workers or self.workers
         templates = templates or self.templates
         loader = loader or self.loader
-        batch = self.args.batch
+        # at most an even share per (name, worker), so that a small count still reaches
+        # every name (``--running`` not above ``--batch`` left one name without records)
+        batch = min(self.args.batch, max(1, -(-count // (len(names) * len(workers)))))
         ids: list[str] = []
         started = time.perf_counter()
         now0 = self.now_ms()

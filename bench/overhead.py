@@ -1,32 +1,42 @@
 #!/usr/bin/env python
-"""What does ``base=JobbersTask`` cost over a plain Celery task?
+"""What does ``base=JobbersTask`` cost a user, against plain Celery?
 
-Starts a private ``redis-server`` (free port, no persistence) and one real ``celery worker``
-(prefork, ``-c 2``) running ``bench/bench_app.py``, then alternates rounds of N no-op tasks:
-plain, jobbers, plain, jobbers, ... after a warmup of each kind. Tasks are published with
-``.delay()`` from this process and their results awaited with ``.get()``, as a user would.
+One run measures, on a private ``redis-server`` (Redis broker on db 0, result backend on
+db 1), a no-op task in four variants:
 
-Per kind it reports throughput (first publish to last result), CPU per task of the worker
-(main process + pool children), of this process and of redis-server, Redis commands per task
-(``INFO commandstats``; this counts the commands Lua scripts run too), EVAL/EVALSHA calls per
-task and Redis round trips per task (requests actually sent, counted inside redis-py in every
-process). Then the jobbers/plain ratios and the extra commands and round trips per task.
+- ``plain``: plain Celery in an app **without** jobbers (``bench_plain.py``);
+- ``track_started``: the same with ``task_track_started=True``;
+- ``jobbers``: ``base=JobbersTask`` with jobbers' defaults (its records on the broker's db 0,
+  Celery's results on db 1: jobbers' ``completed`` and Celery's result are two writes);
+- ``jobbers_folded``: ``jobbers_redis_url`` on the result db, so ``completed`` carries
+  Celery's result write (one script call instead of Celery's GET + MULTI/EXEC);
 
-    .venv/bin/python bench/overhead.py            # default: 2000 tasks x 5 rounds per kind
-    .venv/bin/python bench/overhead.py --quick    # smoke test, well under a minute
+on a prefork ``-c 2`` worker and on a solo worker (``--pool``). Every round starts, for each
+(pool, variant) in turn (order rotated from round to round), a fresh worker and a fresh
+client process; the client publishes N tasks with ``.delay()`` in a loop, then ``.get()``s
+every result. Measured per round: throughput from the first publish to the last result the
+client received, the client's enqueue rate, CPU per task of every process (client, worker
+main process, pool children including reaped ones, redis-server) from ``/proc``, Redis
+commands and script time per task (``INFO commandstats`` deltas), Redis requests per task
+(counted in redis-py in every process), the CPU used by other processes on the machine
+(foreign CPU), then the serial round-trip latency (one task at a time). Prints medians with
+min-max over the rounds, the ratios to ``plain`` and a verdict against issue 12's targets.
 
-See bench/README.md for how to read the output.
+    .venv/bin/python bench/overhead.py             # 3000 tasks x 4 rounds, both pools (~7 min)
+    .venv/bin/python bench/overhead.py --quick     # smoke run (~1.5 min)
+    .venv/bin/python bench/overhead.py --pool solo --rounds 6 --json out.json
+
+Exit code 0 if every target is met, 2 if one is missed, 1 if the benchmark failed.
+See bench/README.md for the method and how to read the output.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import cProfile
 import glob
 import json
 import os
-import pstats
 import shutil
 import signal
 import socket
@@ -35,17 +45,44 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-KINDS = ("plain", "jobbers")
-#: Commands only this script sends (on its own, uncounted connection); left out of the totals.
-OWN_COMMANDS = frozenset({"info"})
+NCPU = os.cpu_count() or 1
+#: Commands only this script sends; left out of the totals.
+OWN_COMMANDS = frozenset({"info", "flushall", "ping"})
 EVAL_COMMANDS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
+POOLS = ("prefork", "solo")
+#: Issue 12, point 2: JobbersTask against plain Celery.
+TARGET_THROUGHPUT = 0.90
+TARGET_CPU = 1.15
+TARGET_REDIS = 2.5
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    module: str
+    env: dict[str, str]
+    what: str
+
+
+def variants(result_url: str) -> dict[str, Variant]:
+    return {v.name: v for v in (
+        Variant("plain", "bench_plain", {}, "plain Celery, no jobbers in the app"),
+        Variant("track_started", "bench_plain", {"BENCH_TRACK_STARTED": "1"},
+                "plain Celery, task_track_started=True"),
+        Variant("jobbers", "bench_app", {},
+                "JobbersTask, defaults (jobbers on db 0, results on db 1)"),
+        Variant("jobbers_folded", "bench_app", {"BENCH_JOBBERS_URL": result_url},
+                "JobbersTask, jobbers_redis_url on the result db (write folded)"),
+        Variant("plain_installed", "bench_app", {"BENCH_PLAIN_TASK": "1"},
+                "a plain task in an app with jobbers installed (the old baseline)"),
+    )}
 
 
 # =========================================================================== processes
@@ -97,50 +134,6 @@ class PrivateRedis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class Worker:
-    """``celery -A bench_app worker -P prefork -c N`` in its own session."""
-
-    def __init__(self, concurrency: int, env: dict[str, str], log_path: Path) -> None:
-        self.name = f"bench-{os.getpid()}-{time.monotonic_ns() % 10**6}@localhost"
-        self.log_path = log_path
-        cmd = [sys.executable, "-m", "celery", "-A", "bench_app", "worker",
-               "-P", "prefork", "-c", str(concurrency), "-n", self.name, "-l", "WARNING",
-               "--without-mingle", "--without-gossip", "--without-heartbeat"]
-        with log_path.open("w") as log:
-            self.proc = subprocess.Popen(cmd, cwd=BENCH_DIR, env=env, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-        self.pid = self.proc.pid
-
-    def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def wait_ready(self, app: Any, timeout: float = 60) -> None:
-        def ready() -> bool:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker exited early ({self.proc.returncode}):\n"
-                                   + self.log_tail())
-            return bool(app.control.ping(destination=[self.name], timeout=0.5))
-
-        wait_for(ready, timeout, "the worker to answer ping", interval=0.1)
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"worker died ({self.proc.returncode}):\n" + self.log_tail())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # warm shutdown
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-
 # =========================================================================== measurements
 def _stat_fields(pid: int) -> list[str] | None:
     try:
@@ -169,29 +162,6 @@ def child_pids(ppid: int) -> list[int]:
     return out
 
 
-@dataclass
-class Snapshot:
-    t: float
-    worker_main: float
-    worker_reaped: float
-    children: dict[int, float]
-    client: float
-    redis: float
-    commands: dict[str, int]
-    eval_usec: int
-    machine: float
-    client_rt: int
-    worker_rt: dict[int, tuple[str, int]] = field(default_factory=dict)
-
-
-def commandstats(client: Any) -> tuple[dict[str, int], int]:
-    """Calls per command name, and the microseconds Redis spent in EVAL/EVALSHA."""
-    stats = client.info("commandstats")
-    calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
-    usec = sum(int(v["usec"]) for k, v in stats.items()
-               if k.removeprefix("cmdstat_") in EVAL_COMMANDS)
-    return calls, usec
-
 
 def machine_busy() -> float:
     """CPU seconds all CPUs of the machine spent busy since boot (/proc/stat)."""
@@ -200,9 +170,16 @@ def machine_busy() -> float:
     return (user + nice + system + irq + softirq + steal) / CLK_TCK
 
 
-def read_worker_round_trips(directory: str) -> dict[int, tuple[str, int]]:
+def commandstats(client: Any) -> dict[str, tuple[int, int]]:
+    """(calls, usec) per command name, from ``INFO commandstats``."""
+    stats = client.info("commandstats")
+    return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+            for k, v in stats.items()}
+
+
+def read_worker_round_trips(directory: Path) -> dict[int, tuple[str, int]]:
     out = {}
-    for path in glob.glob(os.path.join(directory, "*.json")):
+    for path in glob.glob(str(directory / "*.json")):
         try:
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError):
@@ -211,94 +188,219 @@ def read_worker_round_trips(directory: str) -> dict[int, tuple[str, int]]:
     return out
 
 
+# =========================================================================== one round
+class Worker:
+    """``celery -A <module> worker -P <pool>`` in its own session, ready when it says so."""
+
+    def __init__(self, module: str, pool: str, concurrency: int, env: dict[str, str],
+                 log_path: Path, ready_file: Path) -> None:
+        self.name = f"bench-{os.getpid()}-{time.monotonic_ns() % 10**6}@localhost"
+        self.log_path = log_path
+        self.ready_file = ready_file
+        cmd = [sys.executable, "-m", "celery", "-A", module, "worker", "-P", pool,
+               "-n", self.name, "-l", "WARNING",
+               "--without-mingle", "--without-gossip", "--without-heartbeat"]
+        if pool == "prefork":
+            cmd += ["-c", str(concurrency)]
+        with log_path.open("w") as log:
+            self.proc = subprocess.Popen(cmd, cwd=BENCH_DIR, env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.pid = self.proc.pid
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited early ({self.proc.returncode}):\n"
+                                   + self.log_tail())
+            return self.ready_file.exists()
+
+        wait_for(ready, timeout, "the worker to be ready", interval=0.05)
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"worker died ({self.proc.returncode}):\n" + self.log_tail())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # warm shutdown
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)  # leftover pool children of our session
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+
+
+class Client:
+    """``overhead_client.py``: a fresh process per round, driven line by line."""
+
+    def __init__(self, module: str, tasks: int, serial: int, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(BENCH_DIR / "overhead_client.py"), module, str(tasks),
+             str(serial)],
+            cwd=BENCH_DIR, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, start_new_session=True)
+        self.pid = self.proc.pid
+
+    def read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the client exited ({self.proc.wait()})")
+        return dict(json.loads(line))
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
 @dataclass
-class Round:
-    kind: str
+class Snapshot:
+    t: float
+    worker_main: float
+    worker_reaped: float
+    children: dict[int, float]
+    redis: float
+    own: float
+    machine: float
+    stats: dict[str, tuple[int, int]]
+    worker_rt: dict[int, tuple[str, int]] = field(default_factory=dict)
+
+
+@dataclass
+class Run:
+    """One (pool, variant) in one round; CPU in seconds, counts in totals."""
+
+    round: int
+    pool: str
+    variant: str
     tasks: int
     elapsed: float
     publish_s: float
+    wall: float
+    client_cpu: float
+    client_cpu_publish: float
     worker_main_cpu: float
     worker_children_cpu: float
-    client_cpu: float
     redis_cpu: float
-    commands: dict[str, int]
-    eval_usec: int
+    own_cpu: float
     machine_cpu: float
+    commands: dict[str, int]
+    usec: dict[str, int]
     rt_client: int
+    rt_client_publish: int
     rt_worker_main: int
     rt_worker_children: int
+    latencies: list[float]
+    lifecycle: str
+    #: usec of the commands scripts ran (estimated, see ``estimate_inner_usec``)
+    inner_usec: float = 0.0
 
-    @property
-    def throughput(self) -> float:
-        return self.tasks / self.elapsed
+    def per_task(self, value: float) -> float:
+        return value / self.tasks
 
-    @property
-    def worker_cpu(self) -> float:
-        return self.worker_main_cpu + self.worker_children_cpu
-
-    @property
-    def total_cpu(self) -> float:
-        return self.worker_cpu + self.client_cpu + self.redis_cpu
-
-    @property
-    def total_commands(self) -> int:
-        return sum(n for c, n in self.commands.items() if c not in OWN_COMMANDS)
-
-    @property
-    def evals(self) -> int:
-        return sum(n for c, n in self.commands.items() if c in EVAL_COMMANDS)
-
-    @property
-    def other_load(self) -> float:
-        """Share of the machine's CPUs busy with processes outside the benchmark."""
-        foreign = max(0.0, self.machine_cpu - self.total_cpu)
-        return foreign / (self.elapsed * (os.cpu_count() or 1))
-
-    @property
-    def round_trips(self) -> int:
-        return self.rt_client + self.rt_worker_main + self.rt_worker_children
+    def metrics(self) -> dict[str, float]:
+        n = self.tasks
+        worker = self.worker_main_cpu + self.worker_children_cpu
+        total = worker + self.client_cpu + self.redis_cpu
+        ours = total + self.own_cpu
+        evals = sum(c for k, c in self.commands.items() if k in EVAL_COMMANDS)
+        eval_usec = sum(u for k, u in self.usec.items() if k in EVAL_COMMANDS)
+        return {
+            "throughput": n / self.elapsed,
+            "enqueue_rate": n / self.publish_s,
+            "cpu_all_ms": 1000 * total / n,
+            "cpu_client_ms": 1000 * self.client_cpu / n,
+            "cpu_client_publish_ms": 1000 * self.client_cpu_publish / n,
+            "cpu_worker_ms": 1000 * worker / n,
+            "cpu_worker_main_ms": 1000 * self.worker_main_cpu / n,
+            "cpu_worker_children_ms": 1000 * self.worker_children_cpu / n,
+            "cpu_redis_us": 1e6 * self.redis_cpu / n,
+            "redis_commands": sum(self.commands.values()) / n,
+            "redis_script_calls": evals / n,
+            "redis_script_us": eval_usec / n,
+            "redis_cmd_us": (sum(self.usec.values()) - self.inner_usec) / n,
+            "redis_requests": (self.rt_client + self.rt_worker_main
+                               + self.rt_worker_children) / n,
+            "redis_requests_client": self.rt_client / n,
+            "redis_requests_publish": self.rt_client_publish / n,
+            "redis_requests_worker_main": self.rt_worker_main / n,
+            "redis_requests_worker_children": self.rt_worker_children / n,
+            "latency_ms": 1000 * statistics.median(self.latencies) if self.latencies else 0.0,
+            "busy": self.machine_cpu / (self.wall * NCPU),
+            "foreign": max(0.0, self.machine_cpu - ours) / (self.wall * NCPU),
+        }
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, redis_srv: PrivateRedis, count_dir: str,
-                 worker: Worker, app_module: Any, stats_client: Any) -> None:
+    def __init__(self, args: argparse.Namespace, redis_srv: PrivateRedis, stats: Any,
+                 work: Path) -> None:
         self.args = args
         self.redis = redis_srv
-        self.count_dir = count_dir
-        self.worker = worker
-        self.mod = app_module
-        self.stats = stats_client
+        self.stats = stats
+        self.work = work
+        self.broker_url = f"redis://127.0.0.1:{redis_srv.port}/0"
+        self.result_url = f"redis://127.0.0.1:{redis_srv.port}/1"
+        self.variants = variants(self.result_url)
+        self.base_env = {
+            **os.environ, "BENCH_BROKER_URL": self.broker_url,
+            "BENCH_RESULT_URL": self.result_url, "BENCH_STORE_MODE": args.store_mode,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), str(ROOT),
+                                                        os.environ.get("PYTHONPATH")])),
+        }
+        self.seq = 0
 
-    def snapshot(self, with_worker_rt: bool) -> Snapshot:
+    def snapshot(self, worker: Worker) -> Snapshot:
         t = time.perf_counter()
-        main, reaped = proc_cpu(self.worker.pid)
-        children = {pid: proc_cpu(pid)[0] for pid in child_pids(self.worker.pid)}
-        times = os.times()
-        calls, eval_usec = commandstats(self.stats)
-        snap = Snapshot(
-            t=t, worker_main=main, worker_reaped=reaped, children=children,
-            client=times.user + times.system, redis=proc_cpu(self.redis.proc.pid)[0],
-            commands=calls, eval_usec=eval_usec, machine=machine_busy(),
-            client_rt=self.mod.round_trips(),
-        )
-        if with_worker_rt:
-            snap.worker_rt = read_worker_round_trips(self.count_dir)
-        return snap
+        main, reaped = proc_cpu(worker.pid)
+        children = {pid: proc_cpu(pid)[0] for pid in child_pids(worker.pid)}
+        own = os.times()
+        return Snapshot(t=t, worker_main=main, worker_reaped=reaped, children=children,
+                        redis=proc_cpu(self.redis.proc.pid)[0], own=own.user + own.system,
+                        machine=machine_busy(), stats=commandstats(self.stats))
 
-    def run_round(self, kind: str, n: int) -> Round:
-        task = self.mod.TASKS[kind]
-        timeout = max(60.0, n / 20)
-        self.worker.check_alive()
-        time.sleep(0.35)  # quiet, and the workers' round-trip files are fresh
-        a = self.snapshot(with_worker_rt=True)
-        t0 = time.perf_counter()
-        results = [task.delay() for _ in range(n)]
-        t_pub = time.perf_counter()
-        for r in results:
-            r.get(timeout=timeout)
-        b = self.snapshot(with_worker_rt=False)
-        time.sleep(0.35)  # let every worker process write its count once more
-        b.worker_rt = read_worker_round_trips(self.count_dir)
+    def run(self, rnd: int, pool: str, variant: Variant, tasks: int, serial: int) -> Run:
+        self.seq += 1
+        tag = f"{self.seq:03d}-{pool}-{variant.name}"
+        count_dir = self.work / f"rt-{tag}"
+        count_dir.mkdir()
+        ready = self.work / f"ready-{tag}"
+        env = {**self.base_env, **variant.env, "BENCH_COUNT_DIR": str(count_dir),
+               "BENCH_READY_FILE": str(ready)}
+        self.stats.flushall()  # every round starts from empty databases
+        worker = Worker(variant.module, pool, self.args.concurrency, env,
+                        self.work / f"worker-{tag}.log", ready)
+        client_env = {k: v for k, v in env.items() if k != "BENCH_COUNT_DIR"}
+        client = Client(variant.module, tasks, serial, client_env)
+        try:
+            worker.wait_ready()
+            client.read()  # imported, connected nothing yet
+            time.sleep(0.3)  # settle; the workers' request counts are fresh
+            a = self.snapshot(worker)
+            a.worker_rt = read_worker_round_trips(count_dir)
+            client.send("go")
+            res = client.read()
+            b = self.snapshot(worker)
+            worker.check_alive()
+            time.sleep(0.3)  # every worker process writes its count once more
+            b.worker_rt = read_worker_round_trips(count_dir)
+            client.send("serial")
+            tail = client.read()
+        finally:
+            client.stop()
+            worker.stop()
         children = sum(cpu - a.children.get(pid, 0.0) for pid, cpu in b.children.items())
         rt_main = rt_children = 0
         for pid, (role, count) in b.worker_rt.items():
@@ -307,359 +409,313 @@ class Bench:
                 rt_main += delta
             else:
                 rt_children += delta
-        commands = {c: b.commands[c] - a.commands.get(c, 0) for c in b.commands}
-        return Round(
-            kind=kind, tasks=n, elapsed=b.t - t0, publish_s=t_pub - t0,
+        calls: dict[str, int] = {}
+        usec: dict[str, int] = {}
+        for cmd, (c, u) in b.stats.items():
+            c0, u0 = a.stats.get(cmd, (0, 0))
+            if cmd not in OWN_COMMANDS and c > c0:
+                calls[cmd], usec[cmd] = c - c0, u - u0
+        lifecycle = "-"
+        if "counts" in tail and self.args.store_mode != "real":
+            lifecycle = "not checked (store mode)"
+        elif "counts" in tail:
+            expected = tasks + serial
+            done = int(tail["counts"].get("completed", 0))
+            others = {k: v for k, v in tail["counts"].items() if k != "completed"}
+            ok = done == expected and not others and not tail["refused"]
+            lifecycle = "ok" if ok else (f"FAILED: {done}/{expected} completed, others "
+                                         f"{others}, refused {tail['refused']}")
+            if not ok:
+                raise RuntimeError(f"{tag}: lifecycle check {lifecycle}")
+        return Run(
+            round=rnd, pool=pool, variant=variant.name, tasks=tasks,
+            elapsed=float(res["elapsed"]), publish_s=float(res["publish_s"]), wall=b.t - a.t,
+            client_cpu=float(res["cpu"]), client_cpu_publish=float(res["cpu_publish"]),
             worker_main_cpu=b.worker_main - a.worker_main,
             worker_children_cpu=children + (b.worker_reaped - a.worker_reaped),
-            client_cpu=b.client - a.client, redis_cpu=b.redis - a.redis,
-            commands={c: d for c, d in commands.items() if d},
-            eval_usec=b.eval_usec - a.eval_usec, machine_cpu=b.machine - a.machine,
-            rt_client=b.client_rt - a.client_rt, rt_worker_main=rt_main,
-            rt_worker_children=rt_children,
+            redis_cpu=b.redis - a.redis, own_cpu=b.own - a.own,
+            machine_cpu=b.machine - a.machine, commands=calls, usec=usec,
+            rt_client=int(res["round_trips"]), rt_client_publish=int(res["round_trips_publish"]),
+            rt_worker_main=rt_main, rt_worker_children=rt_children,
+            latencies=[float(x) for x in tail["latencies"]], lifecycle=lifecycle,
         )
 
 
+def estimate_inner_usec(runs: list[Run]) -> None:
+    """Set ``inner_usec`` of every run that called scripts.
+
+    ``INFO commandstats`` counts a command a Lua script runs under its own name **and** in
+    the script's EVALSHA ``usec``: summing every row counts script work twice. The commands
+    a script ran are estimated per name as the calls above those of ``plain`` in the same
+    round and pool (Celery's and kombu's own commands are the same in every variant), at
+    that command's mean ``usec`` in this run.
+    """
+    plain = {(r.round, r.pool): r for r in runs if r.variant == "plain"}
+    for r in runs:
+        base = plain.get((r.round, r.pool))
+        if base is None or not any(k in EVAL_COMMANDS for k in r.commands):
+            continue
+        inner = 0.0
+        for cmd, calls in r.commands.items():
+            if cmd in EVAL_COMMANDS:
+                continue
+            extra = calls - base.commands.get(cmd, 0) * r.tasks / base.tasks
+            if extra > 0:
+                inner += extra * r.usec[cmd] / calls
+        r.inner_usec = inner
+
+
+def print_run(r: Run) -> None:
+    m = r.metrics()
+    print(f"  r{r.round} {r.pool:<7} {r.variant:<14} {m['throughput']:6.0f} tasks/s "
+          f"enqueue {m['enqueue_rate']:6.0f}/s | CPU ms/task all {m['cpu_all_ms']:5.2f} "
+          f"(client {m['cpu_client_ms']:4.2f} worker {m['cpu_worker_ms']:4.2f} "
+          f"redis {m['cpu_redis_us'] / 1000:4.2f}) | cmds {m['redis_commands']:5.1f} "
+          f"{m['redis_cmd_us']:4.0f} us "
+          f"req {m['redis_requests']:5.2f} | serial {m['latency_ms']:5.2f} ms | "
+          f"foreign {100 * m['foreign']:3.0f}% {r.lifecycle}", flush=True)
+
+
 # =========================================================================== report
+ROWS: tuple[tuple[str, str, str], ...] = (
+    # (metric, label, format)
+    ("throughput", "throughput (tasks/s)", ".0f"),
+    ("enqueue_rate", "enqueue rate (tasks/s)", ".0f"),
+    ("cpu_all_ms", "CPU all processes (ms/task)", ".3f"),
+    ("cpu_client_ms", "  client (ms/task)", ".3f"),
+    ("cpu_client_publish_ms", "    of it publishing", ".3f"),
+    ("cpu_worker_ms", "  worker (ms/task)", ".3f"),
+    ("cpu_worker_main_ms", "    main process", ".3f"),
+    ("cpu_worker_children_ms", "    pool children", ".3f"),
+    ("cpu_redis_us", "  redis-server (us/task)", ".0f"),
+    ("redis_cmd_us", "Redis command time (us/task)", ".0f"),
+    ("redis_script_us", "  of it in scripts", ".0f"),
+    ("redis_commands", "Redis commands/task", ".2f"),
+    ("redis_script_calls", "  EVALSHA calls/task", ".2f"),
+    ("redis_requests", "Redis requests/task", ".2f"),
+    ("redis_requests_publish", "  client, publishing", ".2f"),
+    ("redis_requests_client", "  client, all", ".2f"),
+    ("redis_requests_worker_main", "  worker main process", ".2f"),
+    ("redis_requests_worker_children", "  pool children", ".2f"),
+    ("latency_ms", "serial round trip (ms, median)", ".2f"),
+    ("foreign", "foreign CPU (share of machine)", ".2f"),
+    ("busy", "machine busy (share)", ".2f"),
+)
+RATIO_ROWS = ("throughput", "enqueue_rate", "cpu_all_ms", "cpu_client_ms", "cpu_worker_ms",
+              "cpu_redis_us", "redis_cmd_us", "redis_commands", "redis_requests", "latency_ms")
+
+
 @dataclass
-class KindSummary:
-    kind: str
-    rounds: list[Round]
+class Stat:
+    median: float
+    lo: float
+    hi: float
 
-    def _sum(self, attr: str) -> float:
-        return float(sum(getattr(r, attr) for r in self.rounds))
+    @classmethod
+    def of(cls, values: list[float]) -> Stat:
+        return cls(statistics.median(values), min(values), max(values))
 
-    @property
-    def tasks(self) -> int:
-        return sum(r.tasks for r in self.rounds)
 
-    def per_task(self, attr: str) -> float:
-        return self._sum(attr) / self.tasks
-
-    @property
-    def throughputs(self) -> list[float]:
-        return [r.throughput for r in self.rounds]
-
-    @property
-    def throughput(self) -> float:
-        """Median of the rounds (robust to one disturbed round)."""
-        return statistics.median(self.throughputs)
-
-    @property
-    def pooled_throughput(self) -> float:
-        return self.tasks / self._sum("elapsed")
-
-    def commands_per_task(self) -> dict[str, float]:
-        total: dict[str, int] = {}
-        for r in self.rounds:
-            for c, n in r.commands.items():
-                if c not in OWN_COMMANDS:
+def summarise(runs: list[Run], pools: list[str], names: list[str]) -> dict[str, Any]:
+    """Per pool and variant: median/min/max of every metric; ratios to plain."""
+    out: dict[str, Any] = {}
+    for pool in pools:
+        per: dict[str, dict[str, Stat]] = {}
+        by_round: dict[str, dict[int, dict[str, float]]] = {}
+        for name in names:
+            mine = [r for r in runs if r.pool == pool and r.variant == name]
+            ms = [r.metrics() for r in mine]
+            per[name] = {k: Stat.of([m[k] for m in ms]) for k in ms[0]}
+            by_round[name] = {r.round: m for r, m in zip(mine, ms, strict=True)}
+        ratios: dict[str, dict[str, Stat]] = {}
+        for name in names:
+            if name == "plain":
+                continue
+            ratios[name] = {}
+            for k in RATIO_ROWS:
+                base = per["plain"][k].median
+                paired = [m[k] / by_round["plain"][rnd][k]
+                          for rnd, m in by_round[name].items()
+                          if by_round["plain"].get(rnd, {}).get(k)]
+                ratios[name][k] = Stat(per[name][k].median / base if base else 0.0,
+                                       min(paired, default=0.0), max(paired, default=0.0))
+        commands: dict[str, dict[str, float]] = {}
+        for name in names:
+            mine = [r for r in runs if r.pool == pool and r.variant == name]
+            total: dict[str, int] = {}
+            for r in mine:
+                for c, n in r.commands.items():
                     total[c] = total.get(c, 0) + n
-        return {c: n / self.tasks for c, n in total.items()}
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "tasks": self.tasks,
-            "rounds": len(self.rounds),
-            "throughput_median": self.throughput,
-            "throughput_pooled": self.pooled_throughput,
-            "throughput_rounds": self.throughputs,
-            "worker_cpu_ms_per_task": 1000 * self.per_task("worker_cpu"),
-            "worker_main_cpu_ms_per_task": 1000 * self.per_task("worker_main_cpu"),
-            "worker_children_cpu_ms_per_task": 1000 * self.per_task("worker_children_cpu"),
-            "client_cpu_ms_per_task": 1000 * self.per_task("client_cpu"),
-            "redis_cpu_ms_per_task": 1000 * self.per_task("redis_cpu"),
-            "total_cpu_ms_per_task": 1000 * self.per_task("total_cpu"),
-            "redis_commands_per_task": self.per_task("total_commands"),
-            "evals_per_task": self.per_task("evals"),
-            "usec_per_eval": self._sum("eval_usec") / max(1.0, self._sum("evals")),
-            "other_load": self._sum("machine_cpu") and max(
-                0.0, self._sum("machine_cpu") - self._sum("total_cpu"))
-            / (self._sum("elapsed") * (os.cpu_count() or 1)),
-            "round_trips_per_task": self.per_task("round_trips"),
-            "round_trips_client_per_task": self.per_task("rt_client"),
-            "round_trips_worker_main_per_task": self.per_task("rt_worker_main"),
-            "round_trips_worker_children_per_task": self.per_task("rt_worker_children"),
-            "commands_per_task": self.commands_per_task(),
-        }
+            tasks = sum(r.tasks for r in mine)
+            commands[name] = {c: n / tasks for c, n in sorted(total.items())}
+        out[pool] = {"stats": per, "ratios": ratios, "commands": commands}
+    return out
 
 
-def print_round(i: int, r: Round) -> None:
-    print(f"  round {i:>2} {r.kind:<7} {r.tasks:>6} tasks {r.elapsed:6.2f}s "
-          f"(publish {r.publish_s:5.2f}s) {r.throughput:7.1f} tasks/s | "
-          f"CPU ms/task worker {1000 * r.worker_cpu / r.tasks:5.3f} "
-          f"client {1000 * r.client_cpu / r.tasks:5.3f} "
-          f"redis {1000 * r.redis_cpu / r.tasks:5.3f} | "
-          f"cmds/task {r.total_commands / r.tasks:5.2f} "
-          f"evals/task {r.evals / r.tasks:4.2f} "
-          f"round trips/task {r.round_trips / r.tasks:5.2f} | other load "
-          f"{100 * r.other_load:3.0f}%", flush=True)
+def _cell(s: Stat, fmt: str) -> str:
+    return f"{s.median:{fmt}} [{s.lo:{fmt}}-{s.hi:{fmt}}]"
 
 
-def report(plain: KindSummary, jobbers: KindSummary, args: argparse.Namespace) -> dict[str, Any]:
-    p, j = plain.as_dict(), jobbers.as_dict()
-
-    def row(label: str, key: str, fmt: str, ratio: bool = False, extra: bool = False,
-            scale: float = 1.0, unit: str = "") -> None:
-        pv, jv = p[key] * scale, j[key] * scale
-        r = f"{jv / pv:8.3f}" if ratio and pv else " " * 8
-        e = f"{jv - pv:+9.3f}{unit}" if extra else ""
-        print(f"  {label:<36}{pv:{fmt}}{jv:{fmt}}   {r}   {e}")
-
-    width = 96
-    print()
-    print("=" * width)
-    print(f"SUMMARY  ({len(plain.rounds)} rounds x {args.tasks} tasks per kind, prefork "
-          f"-c {args.concurrency}, {os.cpu_count()} CPUs, Redis broker + result backend)")
-    if args.store_mode != "real":
-        print(f"  DIAGNOSTIC store mode {args.store_mode!r}: jobbers records are NOT written")
-    print(f"  machine CPU used by other processes during the rounds: plain "
-          f"{100 * p['other_load']:.0f}%, jobbers {100 * j['other_load']:.0f}% "
-          f"(high values mean noisy figures)")
-    print("=" * width)
-    print(f"  {'':<36}{'plain':>12}{'jobbers':>12}   {'jobbers/plain':>8}   {'extra per task':>14}")
-    row("throughput, median (tasks/s)", "throughput_median", "12.1f", ratio=True)
-    row("throughput, pooled (tasks/s)", "throughput_pooled", "12.1f", ratio=True)
-    print(f"  {'  rounds (tasks/s)':<36}"
-          f"{'/'.join(f'{x:.0f}' for x in p['throughput_rounds']):>24}  |  "
-          f"{'/'.join(f'{x:.0f}' for x in j['throughput_rounds'])}")
-    row("worker CPU (ms/task)", "worker_cpu_ms_per_task", "12.3f", ratio=True, extra=True,
-        unit=" ms")
-    row("  main process", "worker_main_cpu_ms_per_task", "12.3f", ratio=True, extra=True,
-        unit=" ms")
-    row("  pool children", "worker_children_cpu_ms_per_task", "12.3f", ratio=True,
-        extra=True, unit=" ms")
-    row("client CPU (ms/task)", "client_cpu_ms_per_task", "12.3f", ratio=True, extra=True,
-        unit=" ms")
-    row("redis-server CPU (ms/task)", "redis_cpu_ms_per_task", "12.3f", ratio=True, extra=True,
-        unit=" ms")
-    row("all CPU (ms/task)", "total_cpu_ms_per_task", "12.3f", ratio=True, extra=True,
-        unit=" ms")
-    row("Redis commands/task (incl. in Lua)", "redis_commands_per_task", "12.2f", extra=True)
-    row("  EVAL/EVALSHA calls/task", "evals_per_task", "12.2f", extra=True)
-    if j["evals_per_task"] >= 0.5:
-        print(f"  {'  Redis time per EVALSHA (us)':<36}{'':>12}{j['usec_per_eval']:12.1f}"
-              "   (INFO commandstats, includes the commands the script runs)")
-    row("Redis round trips/task", "round_trips_per_task", "12.2f", extra=True)
-    row("  client (publish + results)", "round_trips_client_per_task", "12.2f", extra=True)
-    row("  worker main process", "round_trips_worker_main_per_task", "12.2f", extra=True)
-    row("  pool children", "round_trips_worker_children_per_task", "12.2f", extra=True)
-    print("-" * width)
-    pc, jc = p["commands_per_task"], j["commands_per_task"]
-    names = sorted(set(pc) | set(jc), key=lambda c: (-(jc.get(c, 0) + pc.get(c, 0)), c))
-    print("  Redis commands per task by name (plain -> jobbers):")
-    line = []
-    for c in names:
-        a, b = pc.get(c, 0.0), jc.get(c, 0.0)
-        if max(a, b) >= 0.005:
-            line.append(f"{c} {a:.2f}->{b:.2f}")
-    for i in range(0, len(line), 5):
-        print("    " + ", ".join(line[i:i + 5]))
-    print("-" * width)
-    ratio = j["throughput_median"] / p["throughput_median"]
-    extra_rt = j["round_trips_per_task"] - p["round_trips_per_task"]
-    extra_cmd = j["redis_commands_per_task"] - p["redis_commands_per_task"]
-    print(f"  throughput jobbers/plain = {ratio:.3f}  (target >= 0.90: "
-          f"{'met' if ratio >= 0.90 else 'NOT met'})")
-    print(f"  worker CPU per task jobbers/plain = "
-          f"{j['worker_cpu_ms_per_task'] / p['worker_cpu_ms_per_task']:.3f}")
-    print(f"  extra Redis round trips per task = {extra_rt:+.2f}  (expected: about 1 when "
-          "the result write is folded into `completed`, else about 3)")
-    print(f"  extra Redis commands per task = {extra_cmd:+.2f}  (EVALSHA "
-          f"{j['evals_per_task'] - p['evals_per_task']:+.2f}, the rest run inside the scripts)")
-    print("=" * width)
-    return {"plain": p, "jobbers": j, "throughput_ratio": ratio,
-            "worker_cpu_ratio": j["worker_cpu_ms_per_task"] / p["worker_cpu_ms_per_task"],
-            "total_cpu_ratio": j["total_cpu_ms_per_task"] / p["total_cpu_ms_per_task"],
-            "extra_round_trips_per_task": extra_rt, "extra_commands_per_task": extra_cmd,
-            "settings": vars(args)}
+def print_report(summary: dict[str, Any], names: list[str], args: argparse.Namespace) -> None:
+    width = 30 + 24 * len(names)
+    for pool, data in summary.items():
+        per, ratios = data["stats"], data["ratios"]
+        pool_desc = f"prefork -c {args.concurrency}" if pool == "prefork" else pool
+        print()
+        print("=" * width)
+        print(f"{pool_desc}: {args.rounds} rounds x {args.tasks} tasks, median [min-max]")
+        print("=" * width)
+        print(f"{'':<30}" + "".join(f"{n:>24}" for n in names))
+        for key, label, fmt in ROWS:
+            print(f"{label:<30}" + "".join(f"{_cell(per[n][key], fmt):>24}" for n in names))
+        print("-" * width)
+        print(f"{'ratio to plain (paired min-max)':<30}" + f"{'':>24}"
+              + "".join(f"{n:>24}" for n in names if n != "plain"))
+        for key, label, _fmt in ROWS:
+            if key in RATIO_ROWS:
+                print(f"{label:<30}" + f"{'':>24}" + "".join(
+                    f"{_cell(ratios[n][key], '.2f'):>24}" for n in names if n != "plain"))
+        print("-" * width)
+        print("Redis commands per task by name (all processes; commands run by scripts "
+              "are counted too):")
+        for n in names:
+            cmds = data["commands"][n]
+            line = ", ".join(f"{c} {v:.2f}" for c, v in sorted(cmds.items(),
+                                                               key=lambda x: -x[1]) if v >= 0.005)
+            print(f"  {n}: {line}")
 
 
-# =========================================================================== profiling
-def print_profile(title: str, paths: list[str], tasks: int, top: int) -> None:
-    paths = [p for p in paths if os.path.exists(p)]
-    if not paths:
-        print(f"  ({title}: no profile written)")
-        return
-    st = pstats.Stats(*paths)
-    total = st.total_tt  # type: ignore[attr-defined]
-    print(f"\n--- {title}: {tasks} tasks, {1000 * total / tasks:.3f} ms profiled per task "
-          f"(cProfile inflates this; compare the two kinds, not to the CPU figures)")
+def verdict(summary: dict[str, Any], names: list[str]) -> tuple[bool, list[dict[str, Any]]]:
     rows = []
-    for (filename, line, func), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
-        short = filename.replace(str(ROOT) + "/", "")
-        short = short.split("site-packages/")[-1]
-        rows.append((ct, tt, nc, f"{short}:{line}({func})"))
-    print(f"  {'cum ms/task':>11} {'own ms/task':>11} {'calls/task':>10}  function")
-    shown = 0
-    for ct, tt, nc, name in sorted(rows, reverse=True):
-        if "jobbers_celery" in name or "bench_app" in name:
-            print(f"  {1000 * ct / tasks:11.4f} {1000 * tt / tasks:11.4f} {nc / tasks:10.2f}  {name}")
-            shown += 1
-            if shown >= top:
-                break
-    print(f"  top {top} by own time (all code):")
-    for ct, tt, nc, name in sorted(rows, key=lambda x: -x[1])[:top]:
-        print(f"  {1000 * ct / tasks:11.4f} {1000 * tt / tasks:11.4f} {nc / tasks:10.2f}  {name}")
-
-
-def profile(args: argparse.Namespace, base_env: dict[str, str], app_module: Any,
-            work: Path) -> None:
-    """One worker per kind with cProfile in its pool children; the client is profiled too."""
-    for kind in KINDS:
-        pdir = Path(args.profile) / kind
-        shutil.rmtree(pdir, ignore_errors=True)
-        pdir.mkdir(parents=True)
-        env = {**base_env, "BENCH_PROFILE_DIR": str(pdir)}
-        worker = Worker(args.concurrency, env, work / f"worker-profile-{kind}.log")
-        try:
-            worker.wait_ready(app_module.app)
-            task = app_module.TASKS[kind]
-            for r in [task.delay() for _ in range(args.warmup)]:
-                r.get(timeout=60)
-            (pdir / "reset").touch()  # the children start their profiles afresh
-            profiler = cProfile.Profile()
-            profiler.enable()
-            results = [task.delay() for _ in range(args.tasks)]
-            for r in results:
-                r.get(timeout=max(60.0, args.tasks / 20))
-            profiler.disable()
-            profiler.dump_stats(str(pdir / "client.prof"))
-        finally:
-            worker.stop()
-        children = sorted(glob.glob(str(pdir / "child-*.prof")))
-        covered = sum(json.loads(Path(p[:-5] + ".json").read_text())["tasks"]
-                      for p in children)
-        print_profile(f"{kind}: pool children", children, covered, args.top)
-        print_profile(f"{kind}: client (publish + .get())", [str(pdir / "client.prof")],
-                      args.tasks, args.top)
-    print(f"\nprofiles kept in {args.profile}/<kind>/ (open with python -m pstats)")
+    met_all = True
+    print()
+    print("| pool | variant | throughput vs plain | all-process CPU/task vs plain | "
+          "Redis command time/task vs plain | redis-server CPU/task vs plain | "
+          "serial latency vs plain | enqueue rate vs plain | foreign CPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for pool, data in summary.items():
+        for n in names:
+            if n == "plain":
+                continue
+            r = data["ratios"][n]
+            foreign = data["stats"][n]["foreign"]
+            print(f"| {pool} | {n} | {_cell(r['throughput'], '.2f')} | "
+                  f"{_cell(r['cpu_all_ms'], '.2f')} | {_cell(r['redis_cmd_us'], '.2f')} | "
+                  f"{_cell(r['cpu_redis_us'], '.2f')} | "
+                  f"{_cell(r['latency_ms'], '.2f')} | {_cell(r['enqueue_rate'], '.2f')} | "
+                  f"{100 * foreign.lo:.0f}-{100 * foreign.hi:.0f} % |")
+            if n.startswith("jobbers"):
+                checks = {
+                    "throughput": r["throughput"].median >= TARGET_THROUGHPUT,
+                    "cpu": r["cpu_all_ms"].median <= TARGET_CPU,
+                    "redis": r["redis_cmd_us"].median <= TARGET_REDIS,
+                    "redis_cpu": r["cpu_redis_us"].median <= TARGET_REDIS,
+                }
+                met_all = met_all and checks["throughput"] and checks["cpu"] and checks["redis"]
+                rows.append({"pool": pool, "variant": n, "checks": checks,
+                             "throughput_ratio": r["throughput"].median,
+                             "cpu_ratio": r["cpu_all_ms"].median,
+                             "redis_ratio": r["redis_cmd_us"].median,
+                             "redis_cpu_ratio": r["cpu_redis_us"].median})
+    print()
+    print(f"Targets (issue 12, point 2): throughput >= {TARGET_THROUGHPUT:.2f} x plain, "
+          f"all-process CPU/task <= {TARGET_CPU:.2f} x plain, Redis server time/task "
+          f"<= {TARGET_REDIS:.1f} x plain (judged on the command time of INFO commandstats; "
+          "the redis-server CPU, I/O included, is shown too)")
+    for row in rows:
+        c = row["checks"]
+        print(f"  {row['pool']:<8} {row['variant']:<15} throughput {row['throughput_ratio']:.2f} "
+              f"{'met' if c['throughput'] else 'NOT met'}; CPU {row['cpu_ratio']:.2f} "
+              f"{'met' if c['cpu'] else 'NOT met'}; Redis command time "
+              f"{row['redis_ratio']:.2f} {'met' if c['redis'] else 'NOT met'} "
+              f"(redis-server CPU {row['redis_cpu_ratio']:.2f})")
+    return met_all, rows
 
 
 # =========================================================================== main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", type=int, default=2000, help="tasks per round (default 2000)")
-    ap.add_argument("--rounds", type=int, default=5,
-                    help="measured rounds per kind, alternating (default 5, at least 3)")
-    ap.add_argument("--warmup", type=int, default=None,
-                    help="tasks per kind in the warmup round (default: tasks/4, >= 50)")
+    ap.add_argument("--tasks", type=int, default=3000, help="tasks per round (default 3000)")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds (default 4)")
+    ap.add_argument("--serial", type=int, default=100,
+                    help="tasks run one at a time per round for the latency (default 100)")
+    ap.add_argument("--pool", choices=("both", *POOLS), default="both",
+                    help="worker pool(s) (default both)")
     ap.add_argument("--concurrency", type=int, default=2, help="prefork pool size (default 2)")
+    ap.add_argument("--variants", default="plain,track_started,jobbers,jobbers_folded",
+                    help="comma-separated subset (plain is always measured); also "
+                         "plain_installed: a plain task in the jobbers app (the old baseline)")
     ap.add_argument("--quick", action="store_true",
-                    help="smoke test: 200 tasks x 3 rounds, warmup 50 (< 60 s)")
-    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    ap.add_argument("--profile", metavar="DIR",
-                    help="instead of the comparison, profile each kind with cProfile "
-                         "(pool children and client) and print where the time goes")
-    ap.add_argument("--top", type=int, default=25, help="rows per profile listing")
+                    help="smoke run: 300 tasks x 2 rounds, 20 serial")
+    ap.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     ap.add_argument("--store-mode", choices=("real", "trivial-lua", "noop"), default="real",
-                    help="diagnostics: trivial-lua sends each step's EVALSHA to a script "
-                         "that returns at once; noop makes no Redis call (see README)")
+                    help="diagnostics for the jobbers variants: trivial-lua sends each step's "
+                         "EVALSHA to a script that returns at once; noop makes no jobbers "
+                         "Redis call (see bench_app.py); records are not written")
     ap.add_argument("--redis-server", default="redis-server", help="redis-server binary")
     args = ap.parse_args(argv)
     if args.quick:
-        args.tasks, args.rounds = 200, 3
-        args.warmup = 50 if args.warmup is None else args.warmup
-    if args.warmup is None:
-        args.warmup = max(50, args.tasks // 4)
-    if args.rounds < 3 and not args.profile:
-        ap.error("--rounds must be at least 3")
-    if args.tasks < 1:
-        ap.error("--tasks must be positive")
+        args.tasks, args.rounds, args.serial = 300, 2, 20
+    if args.rounds < 1 or args.tasks < 1 or args.serial < 1:
+        ap.error("--rounds, --tasks and --serial must be positive")
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    known = ("plain", "track_started", "jobbers", "jobbers_folded", "plain_installed")
+    if unknown := [n for n in names if n not in known]:
+        ap.error(f"unknown variants {unknown}; choose from {known}")
+    args.variant_names = ["plain", *[n for n in known if n in names and n != "plain"]]
+    args.pools = list(POOLS) if args.pool == "both" else [args.pool]
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
+    names: list[str] = args.variant_names
     redis_srv = PrivateRedis(args.redis_server)
     work = Path(tempfile.mkdtemp(prefix="jobbers-bench-"))
-    count_dir = work / "round-trips"
-    count_dir.mkdir()
-    worker: Worker | None = None
-    app_module: Any = None
+    runs: list[Run] = []
     try:
         import redis
-        from redis.connection import Connection
 
-        from jobbers_celery import TaskState
-
-        class Uncounted(Connection):  # this script's INFO calls stay out of the counts
-            pass
-
-        stats = redis.Redis(connection_pool=redis.ConnectionPool(
-            host="127.0.0.1", port=redis_srv.port, connection_class=Uncounted))
+        stats = redis.Redis(host="127.0.0.1", port=redis_srv.port)
         wait_for(lambda: _ping(stats), 10, "redis-server to answer")
-        original_send = Connection.send_packed_command
-        Uncounted.send_packed_command = original_send  # type: ignore[method-assign]
-
-        os.environ["BENCH_REDIS_URL"] = redis_srv.url
-        os.environ["BENCH_STORE_MODE"] = args.store_mode
-        sys.path.insert(0, str(BENCH_DIR))
-        import bench_app as app_module
-
-        app_module.enable_round_trip_counting()
-        env = {**os.environ, "BENCH_REDIS_URL": redis_srv.url,
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), str(ROOT),
-                                                           os.environ.get("PYTHONPATH")]))}
+        bench = Bench(args, redis_srv, stats, work)
         print(f"private redis-server on port {redis_srv.port} (pid {redis_srv.proc.pid}); "
-              f"work dir {work}", flush=True)
-        if args.profile:
-            profile(args, env, app_module, work)
-            return 0
-
-        env["BENCH_COUNT_DIR"] = str(count_dir)
-        worker = Worker(args.concurrency, env, work / "worker.log")
-        worker.wait_ready(app_module.app)
-        bench = Bench(args, redis_srv, str(count_dir), worker, app_module, stats)
-        print(f"worker pid {worker.pid}, pool children {child_pids(worker.pid)}; "
-              f"warmup {args.warmup} tasks per kind, then {args.rounds} x {args.tasks} "
-              f"tasks per kind, alternating", flush=True)
-        for kind in KINDS:
-            r = bench.run_round(kind, args.warmup)
-            print(f"  warmup   {kind:<7} {r.tasks:>6} tasks {r.elapsed:6.2f}s "
-                  f"{r.throughput:7.1f} tasks/s", flush=True)
-        rounds: dict[str, list[Round]] = {k: [] for k in KINDS}
-        i = 0
-        for _ in range(args.rounds):
-            for kind in KINDS:
-                i += 1
-                r = bench.run_round(kind, args.tasks)
-                rounds[kind].append(r)
-                print_round(i, r)
-        worker.check_alive()
-        # Correctness: every jobbers task ended completed, nothing was refused.
-        total_jobbers = args.warmup + args.rounds * args.tasks
-        counts = app_module.jobbers.counts()
-        refused = app_module.jobbers.store.refused_counts()
-        summary = report(KindSummary("plain", rounds["plain"]),
-                         KindSummary("jobbers", rounds["jobbers"]), args)
-        completed = int(counts.get(TaskState.COMPLETED, 0))
-        others = {s.value: n for s, n in counts.items() if n and s is not TaskState.COMPLETED}
-        if args.store_mode == "real":
-            ok = completed == total_jobbers and not others and not refused
-            print(f"  lifecycle check: {completed}/{total_jobbers} jobbers records completed, "
-                  f"other states {others or 'none'}, refused transitions "
-                  f"{refused or 'none'}: {'OK' if ok else 'FAILED'}")
-        else:
-            ok = True
-            print(f"  lifecycle check skipped (store mode {args.store_mode!r})")
-        print(f"  total wall time {time.monotonic() - started:.1f}s")
-        summary["lifecycle_ok"] = ok
+              f"{NCPU} CPUs; load average {os.getloadavg()[0]:.2f}; pools {args.pools}; "
+              f"variants {names}; {args.rounds} rounds x {args.tasks} tasks "
+              f"(+{args.serial} serial)", flush=True)
+        if args.store_mode != "real":
+            print(f"DIAGNOSTIC store mode {args.store_mode!r}: jobbers records are NOT written")
+        # warm the file cache and bytecode once; not measured
+        for module in ("bench_plain", "bench_app"):
+            bench.run(0, args.pools[0], Variant("warmup", module, {}, ""), 100, 1)
+        for rnd in range(1, args.rounds + 1):
+            pools = args.pools if rnd % 2 else args.pools[::-1]
+            for pool in pools:
+                shift = (rnd - 1) % len(names)
+                for name in names[shift:] + names[:shift]:
+                    r = bench.run(rnd, pool, bench.variants[name], args.tasks, args.serial)
+                    runs.append(r)
+                    print_run(r)
+        estimate_inner_usec(runs)
+        summary = summarise(runs, args.pools, names)
+        print_report(summary, names, args)
+        met, rows = verdict(summary, names)
+        print(f"\ntotal wall time {time.monotonic() - started:.0f}s; load average now "
+              f"{os.getloadavg()[0]:.2f}")
         if args.json:
-            Path(args.json).write_text(json.dumps(summary, indent=2, default=str))
-            print(f"  results written to {args.json}")
-        return 0 if ok else 1
+            settings = {k: v for k, v in vars(args).items()}
+            Path(args.json).write_text(json.dumps(
+                {"settings": settings, "summary": summary, "verdict": rows,
+                 "runs": [{**asdict(r), "metrics": r.metrics()} for r in runs]},
+                indent=2, default=lambda o: asdict(o) if isinstance(o, Stat) else str(o)))
+            print(f"results written to {args.json}")
+        return 0 if met else 2
     except RuntimeError as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)
         return 1
     finally:
-        if worker is not None:
-            worker.stop()
-        if app_module is not None:
-            with contextlib.suppress(Exception):
-                app_module.app.close()
         redis_srv.stop()
         shutil.rmtree(work, ignore_errors=True)
 
