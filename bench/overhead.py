@@ -20,7 +20,7 @@ main process, pool children including reaped ones, redis-server) from ``/proc``,
 commands and script time per task (``INFO commandstats`` deltas), Redis requests per task
 (counted in redis-py in every process), the CPU used by other processes on the machine
 (foreign CPU), then the serial round-trip latency (one task at a time). Prints medians with
-min-max over the rounds, the ratios to ``plain`` and a verdict against issue 12's targets.
+min-max over the rounds, the ratios to ``plain`` and a verdict against jobbers' cost targets.
 
     .venv/bin/python bench/overhead.py             # 3000 tasks x 4 rounds, both pools (~7 min)
     .venv/bin/python bench/overhead.py --quick     # smoke run (~1.5 min)
@@ -618,7 +618,7 @@ def verdict(summary: dict[str, Any], names: list[str]) -> tuple[bool, list[dict[
                              "redis_ratio": r["redis_cmd_us"].median,
                              "redis_cpu_ratio": r["cpu_redis_us"].median})
     print()
-    print(f"Targets (issue 12, point 2): throughput >= {TARGET_THROUGHPUT:.2f} x plain, "
+    print(f"Targets: throughput >= {TARGET_THROUGHPUT:.2f} x plain, "
           f"all-process CPU/task <= {TARGET_CPU:.2f} x plain, Redis server time/task "
           f"<= {TARGET_REDIS:.1f} x plain (judged on the command time of INFO commandstats; "
           "the redis-server CPU, I/O included, is shown too)")
