@@ -82,6 +82,14 @@ class RedisStore:
         self._due = client.register_script(lua.joinpath("due.lua").read_text())
         self._lease = client.register_script(lua.joinpath("lease.lua").read_text())
 
+    def wait_out_outages(self, seconds: float) -> None:
+        """Make the lifecycle steps (not heartbeats nor liveness refreshes, which have their
+        own retries) keep trying for up to ``seconds`` while Redis cannot be reached, rather
+        than fail: a worker's steps, so that a store restart or failover does not fail the
+        tasks that start or finish meanwhile (nothing was sent, so nothing is applied twice).
+        """
+        self._transition.outage_wait_s = self._complete.outage_wait_s = float(seconds)
+
     @classmethod
     def from_url(cls, url: str, prefix: str = "jobbers", retention: float = 604800) -> RedisStore:
         client = redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
