@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, NoReturn
 
@@ -314,6 +315,22 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             reason="recorded by the worker: no submission record", name=self.name,
         )
 
+    def _terminal(self, step: Callable[[], Any]) -> Any:
+        """Run the step that ends this attempt; if the store no longer knows the attempt
+        started (the record is back at ``submitted`` with the attempt before: a failover or
+        restart lost that write), record the start again and run the step once more, so the
+        outcome is not lost with it."""
+        res = step()
+        if (not res.applied and res.previous == S.SUBMITTED
+                and res.attempt == self.attempt - 1):
+            log.warning("the start of %s[%s] attempt %s was lost by the store (failover or "
+                        "restart); recording it again", self.name, self.request.id,
+                        self.attempt)
+            again = self._start_step(_jobbers(self))
+            if again.applied and again.state is S.STARTED and again.attempt == self.attempt:
+                res = step()
+        return res
+
     def _complete(self, retval: Any) -> None:
         """Record ``completed``; with Celery's result write in the same script when it can.
 
@@ -325,11 +342,11 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         setattr(req, _DONE, True)
         store = _jobbers(self).store
         write = results.folded_result(self, store, retval)
-        res = store.step(
+        res = self._terminal(lambda: store.step(
             req.id, S.COMPLETED, sources=(S.STARTED,), fence=self.attempt,
             worker=self._worker(), delete=_DROP_ON_COMPLETION, write_result=write,
             wid=liveness.worker_id(), name=self.name, set_fields=self._pending_checkpoint(),
-        )
+        ))
         self._ended(res, S.COMPLETED.value)
         if not res.applied:
             log.warning("late completion of %s[%s] attempt %s rejected: the task is %s",
@@ -340,10 +357,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
     def _finish(self, to: TaskState, reason: str | None) -> None:
         req = self.request
         setattr(req, _DONE, True)
-        res = _jobbers(self).store.step(
+        res = self._terminal(lambda: _jobbers(self).store.step(
             req.id, to, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
             reason=reason, wid=liveness.worker_id(), name=self.name,
-        )
+        ))
         self._ended(res, to.value)
         if not res.applied:
             log.warning("late %s of %s[%s] attempt %s rejected: the task is %s",
@@ -353,13 +370,13 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         req = self.request
         setattr(req, _DONE, True)
         jobbers = _jobbers(self)
-        res = jobbers.store.step(
+        res = self._terminal(lambda: jobbers.store.step(
             req.id, S.FAILED, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
             reason=reason, set_fields={**self._pending_checkpoint(),
                                        **lifecycle.error_fields(exc)},
             ret=lifecycle.DEAD_LETTER_FIELDS, wid=liveness.worker_id(), name=self.name,
             cancellable=True,
-        )
+        ))
         self._ended(res, S.FAILED.value)
         if not res.applied:
             log.warning("failure of %s[%s] attempt %s not recorded: the task is %s",

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from functools import cache
 from importlib import resources
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import redis
 
@@ -57,6 +57,13 @@ def _maybe_json(raw: str | None) -> Any:
 
 def _int(raw: str | None, default: int = 0) -> int:
     return int(raw) if raw not in (None, "") else default
+
+
+class Alive(NamedTuple):
+    """What a liveness refresh hands back (see ``RedisStore.alive``)."""
+
+    interrupt: list[str]
+    orphans: list[str]
 
 
 class RedisStore:
@@ -320,18 +327,22 @@ class RedisStore:
 
     def alive(
         self, wid: str, gaps: tuple[int, int], leases: Sequence[tuple[str, str]],
-        lease_cap_ms: int,
-    ) -> list[str]:
+        lease_cap_ms: int, running: Sequence[str] | None = None, orphan_ms: int = 0,
+    ) -> Alive:
         """A worker's liveness refresh (one round trip). ``leases``: (task name, task id) of
-        the capped tasks it runs. Returns the ids whose ``terminate`` grace has run out."""
+        the capped tasks it runs. Returns the ids whose ``terminate`` grace has run out and,
+        when ``running`` (the ids it runs) is given, the orphans: tasks recorded as started
+        by it for longer than ``orphan_ms`` that it does not run."""
         k = self.keys
         keys = [k.clock, k.workers, k.worker_tasks(wid), k.cancelling,
                 *(k.concurrency(name) for name, _ in leases)]
-        spec = {"wid": wid, "gap_ms": gaps[0], "cgap_ms": gaps[1],
-                "lease_cap_ms": int(lease_cap_ms),
-                "leases": [task_id for _, task_id in leases]}
+        spec: dict[str, Any] = {"wid": wid, "gap_ms": gaps[0], "cgap_ms": gaps[1],
+                                "lease_cap_ms": int(lease_cap_ms),
+                                "leases": [task_id for _, task_id in leases]}
+        if running is not None:
+            spec.update(running=list(running), orphan_ms=int(orphan_ms))
         raw = self._alive(keys, [_json(spec)])
-        return [str(x) for x in raw[1:]]
+        return Alive([str(x) for x in raw[1] or ()], [str(x) for x in raw[2] or ()])
 
     # ------------------------------------------------------------------ cleaner
     def cleaner_due(self, gaps: tuple[int, int], lost_ms: int, limit: int) -> dict[str, Any]:

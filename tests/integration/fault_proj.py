@@ -3,7 +3,8 @@
 
 The worker reads its broker from ``FAULT_PROJ_BROKER`` (``redis://`` or kombu's
 ``sentinel://`` form, with ``FAULT_PROJ_MASTER`` as ``master_name``) and its state store
-from ``FAULT_PROJ_STORE`` (default: the broker); the test process
+from ``FAULT_PROJ_STORE`` (default: the broker), its task names from ``FAULT_PROJ_NAME``;
+the test process
 builds the same app with :func:`build`. Each task body writes a marker file into
 ``FAULT_PROJ_MARKS`` when it starts, so executions are counted without the Redis that fails.
 """
@@ -31,10 +32,13 @@ def _mark(task: JobbersTask) -> None:
         (Path(marks) / f"{task.request.id}.{uuid.uuid4().hex[:8]}").touch()
 
 
-def build(broker: str, master_name: str | None = None, store: str | None = None) -> Celery:
+def build(broker: str, master_name: str | None = None, store: str | None = None,
+          name: str = "fault") -> Celery:
     """The app, with results in the broker's Redis (over Sentinel too) and short
-    thresholds; the state store is the broker's Redis unless ``store`` is given."""
-    app = Celery("fault_proj", broker=broker, backend=broker)
+    thresholds; the state store is the broker's Redis unless ``store`` is given. Its tasks
+    are ``<name>.beating`` and ``<name>.quiet``: each test uses its own name, since a
+    publish is recorded by the first installed app that knows the task's name."""
+    app = Celery(name, broker=broker, backend=broker)
     transport = {"master_name": master_name} if master_name else {}
     app.conf.update(
         jobbers_redis_url=store,
@@ -51,7 +55,8 @@ def build(broker: str, master_name: str | None = None, store: str | None = None)
     )
     install(app)
 
-    @app.task(base=JobbersTask, bind=True, name="fault.beating", max_heartbeat_interval=2,
+    @app.task(base=JobbersTask, bind=True, name=f"{name}.beating", shared=False,
+              max_heartbeat_interval=2,
               max_stall_recoveries=1, dead_letter_policy="save")
     def beating(self: JobbersTask, seconds: float) -> str:
         """Heartbeats every 0.1 s (sent at most every 0.5 s) for ``seconds``."""
@@ -62,7 +67,8 @@ def build(broker: str, master_name: str | None = None, store: str | None = None)
             self.heartbeat()
         return "done"
 
-    @app.task(base=JobbersTask, bind=True, name="fault.quiet", max_stall_recoveries=1,
+    @app.task(base=JobbersTask, bind=True, name=f"{name}.quiet", shared=False,
+              max_stall_recoveries=1,
               dead_letter_policy="save")
     def quiet(self: JobbersTask, seconds: float) -> str:
         """Never heartbeats: only its worker's liveness says it is alive."""
@@ -75,4 +81,5 @@ def build(broker: str, master_name: str | None = None, store: str | None = None)
 
 if "FAULT_PROJ_BROKER" in os.environ:
     app = build(os.environ["FAULT_PROJ_BROKER"], os.environ.get("FAULT_PROJ_MASTER") or None,
-                os.environ.get("FAULT_PROJ_STORE") or None)
+                os.environ.get("FAULT_PROJ_STORE") or None,
+                os.environ.get("FAULT_PROJ_NAME") or "fault")

@@ -112,6 +112,9 @@ class Figures:
     lost: int = 0
     ran_twice: int = 0
     stalled: int = 0
+    #: stalled because the worker no longer ran them and their end was not recorded: the
+    #: fault lost the step that ended the attempt in flight (its rerun is not a false stall)
+    lost_ends: int = 0
     fault_s: float = 0.0
     recovered_s: float = 0.0
     cleaner_errors: int = 0
@@ -119,9 +122,9 @@ class Figures:
     def line(self, what: str) -> str:
         return (f"{what}: published {self.published}, completed {self.completed}, other "
                 f"terminal {self.other_terminal}, lost {self.lost}, ran twice "
-                f"{self.ran_twice}, stalled {self.stalled}; fault {self.fault_s:.2f} s, first "
-                f"step after it {self.recovered_s:.2f} s after it began; cleaner passes that "
-                f"failed meanwhile {self.cleaner_errors}")
+                f"{self.ran_twice}, stalled {self.stalled} (end lost {self.lost_ends}); fault "
+                f"{self.fault_s:.2f} s, first step after it {self.recovered_s:.2f} s after it "
+                f"began; cleaner passes that failed meanwhile {self.cleaner_errors}")
 
 
 def run_batch(tmp_path: Path, app: Celery, env: dict[str, str], fault: Callable[[], float],
@@ -135,8 +138,8 @@ def run_batch(tmp_path: Path, app: Celery, env: dict[str, str], fault: Callable[
     figures = Figures()
     with fault_worker(tmp_path, app, {**env, "FAULT_PROJ_MARKS": str(marks)}), \
             CleanerLoop(app) as beat:
-        ids = [app.tasks["fault.beating"].delay(2.0).id for _ in range(BEATING)]
-        ids += [app.tasks["fault.quiet"].delay(1.0).id for _ in range(QUIET)]
+        ids = [app.tasks[f"{app.main}.beating"].delay(2.0).id for _ in range(BEATING)]
+        ids += [app.tasks[f"{app.main}.quiet"].delay(1.0).id for _ in range(QUIET)]
         figures.published = len(ids)
 
         def finished() -> list[str]:
@@ -147,9 +150,11 @@ def run_batch(tmp_path: Path, app: Celery, env: dict[str, str], fault: Callable[
         began = time.monotonic()
         began_ms = time.time() * 1000
         figures.fault_s = fault()
-        # the first lifecycle step any worker recorded after the fault began
-        figures.recovered_s = wait_for(
-            lambda: _first_step_after(jobbers, ids, began_ms), timeout=60, interval=0.05,
+        # the first lifecycle step any worker recorded once the fault was over (the new
+        # master named by every sentinel, or Redis restarted), from when the fault began
+        over_ms = began_ms + figures.fault_s * 1000
+        figures.recovered_s = figures.fault_s + wait_for(
+            lambda: _first_step_after(jobbers, ids, over_ms), timeout=60, interval=0.05,
             message="a lifecycle step after the fault") / 1000
         try:
             wait_for(lambda: len(finished()) == len(ids), timeout=60, interval=0.2,
@@ -173,8 +178,10 @@ def run_batch(tmp_path: Path, app: Celery, env: dict[str, str], fault: Callable[
     counts = executions(marks)
     figures.lost = sum(1 for i in ids if counts.get(i, 0) == 0)
     figures.ran_twice = sum(1 for i in ids if counts.get(i, 0) > 1)
-    figures.stalled = sum(1 for i in ids
-                          if any(t.to_state is S.STALLED for t in jobbers.history(i)))
+    stalls = [t.reason or "" for i in ids for t in jobbers.history(i)
+              if t.to_state is S.STALLED]
+    figures.stalled = len(stalls)
+    figures.lost_ends = sum(1 for r in stalls if "its end was not recorded" in r)
     return figures
 
 
@@ -185,16 +192,23 @@ def _first_step_after(jobbers: Any, ids: list[str], after_ms: float) -> float | 
     return min(later) - after_ms if later else None
 
 
-def assert_clean(figures: Figures) -> None:
+def assert_clean(figures: Figures, lost_ends_allowed: bool = False) -> None:
+    """Every task completed and ran; no false stall (no heartbeat, worker not seen); a task
+    ran twice only if the fault lost the end of its attempt in flight (asynchronous
+    replication: Sentinel only)."""
     assert figures.completed == figures.published, figures
-    assert (figures.lost, figures.ran_twice, figures.stalled) == (0, 0, 0), figures
+    assert figures.lost == 0, figures
+    assert figures.stalled == figures.lost_ends, figures
+    assert figures.ran_twice <= figures.lost_ends, figures
+    if not lost_ends_allowed:
+        assert figures.lost_ends == 0, figures
 
 
 def test_sentinel_failover_mid_batch(tmp_path: Path) -> None:
     """Broker, results and the state store on one Sentinel set (kombu's URL form);
     ``SENTINEL FAILOVER`` while the batch runs."""
     with sentinel_set() as servers:
-        app = fault_proj.build(servers.url, MASTER_NAME)
+        app = fault_proj.build(servers.url, MASTER_NAME, name="failover")
         jobbers = install(app)
         assert jobbers.config.redis_url == servers.url
         ports: list[int] = []
@@ -214,10 +228,11 @@ def test_sentinel_failover_mid_batch(tmp_path: Path) -> None:
                                                                          withscores=True))
                      > jobbers.store.now_ms() - 3000, message="a liveness refresh on it")
 
-        env = {"FAULT_PROJ_BROKER": servers.url, "FAULT_PROJ_MASTER": MASTER_NAME}
+        env = {"FAULT_PROJ_BROKER": servers.url, "FAULT_PROJ_MASTER": MASTER_NAME,
+               "FAULT_PROJ_NAME": "failover"}
         figures = run_batch(tmp_path, app, env, failover, liveness_on_new_master)
         print("\n" + figures.line(f"Sentinel failover {ports[0]} -> {ports[1]}"))
-    assert_clean(figures)
+    assert_clean(figures, lost_ends_allowed=True)
 
 
 def test_redis_killed_and_restarted_mid_batch(tmp_path: Path) -> None:
@@ -226,7 +241,7 @@ def test_redis_killed_and_restarted_mid_batch(tmp_path: Path) -> None:
     tasks' max_heartbeat_interval (2 s). The broker is another Redis, which stays up: this is
     about jobbers' verdicts, not kombu's reconnection."""
     with restartable_redis() as store, restartable_redis() as broker:
-        app = fault_proj.build(broker.url(), store=store.url())
+        app = fault_proj.build(broker.url(), store=store.url(), name="restart")
 
         def restart() -> float:
             started = time.monotonic()
@@ -235,7 +250,8 @@ def test_redis_killed_and_restarted_mid_batch(tmp_path: Path) -> None:
             store.restart()
             return time.monotonic() - started
 
-        env = {"FAULT_PROJ_BROKER": broker.url(), "FAULT_PROJ_STORE": store.url()}
+        env = {"FAULT_PROJ_BROKER": broker.url(), "FAULT_PROJ_STORE": store.url(),
+               "FAULT_PROJ_NAME": "restart"}
         figures = run_batch(tmp_path, app, env, restart)
         print("\n" + figures.line("Redis killed, restarted after 3 s"))
     assert_clean(figures)
