@@ -13,10 +13,8 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -240,7 +238,3 @@ def executions(directory: Path) -> dict[str, int]:
         counts[task_id] = counts.get(task_id, 0) + 1
     return counts
 
-
-def until(deadline_s: float) -> Any:
-    """Monotonic deadline helper for loops that poll several things."""
-    return time.monotonic() + deadline_s
