@@ -59,6 +59,10 @@ def _int(raw: str | None, default: int = 0) -> int:
     return int(raw) if raw not in (None, "") else default
 
 
+#: What a store call raises when Redis cannot be reached (or went away during the call).
+UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+
+
 class Alive(NamedTuple):
     """What a liveness refresh hands back (see ``RedisStore.alive``)."""
 
@@ -564,6 +568,18 @@ class RedisStore:
     def get(self, task_id: str) -> TaskRecord | None:
         raw = cast("dict[str, str]", self.client.hgetall(self.keys.task(task_id)))
         return self._record(task_id, raw) if raw else None
+
+    def started_by(self, task_id: str, wid: str) -> StepResult | None:
+        """After a ``started`` step whose reply was lost (Redis went away once it was sent):
+        its result if the record shows it applied (started by worker incarnation ``wid``),
+        ``None`` if it did not apply and may be sent again."""
+        raw = self.get_raw(task_id)
+        if raw.get("state") != TaskState.STARTED.value or raw.get("wid") != wid:
+            return None
+        return StepResult(applied=True, previous=TaskState.SUBMITTED.value,
+                          now_ms=int(raw.get("hb_at") or 0),
+                          attempt=int(raw.get("attempt") or 0), state=TaskState.STARTED,
+                          values={"ckpt": raw.get("ckpt", ""), "queue": raw.get("queue", "")})
 
     def get_raw(self, task_id: str) -> dict[str, str]:
         return cast("dict[str, str]", self.client.hgetall(self.keys.task(task_id)))
