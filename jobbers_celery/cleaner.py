@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from jobbers_celery import lifecycle, liveness, metrics, payload
@@ -136,6 +136,33 @@ class Cleaner:
             log.warning("cleaner: %d stalled task(s), %d resubmitted, %d dead-lettered",
                         report.stalled, len(recovered), len(dead_lettered))
         return report
+
+    def recover_orphans(self, wid: str, ids: list[str]) -> CleanReport:
+        """Stall the tasks a live worker incarnation ``wid`` is recorded as running but
+        does not run (see ``alive.lua``): the step that ended them was lost (a failover or a
+        restart lost the write), so their outcome is unknown. Recovered as any stalled
+        task: resubmitted while ``max_stall_recoveries`` allows, else dead-lettered."""
+        store, config = self.jobbers.store, self.jobbers.config
+        started = time.perf_counter()
+        names = [name or "" for (name,) in store.fields(ids, ("name",))]
+        items = [(i, "gone", wid, name) for i, name in zip(ids, names, strict=True)]
+        part = store.stall(items, int(config.worker_lost_after * 1000),
+                           int(config.publish_lease * 1000))
+        for item in (*part["recovered"], *part["dead"]):
+            metrics.attempt_ended(item.get("name") or "", item.get("queue"), "stalled",
+                                  now_ms=float(item.get("now") or 0),
+                                  started_ms=metrics.ms_value(item.get("started")))
+        recovered = self._publish(part["recovered"])
+        dead_lettered = self._dead_letter(part["dead"])
+        if part["stalled"]:
+            log.warning("worker %s does not run %d task(s) recorded as running there (their "
+                        "end was lost): %d resubmitted, %d dead-lettered", wid,
+                        int(part["stalled"]), len(recovered), len(dead_lettered))
+        return CleanReport(at=from_ms(store.now_ms()) or datetime.now(UTC),
+                           duration_ms=(time.perf_counter() - started) * 1000,
+                           by=f"liveness {wid}", examined=len(items),
+                           stalled=int(part["stalled"]), recovered=recovered,
+                           dead_lettered=dead_lettered, kept=int(part["kept"]))
 
     def _publish(self, recovered: list[dict[str, Any]]) -> list[str]:
         """Republish the resubmitted tasks; returns their ids.

@@ -18,6 +18,8 @@ __all__ = ["DEFAULT_SINK", "JobbersConfig"]
 
 DEFAULT_SINK = "jobbers_celery.sinks.RedisDeadLetterSink"
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+#: Broker URL schemes whose URL (and transport options) the state store can take over.
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "sentinel"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,7 @@ class JobbersConfig:
             if conf.get(key) is not None:
                 values[f.name] = conf[key]
         if not values.get("redis_url"):
-            if broker_url and broker_url.split("://", 1)[0] in {"redis", "rediss"}:
+            if broker_url and broker_url.split("://", 1)[0] in _REDIS_SCHEMES:
                 values["redis_url"] = broker_url
                 # the broker's connection options go with its URL
                 for ours, celerys in (("redis_transport_options", "broker_transport_options"),
@@ -72,7 +74,7 @@ class JobbersConfig:
             else:
                 raise ConfigurationError(
                     "jobbers needs Redis: set jobbers_redis_url (CELERY_JOBBERS_REDIS_URL in "
-                    "Django) or use a redis:// broker URL"
+                    "Django) or use a redis://, rediss:// or sentinel:// broker URL"
                 )
         config = cls(**values)
         config.validate()
@@ -97,6 +99,13 @@ class JobbersConfig:
             raise ConfigurationError(
                 "jobbers_redis_transport_options must be a dict, "
                 f"got {self.redis_transport_options!r}"
+            )
+        if (self.redis_url.startswith("sentinel://")
+                and not self.redis_transport_options.get("master_name")):
+            raise ConfigurationError(
+                "a sentinel:// jobbers_redis_url needs the master's name: set "
+                "{'master_name': ...} in jobbers_redis_transport_options (or in "
+                "broker_transport_options when the URL is the broker's)"
             )
         if self.redis_use_ssl is not None and not isinstance(self.redis_use_ssl, bool | Mapping):
             raise ConfigurationError(

@@ -6,8 +6,10 @@ A worker *incarnation* id (hostname, pid, random suffix) is made in the main pro
 the worker initialises; prefork children inherit it, so a task records which incarnation
 runs it. A restarted worker with the same hostname is a new incarnation: the tasks of the
 old one are still found. A thread refreshes the incarnation's entry every few seconds,
-renews the ``max_concurrent`` leases of the capped tasks it runs, and interrupts the tasks
-whose ``cancel(terminate=True)`` grace has run out. It runs until ``worker_shutdown``, after
+renews the ``max_concurrent`` leases of the capped tasks it runs, interrupts the tasks
+whose ``cancel(terminate=True)`` grace has run out, and hands the cleaner the tasks recorded
+as running here for longer than ``worker_lost_after`` that the worker does not run (their
+end was lost with a Redis failover or restart). It runs until ``worker_shutdown``, after
 the pool has drained, so tasks finishing during a warm shutdown are not taken for dead.
 """
 
@@ -91,12 +93,15 @@ class Liveness:
             running[request.id] = request
             if isinstance(task, JobbersTask) and task.jobbers_options.max_concurrent:
                 leases.append((task.name, request.id))
-        due = self.jobbers.store.alive(
-            self.wid, gaps(config), leases,
-            int(config.worker_lost_after * 1000),
+        lost_ms = int(config.worker_lost_after * 1000)
+        got = self.jobbers.store.alive(
+            self.wid, gaps(config), leases, lost_ms,
+            running=list(running), orphan_ms=lost_ms,
         )
+        if got.orphans:
+            self.jobbers.cleaner.recover_orphans(self.wid, got.orphans)
         interrupted = []
-        for task_id in due:
+        for task_id in got.interrupt:
             request = running.get(task_id)
             if request is not None and self._terminate(request):
                 interrupted.append(task_id)

@@ -9,7 +9,8 @@ that changes a task's outcome is made here (those live in :class:`JobbersTask`).
   with the reason, so the record does not claim a state nobody will move it out of.
 - ``task_revoked`` (main process; Celery's own revoke, or ``cancel(terminate=True)``
   interrupting a task): ``cancelled``.
-- ``worker_init`` (main process, before the pool forks): make the worker incarnation id.
+- ``worker_init`` (main process, before the pool forks): make the worker incarnation id;
+  the worker's lifecycle steps wait out a store outage (up to ``jobbers_worker_lost_after``).
 - ``worker_shutting_down`` (signal-handler context): set the draining flag (see shutdown).
 """
 
@@ -224,6 +225,10 @@ def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = 
 
 def on_worker_init(sender: Any = None, **_: Any) -> None:
     liveness.set_worker_id(getattr(sender, "hostname", None))
+    jobbers = getattr(getattr(sender, "app", None), "_jobbers", None)
+    if jobbers is not None:
+        # a step waits for the store as long as the worker's liveness may be silent
+        jobbers.store.wait_out_outages(jobbers.config.worker_lost_after)
 
 
 def connect() -> None:

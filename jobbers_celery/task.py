@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, NoReturn
 
@@ -28,6 +29,7 @@ from jobbers_celery.options import (
 )
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.states import TaskState
+from jobbers_celery.store import UNREACHABLE
 
 __all__ = ["JobbersTask"]
 
@@ -229,7 +231,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
     def _start(self) -> None:
         jobbers = _jobbers(self)
         req = self.request
-        res = self._start_step(jobbers)
+        try:
+            res = self._start_step(jobbers)
+        except UNREACHABLE:
+            res = self._start_reply_lost(jobbers)
         if not res.applied and res.previous == "missing" and self._record_was_removed(jobbers):
             log.warning("not running %s[%s]: its record was removed (purged, or older than "
                         "jobbers_retention) after it was published", self.name, req.id)
@@ -261,6 +266,21 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         published = metrics.ms_value(payload.request_header(req, payload.HEADER_PUBLISHED_AT))
         metrics.selected(self.name, queue, metrics.ROLE_WORKER,
                          res.now_ms - published if published is not None else None)
+
+    def _start_reply_lost(self, jobbers: Any) -> Any:
+        """Redis went away after the ``started`` step was sent: whether it applied is
+        unknown. Once Redis answers again (waiting up to ``jobbers_worker_lost_after``), the
+        record tells: started by this worker incarnation (it applied), or not (send it again),
+        so that the task neither fails on the outage nor starts twice."""
+        deadline = time.monotonic() + jobbers.config.worker_lost_after
+        while True:
+            try:
+                found = jobbers.store.started_by(self.request.id, liveness.worker_id())
+                return found if found is not None else self._start_step(jobbers)
+            except UNREACHABLE:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def _ended(self, res: Any, status: str) -> None:
         """Metrics of the step ``res`` that ended this attempt (if it applied): ``status``,
@@ -314,6 +334,39 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             reason="recorded by the worker: no submission record", name=self.name,
         )
 
+    def _terminal(self, step: Callable[[], Any]) -> Any:
+        """Run the step that ends this attempt; if the store no longer knows the attempt
+        started (the record is back at ``submitted`` with the attempt before: a failover or
+        restart lost that write), record the start again and run the step once more, so the
+        outcome is not lost with it."""
+        try:
+            res = step()
+        except UNREACHABLE:
+            res = self._resend_after_outage(step)
+        if (not res.applied and res.previous == S.SUBMITTED
+                and res.attempt == self.attempt - 1):
+            log.warning("the start of %s[%s] attempt %s was lost by the store (failover or "
+                        "restart); recording it again", self.name, self.request.id,
+                        self.attempt)
+            again = self._start_step(_jobbers(self))
+            if again.applied and again.state is S.STARTED and again.attempt == self.attempt:
+                res = step()
+        return res
+
+    def _resend_after_outage(self, step: Callable[[], Any]) -> Any:
+        """Redis went away after the step that ends this attempt was sent: send it again
+        once Redis answers (up to ``jobbers_worker_lost_after``). The step is fenced by the
+        attempt, so if the first one applied, this one is refused (the task is already in
+        the end state) and nothing is applied twice."""
+        deadline = time.monotonic() + _jobbers(self).config.worker_lost_after
+        while True:
+            try:
+                return step()
+            except UNREACHABLE:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
     def _complete(self, retval: Any) -> None:
         """Record ``completed``; with Celery's result write in the same script when it can.
 
@@ -325,11 +378,11 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         setattr(req, _DONE, True)
         store = _jobbers(self).store
         write = results.folded_result(self, store, retval)
-        res = store.step(
+        res = self._terminal(lambda: store.step(
             req.id, S.COMPLETED, sources=(S.STARTED,), fence=self.attempt,
             worker=self._worker(), delete=_DROP_ON_COMPLETION, write_result=write,
             wid=liveness.worker_id(), name=self.name, set_fields=self._pending_checkpoint(),
-        )
+        ))
         self._ended(res, S.COMPLETED.value)
         if not res.applied:
             log.warning("late completion of %s[%s] attempt %s rejected: the task is %s",
@@ -340,10 +393,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
     def _finish(self, to: TaskState, reason: str | None) -> None:
         req = self.request
         setattr(req, _DONE, True)
-        res = _jobbers(self).store.step(
+        res = self._terminal(lambda: _jobbers(self).store.step(
             req.id, to, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
             reason=reason, wid=liveness.worker_id(), name=self.name,
-        )
+        ))
         self._ended(res, to.value)
         if not res.applied:
             log.warning("late %s of %s[%s] attempt %s rejected: the task is %s",
@@ -353,13 +406,13 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         req = self.request
         setattr(req, _DONE, True)
         jobbers = _jobbers(self)
-        res = jobbers.store.step(
+        res = self._terminal(lambda: jobbers.store.step(
             req.id, S.FAILED, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
             reason=reason, set_fields={**self._pending_checkpoint(),
                                        **lifecycle.error_fields(exc)},
             ret=lifecycle.DEAD_LETTER_FIELDS, wid=liveness.worker_id(), name=self.name,
             cancellable=True,
-        )
+        ))
         self._ended(res, S.FAILED.value)
         if not res.applied:
             log.warning("failure of %s[%s] attempt %s not recorded: the task is %s",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from jobbers_celery.store.base import Claimed, Heartbeat, ResultWrite, StepResult
 from jobbers_celery.store.keys import Keys
-from jobbers_celery.store.redis import RedisStore
+from jobbers_celery.store.redis import UNREACHABLE, RedisStore
 
-__all__ = ["Claimed", "Heartbeat", "Keys", "RedisStore", "ResultWrite", "StepResult"]
+__all__ = ["UNREACHABLE", "Claimed", "Heartbeat", "Keys", "RedisStore", "ResultWrite",
+           "StepResult"]

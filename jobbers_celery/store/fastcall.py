@@ -8,19 +8,27 @@ AUTH, SELECT, TLS, hiredis parsing); it only skips the per-command layers.
 
 Each thread keeps one connection (prefork children and pool threads never share one; a fork
 is detected by pid). A connection the server already closed is replaced before sending; a
-failure while *sending* reconnects and sends once more, since the script cannot have run; a
+failure while *sending* reconnects and sends once more, since the script cannot have run
+(and, with ``outage_wait_s``, keeps trying with backoff while Redis is unreachable); a
 failure while *reading* the reply is raised, never retried, because the step may have been
-applied and must not be applied twice.
+applied and must not be applied twice, except a ``READONLY`` or ``NOREPLICAS`` refusal:
+the server is a replica, or a master cut off from its replicas (both: a failover
+happened), the script did not run, and it is sent once more, to the current master.
+
+Connections are opened with ``Connection.connect()``, the method redis-py's pools call:
+for a Sentinel-managed connection it asks the sentinels for the current master first
+(sending on an unconnected one would connect to its default address instead).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 if TYPE_CHECKING:
@@ -30,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["FastScript"]
 
 _SEND_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+_FIRST_PAUSE_S, _MAX_PAUSE_S = 0.05, 1.0
 
 
 def _pack(args: list[str]) -> bytes:
@@ -40,12 +49,28 @@ def _pack(args: list[str]) -> bytes:
     return b"".join(parts)
 
 
+def _refused_by_replica(exc: BaseException) -> bool:
+    """A refused write, so the script did not run: ``READONLY`` (the server is now a
+    replica; its first write aborted the script) or ``NOREPLICAS`` (a master cut off from
+    its replicas under ``min-replicas-to-write``, as an old master is after a failover).
+
+    redis-py's Sentinel-managed connection turns ``READONLY`` into a ``ConnectionError``
+    raised while handling the ``ReadOnlyError``, hence the look at the exception's context.
+    """
+    return (isinstance(exc, ReadOnlyError) or isinstance(exc.__context__, ReadOnlyError)
+            or (isinstance(exc, ResponseError) and str(exc).startswith("NOREPLICAS")))
+
+
 class FastScript:
     """Calls one registered script with ``EVALSHA`` on a per-thread connection."""
 
     def __init__(self, client: redis.Redis, script: Script) -> None:
         self.client = client
         self.script = script
+        #: Seconds a call keeps trying to *send* while Redis cannot be reached (0: one
+        #: immediate retry). A worker's lifecycle steps wait out a short outage or a
+        #: failover instead of failing the task (see ``RedisStore.wait_out_outages``).
+        self.outage_wait_s = 0.0
         self._local = threading.local()
 
     def _connection(self) -> Any:
@@ -64,6 +89,7 @@ class FastScript:
         fail, when a retry is no longer safe. Nothing has been sent yet here, so it is.
         """
         if getattr(conn, "_sock", None) is None:
+            conn.connect()  # Sentinel: looks the master up
             return
         try:
             stale = conn.can_read(timeout=0)  # EOF or unexpected bytes: not usable
@@ -71,28 +97,42 @@ class FastScript:
             stale = True
         if stale:
             conn.disconnect()
+            conn.connect()
 
     def __call__(self, keys: list[str], args: list[str]) -> Any:
         command = _pack(["EVALSHA", str(self.script.sha), str(len(keys)), *keys, *args])
         conn = self._connection()
-        self._drop_if_closed(conn)
-        for attempt in (1, 2):
+        sends, resent = 0, False
+        deadline = time.monotonic() + self.outage_wait_s
+        pause = _FIRST_PAUSE_S
+        while True:
+            sends += 1
             try:
+                self._drop_if_closed(conn)  # and connects, to the current master
                 # check_health: PINGs first only when idle past health_check_interval
                 conn.send_packed_command([command], check_health=True)
             except _SEND_ERRORS:
                 conn.disconnect()
-                if attempt == 2:
-                    raise
+                # nothing was sent: once more at once, then while an outage may last
+                if sends > 1:
+                    if time.monotonic() + pause > deadline:
+                        raise
+                    time.sleep(pause)
+                    pause = min(2 * pause, _MAX_PAUSE_S)
                 continue
             try:
                 return conn.read_response()
             except NoScriptError:
                 # Redis restarted or SCRIPT FLUSH: load it and run it (it did not run).
                 self.client.script_load(self.script.script)
-                if attempt == 2:
+                if resent:
                     raise
+                resent = True
+            except (ResponseError, RedisConnectionError) as exc:
+                conn.disconnect()
+                if resent or not _refused_by_replica(exc):
+                    raise
+                resent = True
             except BaseException:
                 conn.disconnect()
                 raise
-        raise AssertionError("unreachable")

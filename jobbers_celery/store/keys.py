@@ -111,8 +111,8 @@ class Keys:
     @property
     def clock(self) -> str:
         """Hash: ``tick`` (last sign of life from any worker or cleaner, ms), ``resumed_at``
-        (end of the last gap in those signs: a Redis outage or pause), and the cleaner's
-        last pass (``last_at``, ``last_ms``, ``report``, ``by``)."""
+        (end of the last gap in those signs: a Redis outage or pause, or a change of server:
+        restart or failover, told by ``run_id``), and the cleaner's last pass (``last_at``, ``last_ms``, ``report``, ``by``)."""
         return f"{self._ns}:clock"
 
     @property

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from functools import cache
 from importlib import resources
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import redis
 
@@ -59,6 +59,17 @@ def _int(raw: str | None, default: int = 0) -> int:
     return int(raw) if raw not in (None, "") else default
 
 
+#: What a store call raises when Redis cannot be reached (or went away during the call).
+UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+
+
+class Alive(NamedTuple):
+    """What a liveness refresh hands back (see ``RedisStore.alive``)."""
+
+    interrupt: list[str]
+    orphans: list[str]
+
+
 class RedisStore:
     """Typed access to the lifecycle records of one jobbers namespace."""
 
@@ -81,6 +92,14 @@ class RedisStore:
         lua = resources.files("jobbers_celery.store").joinpath("lua")
         self._due = client.register_script(lua.joinpath("due.lua").read_text())
         self._lease = client.register_script(lua.joinpath("lease.lua").read_text())
+
+    def wait_out_outages(self, seconds: float) -> None:
+        """Make the lifecycle steps (not heartbeats nor liveness refreshes, which have their
+        own retries) keep trying for up to ``seconds`` while Redis cannot be reached, rather
+        than fail: a worker's steps, so that a store restart or failover does not fail the
+        tasks that start or finish meanwhile (nothing was sent, so nothing is applied twice).
+        """
+        self._transition.outage_wait_s = self._complete.outage_wait_s = float(seconds)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "jobbers", retention: float = 604800) -> RedisStore:
@@ -312,18 +331,22 @@ class RedisStore:
 
     def alive(
         self, wid: str, gaps: tuple[int, int], leases: Sequence[tuple[str, str]],
-        lease_cap_ms: int,
-    ) -> list[str]:
+        lease_cap_ms: int, running: Sequence[str] | None = None, orphan_ms: int = 0,
+    ) -> Alive:
         """A worker's liveness refresh (one round trip). ``leases``: (task name, task id) of
-        the capped tasks it runs. Returns the ids whose ``terminate`` grace has run out."""
+        the capped tasks it runs. Returns the ids whose ``terminate`` grace has run out and,
+        when ``running`` (the ids it runs) is given, the orphans: tasks recorded as started
+        by it for longer than ``orphan_ms`` that it does not run."""
         k = self.keys
         keys = [k.clock, k.workers, k.worker_tasks(wid), k.cancelling,
                 *(k.concurrency(name) for name, _ in leases)]
-        spec = {"wid": wid, "gap_ms": gaps[0], "cgap_ms": gaps[1],
-                "lease_cap_ms": int(lease_cap_ms),
-                "leases": [task_id for _, task_id in leases]}
+        spec: dict[str, Any] = {"wid": wid, "gap_ms": gaps[0], "cgap_ms": gaps[1],
+                                "lease_cap_ms": int(lease_cap_ms),
+                                "leases": [task_id for _, task_id in leases]}
+        if running is not None:
+            spec.update(running=list(running), orphan_ms=int(orphan_ms))
         raw = self._alive(keys, [_json(spec)])
-        return [str(x) for x in raw[1:]]
+        return Alive([str(x) for x in raw[1] or ()], [str(x) for x in raw[2] or ()])
 
     # ------------------------------------------------------------------ cleaner
     def cleaner_due(self, gaps: tuple[int, int], lost_ms: int, limit: int) -> dict[str, Any]:
@@ -545,6 +568,18 @@ class RedisStore:
     def get(self, task_id: str) -> TaskRecord | None:
         raw = cast("dict[str, str]", self.client.hgetall(self.keys.task(task_id)))
         return self._record(task_id, raw) if raw else None
+
+    def started_by(self, task_id: str, wid: str) -> StepResult | None:
+        """After a ``started`` step whose reply was lost (Redis went away once it was sent):
+        its result if the record shows it applied (started by worker incarnation ``wid``),
+        ``None`` if it did not apply and may be sent again."""
+        raw = self.get_raw(task_id)
+        if raw.get("state") != TaskState.STARTED.value or raw.get("wid") != wid:
+            return None
+        return StepResult(applied=True, previous=TaskState.SUBMITTED.value,
+                          now_ms=int(raw.get("hb_at") or 0),
+                          attempt=int(raw.get("attempt") or 0), state=TaskState.STARTED,
+                          values={"ckpt": raw.get("ckpt", ""), "queue": raw.get("queue", "")})
 
     def get_raw(self, task_id: str) -> dict[str, str]:
         return cast("dict[str, str]", self.client.hgetall(self.keys.task(task_id)))

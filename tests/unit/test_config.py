@@ -59,3 +59,24 @@ def test_the_brokers_connection_options_go_with_its_url():
 def test_bad_connection_options_are_refused_clearly(key, value, message):
     with pytest.raises(ConfigurationError, match=message):
         JobbersConfig.from_mapping({key: value}, "redis://localhost/0")
+
+
+SENTINELS = "sentinel://:pw@s1:26379/2;sentinel://s2:26380;sentinel://s3"
+
+
+def test_a_sentinel_broker_url_and_its_master_name_are_the_stores():
+    conf = {"broker_transport_options": {"master_name": "mymaster"}}
+    config = JobbersConfig.from_mapping(conf, SENTINELS)
+    assert config.redis_url == SENTINELS
+    assert config.redis_transport_options == {"master_name": "mymaster"}
+
+
+@pytest.mark.parametrize("conf", [
+    {},  # the broker's Sentinel URL without a master name
+    {"broker_transport_options": {"visibility_timeout": 10}},
+])
+def test_a_sentinel_url_without_a_master_name_is_refused_clearly(conf):
+    with pytest.raises(ConfigurationError, match="master_name"):
+        JobbersConfig.from_mapping(conf, SENTINELS)
+    with pytest.raises(ConfigurationError, match="master_name"):
+        JobbersConfig.from_mapping({"jobbers_redis_url": SENTINELS}, "amqp://h//")

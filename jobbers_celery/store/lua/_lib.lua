@@ -38,12 +38,29 @@ end
 -- reach Redis (outage, pause, restart): resumed_at is set, and stall verdicts count silence
 -- from then on, not from before. Expected: gap_ms after a tick while workers were ticking,
 -- cgap_ms (a few cleaner intervals) otherwise, when only cleaner passes tick.
+-- Another server than the one that answered last (a restart, or a failover to a replica):
+-- nobody could report while it changed, and the last writes before it may be lost (AOF
+-- everysec, asynchronous replication), heartbeats and liveness refreshes among them; so it
+-- counts as an outage whatever the silence, and resumed_at is set. Returns true then.
+local function new_server(clock, now)
+  local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local known = redis.call('HGET', clock, 'run_id')
+  if known == id then return false end
+  redis.call('HSET', clock, 'run_id', id)
+  if not known then return false end
+  local last = tonumber(redis.call('HGET', clock, 'tick') or '')
+  redis.call('HSET', clock, 'resumed_at', now, 'gap_ms', last and (now - last) or -1)
+  return true
+end
+
 local function tick(clock, now, gap_ms, cgap_ms, from_worker)
   local got = redis.call('HMGET', clock, 'tick', 'wtick')
   local last, lastw = tonumber(got[1] or ''), tonumber(got[2] or '')
   gap_ms, cgap_ms = tonumber(gap_ms), tonumber(cgap_ms)
   local silent = last and (now - last) or -1
-  if not last or silent > cgap_ms
+  if new_server(clock, now) then
+    -- resumed_at is set
+  elseif not last or silent > cgap_ms
       or (silent > gap_ms and lastw and last - lastw <= gap_ms) then
     redis.call('HSET', clock, 'resumed_at', now, 'gap_ms', silent)
   end

@@ -1,11 +1,13 @@
 -- alive.lua: a worker's main process says it is alive (every few seconds, from a thread).
 -- Refreshes its liveness entry and the concurrency leases of the capped tasks it runs, ticks
 -- the shared clock, and hands back the cancel(terminate=True) requests now due for tasks
--- it runs, so it can interrupt them.
+-- it runs, so it can interrupt them, and the tasks recorded as running here that it does
+-- not run (orphans, see below).
 -- KEYS[1] clock hash  KEYS[2] workers set  KEYS[3] this incarnation's worker-tasks set
 -- KEYS[4] cancelling set  KEYS[5..] concurrency-lease sets, one per lease in ARGV
--- ARGV[1] JSON {wid, gap_ms, cgap_ms, lease_cap_ms, leases = {id...}} (lease i uses KEYS[4 + i])
--- Returns {now_ms, ids to interrupt...}
+-- ARGV[1] JSON {wid, gap_ms, cgap_ms, lease_cap_ms, leases = {id...}, running = {id...},
+-- orphan_ms} (lease i uses KEYS[4 + i]; running and orphan_ms optional)
+-- Returns {now_ms, {ids to interrupt}, {orphan ids}}
 local now = redis_now()
 local req = cjson.decode(ARGV[1])
 tick(KEYS[1], now, req.gap_ms, req.cgap_ms, true)
@@ -13,11 +15,23 @@ redis.call('ZADD', KEYS[2], now, req.wid)
 for i, id in ipairs(req.leases) do
   redis.call('ZADD', KEYS[4 + i], 'XX', now + tonumber(req.lease_cap_ms), id)
 end
-local out = {now}
+local due = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)) do
   if redis.call('ZSCORE', KEYS[3], id) then
     redis.call('ZREM', KEYS[4], id)
-    out[#out + 1] = id
+    due[#due + 1] = id
   end
 end
-return out
+-- Tasks recorded as started here for longer than orphan_ms that the worker does not run:
+-- the step that ended them was lost (a failover or restart lost the write).
+local orphans = {}
+if req.orphan_ms then
+  local running = {}
+  for _, id in ipairs(req.running) do running[id] = true end
+  local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(req.orphan_ms),
+    'LIMIT', 0, 100)
+  for _, id in ipairs(old) do
+    if not running[id] then orphans[#orphans + 1] = id end
+  end
+end
+return {now, due, orphans}

@@ -3,8 +3,9 @@
 -- same attempt (the fence) and still be silent, by the Redis clock.
 --   kind "hb":     no heartbeat for longer than its max_heartbeat_interval (hb_iv)
 --   kind "worker": its worker incarnation has not been seen for lost_ms
--- Silence is counted from resumed_at when that is later (after a Redis outage or pause
--- nobody could report). A stalled task is resubmitted at once (stalled -> submitted, same
+--   kind "gone":   its worker, alive, says it does not run it (alive.lua's orphans)
+-- Silence is counted from resumed_at when that is later (after a Redis outage, pause,
+-- restart or failover nobody could report). A stalled task is resubmitted at once (stalled -> submitted, same
 -- id, publish lease) while it has stall recoveries left; otherwise it is returned for the
 -- dead-letter queue. Dead incarnations left without tasks are forgotten.
 -- KEYS: shared layout (states started, stalled, submitted), clock hash, a spare key, then
@@ -19,6 +20,7 @@ local ctx, k = context()
 local req = cjson.decode(ARGV[2])
 local clock, workers = KEYS[k], ctx.workers
 local now = ctx.now
+new_server(clock, now)  -- failed over since the pass looked: the grace starts now
 local resumed = tonumber(redis.call('HGET', clock, 'resumed_at') or '0') or 0
 local lost_ms = tonumber(req.lost_ms)
 local recovered, dead, stalled, kept = {}, {}, 0, 0
@@ -58,6 +60,11 @@ for i, item in ipairs(req.items) do
         kept = kept + 1
       end
     end
+  elseif item.kind == 'gone' then
+    -- its worker, alive, does not run it (alive.lua): the step that ended it was lost
+    reason = 'stalled: worker ' .. (f.worker or '?') .. ' (' .. item.wid .. ') no longer '
+      .. 'runs it and its end was not recorded (lost by a Redis failover or restart); '
+      .. 'last heartbeat ' .. iso(f.hb_at)
   else
     local seen = tonumber(redis.call('ZSCORE', workers, item.wid) or '')
     local from = math.max(seen or 0, resumed)

@@ -1,0 +1,85 @@
+"""The Celery app of the Sentinel failover and Redis restart tests
+(``celery -A tests.integration.fault_proj``).
+
+The worker reads its broker from ``FAULT_PROJ_BROKER`` (``redis://`` or kombu's
+``sentinel://`` form, with ``FAULT_PROJ_MASTER`` as ``master_name``) and its state store
+from ``FAULT_PROJ_STORE`` (default: the broker), its task names from ``FAULT_PROJ_NAME``;
+the test process
+builds the same app with :func:`build`. Each task body writes a marker file into
+``FAULT_PROJ_MARKS`` when it starts, so executions are counted without the Redis that fails.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+from celery import Celery
+
+from jobbers_celery import JobbersTask, install
+
+#: Seconds without a liveness refresh before a worker is lost: a 6 s outage gap
+#: (3 refresh periods of 2 s), longer than the restart test's 3 s outage, as in production
+#: (60 s: 6 s gap) where the fault-injection run showed false stalls.
+LOST_AFTER_S = 10
+
+
+def _mark(task: JobbersTask) -> None:
+    marks = os.environ.get("FAULT_PROJ_MARKS")
+    if marks:
+        (Path(marks) / f"{task.request.id}.{uuid.uuid4().hex[:8]}").touch()
+
+
+def build(broker: str, master_name: str | None = None, store: str | None = None,
+          name: str = "fault") -> Celery:
+    """The app, with results in the broker's Redis (over Sentinel too) and short
+    thresholds; the state store is the broker's Redis unless ``store`` is given. Its tasks
+    are ``<name>.beating`` and ``<name>.quiet``: each test uses its own name, since a
+    publish is recorded by the first installed app that knows the task's name."""
+    app = Celery(name, broker=broker, backend=broker)
+    transport = {"master_name": master_name} if master_name else {}
+    app.conf.update(
+        jobbers_redis_url=store,
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        jobbers_scheduler_interval=0.2,
+        jobbers_worker_lost_after=LOST_AFTER_S,
+        jobbers_cleaner_interval=1,
+    )
+    install(app)
+
+    @app.task(base=JobbersTask, bind=True, name=f"{name}.beating", shared=False,
+              max_heartbeat_interval=2,
+              max_stall_recoveries=1, dead_letter_policy="save")
+    def beating(self: JobbersTask, seconds: float) -> str:
+        """Heartbeats every 0.1 s (sent at most every 0.5 s) for ``seconds``."""
+        _mark(self)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.1)
+            self.heartbeat()
+        return "done"
+
+    @app.task(base=JobbersTask, bind=True, name=f"{name}.quiet", shared=False,
+              max_stall_recoveries=1,
+              dead_letter_policy="save")
+    def quiet(self: JobbersTask, seconds: float) -> str:
+        """Never heartbeats: only its worker's liveness says it is alive."""
+        _mark(self)
+        time.sleep(seconds)
+        return "done"
+
+    return app
+
+
+if "FAULT_PROJ_BROKER" in os.environ:
+    app = build(os.environ["FAULT_PROJ_BROKER"], os.environ.get("FAULT_PROJ_MASTER") or None,
+                os.environ.get("FAULT_PROJ_STORE") or None,
+                os.environ.get("FAULT_PROJ_NAME") or "fault")

@@ -1,0 +1,240 @@
+"""Private Redis topologies for fault tests: a Sentinel set (master, replica, three
+sentinels) and a Redis with AOF that can be killed and restarted on the same port.
+
+Everything runs on free loopback ports with its own config file and directory in a temp
+dir, and is torn down at the end; the machine's shared Redis is never touched. A missing
+``redis-server`` binary fails the test (never skips).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import free_port, wait_for
+
+MASTER_NAME = "jobbers-test"
+
+
+def _binary() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed (apt-get install redis-server); the "
+                    "Sentinel and restart tests need a real one", pytrace=False)
+    return binary
+
+
+def _answers(port: int) -> bool:
+    client = redis.Redis(port=port, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+class _Process:
+    """One redis-server (or sentinel) started from a config file."""
+
+    def __init__(self, conf: Path, *extra: str) -> None:
+        self.conf = conf
+        self.extra = extra
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, port: int) -> None:
+        self.port = port
+        log = (self.conf.parent / f"{self.conf.stem}.log").open("ab")
+        with log:
+            self.proc = subprocess.Popen([_binary(), str(self.conf), *self.extra],
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        wait_for(lambda: self._alive() and _answers(port), timeout=15,
+                 message=f"redis-server {self.conf.name} on port {port}")
+
+    def _alive(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            log = (self.conf.parent / f"{self.conf.stem}.log").read_text(errors="replace")
+            raise AssertionError(f"{self.conf.name} exited:\n{log[-3000:]}")
+        return True
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class SentinelSet:
+    """A master, one replica and three sentinels that monitor them as ``MASTER_NAME``.
+
+    Sentinels judge a master down after 1 s and may retry a failover after 5 s, so a
+    ``SENTINEL FAILOVER`` completes in a second or two.
+    """
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="jobbers-sentinel-"))
+        self.servers: list[_Process] = []
+        self.sentinels: list[_Process] = []
+
+    def _server(self, name: str, port: int, replica_of: int | None = None) -> _Process:
+        lines = [f"port {port}", "bind 127.0.0.1", f"dir {self.dir}", "save \"\"",
+                 "appendonly no", f"dbfilename {name}.rdb", "maxmemory-policy noeviction",
+                 "repl-diskless-sync yes", "repl-diskless-sync-delay 0"]
+        if replica_of:
+            lines.append(f"replicaof 127.0.0.1 {replica_of}")
+        conf = self.dir / f"{name}.conf"
+        conf.write_text("\n".join(lines) + "\n")
+        server = _Process(conf)
+        server.start(port)
+        self.servers.append(server)
+        return server
+
+    def start(self) -> SentinelSet:
+        master = self._server("master", free_port())
+        replica = self._server("replica", free_port(), replica_of=master.port)
+        wait_for(lambda: self._link_up(replica.port), timeout=15, message="replica in sync")
+        for n in range(3):
+            port = free_port()
+            conf = self.dir / f"sentinel{n}.conf"  # sentinel rewrites it: it must be writable
+            conf.write_text("\n".join([
+                f"port {port}", "bind 127.0.0.1", f"dir {self.dir}",
+                f"sentinel monitor {MASTER_NAME} 127.0.0.1 {master.port} 2",
+                f"sentinel down-after-milliseconds {MASTER_NAME} 1000",
+                f"sentinel failover-timeout {MASTER_NAME} 5000",
+                f"sentinel parallel-syncs {MASTER_NAME} 1",
+            ]) + "\n")
+            sentinel = _Process(conf, "--sentinel")
+            sentinel.start(port)
+            self.sentinels.append(sentinel)
+        wait_for(self._ready, timeout=30, interval=0.2,
+                 message="the sentinels to see each other and the replica")
+        return self
+
+    @staticmethod
+    def _link_up(port: int) -> bool:
+        info = redis.Redis(port=port).info("replication")
+        return info.get("master_link_status") == "up"
+
+    def _ready(self) -> bool:
+        for sentinel in self.sentinels:
+            client = redis.Redis(port=sentinel.port, decode_responses=True)
+            others = client.sentinel_sentinels(MASTER_NAME)
+            replicas = client.sentinel_slaves(MASTER_NAME)
+            if len(others) < 2 or not any(
+                    r["is_slave"] and not r["is_sdown"] and r["master-link-status"] == "ok"
+                    for r in replicas):
+                return False
+        return True
+
+    @property
+    def url(self) -> str:
+        """The kombu-style URL: ``sentinel://host:port;sentinel://...``."""
+        return ";".join(f"sentinel://127.0.0.1:{s.port}" for s in self.sentinels)
+
+    def master_port(self) -> int:
+        client = redis.Redis(port=self.sentinels[0].port, decode_responses=True)
+        return int(client.sentinel_get_master_addr_by_name(MASTER_NAME)[1])
+
+    def failover(self) -> tuple[int, int]:
+        """``SENTINEL FAILOVER``; returns (old, new) master ports once every sentinel and the
+        new master agree (the new master answers as a master)."""
+        old = self.master_port()
+        sentinel = redis.Redis(port=self.sentinels[0].port, decode_responses=True)
+        sentinel.execute_command("SENTINEL", "FAILOVER", MASTER_NAME)
+
+        def switched() -> int | None:
+            ports = {int(redis.Redis(port=s.port, decode_responses=True)
+                         .sentinel_get_master_addr_by_name(MASTER_NAME)[1])
+                     for s in self.sentinels}
+            if len(ports) != 1 or old in ports:
+                return None
+            new = ports.pop()
+            role = redis.Redis(port=new, decode_responses=True).info("replication")["role"]
+            return new if role == "master" else None
+
+        new = wait_for(switched, timeout=30, interval=0.05, message="the failover")
+        return old, int(new)
+
+    def stop(self) -> None:
+        for process in (*self.sentinels, *self.servers):
+            with contextlib.suppress(Exception):
+                process.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RestartableRedis:
+    """A redis-server with AOF (``appendfsync everysec``, Redis' default) that can be killed
+    with SIGKILL and restarted on the same port and directory."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="jobbers-aof-"))
+        self.port = free_port()
+        conf = self.dir / "redis.conf"
+        conf.write_text("\n".join([
+            f"port {self.port}", "bind 127.0.0.1", f"dir {self.dir}", "save \"\"",
+            "appendonly yes", "appendfsync everysec", "maxmemory-policy noeviction",
+        ]) + "\n")
+        self.server = _Process(conf)
+
+    def start(self) -> RestartableRedis:
+        self.server.start(self.port)
+        return self
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def kill(self) -> None:
+        self.server.kill()
+
+    def restart(self) -> None:
+        self.server.start(self.port)
+
+    def stop(self) -> None:
+        self.server.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def sentinel_set() -> Iterator[SentinelSet]:
+    servers = SentinelSet()
+    try:
+        yield servers.start()
+    finally:
+        servers.stop()
+
+
+@contextlib.contextmanager
+def restartable_redis() -> Iterator[RestartableRedis]:
+    server = RestartableRedis()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+def executions(directory: Path) -> dict[str, int]:
+    """How many times each task body started, from the marker files it wrote (one per
+    execution, on local disk: independent of the Redis that fails)."""
+    counts: dict[str, int] = {}
+    for marker in directory.iterdir():
+        task_id = marker.name.split(".", 1)[0]
+        counts[task_id] = counts.get(task_id, 0) + 1
+    return counts
+
