@@ -234,3 +234,22 @@ def test_the_documented_rule_is_the_tested_rule():
     at = command.index("SETUSER")
     assert command[at + 1:at + 5] == ["jobbers", "reset", "on", ">PASSWORD"]
     assert tuple(command[at + 5:]) == ACL_RULE
+
+
+def test_without_info_jobbers_still_runs(tls, start_worker):
+    """``+info`` is the one ``@dangerous`` command of the rule; a user without it still
+    runs tasks and cleaner passes (only the restart detection by ``run_id`` is lost)."""
+    tls.set_user("noinfo", "pw", tuple(r for r in ACL_RULE if r != "+info"))
+    try:
+        app, env = _app(tls, "url", tls.url("noinfo", "pw"))
+        jobbers = get_jobbers(app)
+        worker = start_worker(app, env)
+        result = app.tasks["tls.add"].delay(1, 2)
+        assert result.get(timeout=20) == 3
+        assert jobbers.get(result.id).state is TaskState.COMPLETED
+        jobbers.clean()
+        assert worker.stop() == 0
+        refused = {(d["reason"], d["object"]) for d in tls.acl_denials()}
+        assert refused == {("command", "info")}, refused  # refused, and the script went on
+    finally:
+        tls.admin().acl_deluser("noinfo")

@@ -43,7 +43,7 @@ ACL_RULE: tuple[str, ...] = (
     "&celery-task-meta-*", "&/0.celery.pidbox", "&/0.celeryev/*", "&/0.celeryev/worker.*",
     # commands: connection, transactions, scripts, and the data commands jobbers (also
     # inside its scripts), kombu and the result backend send
-    "+ping", "+auth", "+hello", "+client|setname",
+    "+ping", "+auth", "+hello", "+client|setname", "+info",
     "+multi", "+exec", "+discard", "+evalsha", "+script|load", "+script|exists",
     "+get", "+set", "+setex", "+del", "+exists", "+expire", "+pexpire", "+persist", "+time",
     "+hget", "+hset", "+hsetnx", "+hdel", "+hgetall", "+hmget", "+hlen", "+hincrby",

@@ -42,8 +42,12 @@ end
 -- nobody could report while it changed, and the last writes before it may be lost (AOF
 -- everysec, asynchronous replication), heartbeats and liveness refreshes among them; so it
 -- counts as an outage whatever the silence, and resumed_at is set. Returns true then.
+-- INFO is the one command of Redis's @dangerous category jobbers uses; a user not granted it
+-- (ACL) gets no restart detection here, only the silence-based one in tick().
 local function new_server(clock, now)
-  local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local info = redis.pcall('INFO', 'server')
+  if type(info) ~= 'string' then return false end
+  local id = string.match(info, 'run_id:(%x+)')
   local known = redis.call('HGET', clock, 'run_id')
   if known == id then return false end
   redis.call('HSET', clock, 'run_id', id)
