@@ -20,7 +20,8 @@ import logging
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from celery import current_app, signals
+from celery import signals
+from celery._state import get_current_app
 
 from jobbers_celery import lifecycle, liveness, metrics, shutdown
 from jobbers_celery.options import DeadLetterPolicy
@@ -66,8 +67,9 @@ def _for_publish(name: str) -> tuple[Jobbers | None, Any]:
         if task is not None:
             return (jobbers, task) if isinstance(task, JobbersTask) else (None, None)
     # Unknown here (``send_task`` by name): track it so that a worker lacking it drops it.
+    current = get_current_app()  # the app itself: ``celery.current_app`` is a proxy
     for jobbers in candidates:
-        if jobbers.app is current_app:
+        if jobbers.app is current:
             return jobbers, None
     return (candidates[0], None) if candidates else (None, None)
 

@@ -38,7 +38,8 @@ def build(broker: str, master_name: str | None = None, store: str | None = None,
     thresholds; the state store is the broker's Redis unless ``store`` is given. Its tasks
     are ``<name>.beating`` and ``<name>.quiet``: each test uses its own name, since a
     publish is recorded by the first installed app that knows the task's name."""
-    app = Celery(name, broker=broker, backend=broker)
+    # not the test process's current app: publishes of names no app knows stay with it
+    app = Celery(name, broker=broker, backend=broker, set_as_current=False)
     transport = {"master_name": master_name} if master_name else {}
     app.conf.update(
         jobbers_redis_url=store,
