@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,46 @@ class Worker:
                 self.proc.wait(10)
         return int(self.proc.returncode)
 
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group if it still runs (test cleanup)."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+#: Worker options of most tests: nothing but the task messages goes through the broker.
+QUIET = ("--without-mingle", "--without-gossip", "--without-heartbeat")
+
+
+def start_worker(app: Any, module: str, log_dir: Path, *, pool: str = "prefork",
+                 concurrency: int = 2, env: dict[str, str] | None = None,
+                 options: Sequence[str] = QUIET, timeout: float = 30.0) -> Worker:
+    """Start ``celery -A module worker`` as a real subprocess in its own session (its log in
+    ``log_dir/w-<id>@localhost.log``) and return once it answers ``ping`` through ``app``."""
+    name = f"w-{uuid.uuid4().hex[:8]}@localhost"
+    log_path = log_dir / f"{name}.log"
+    cmd = [sys.executable, "-m", "celery", "-A", module, "worker",
+           "-P", pool, "-c", str(concurrency), "-n", name, "-l", "INFO", *options]
+    with log_path.open("w") as log_file:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=subprocess_env(env), stdout=log_file,
+            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+    worker = Worker(proc, name, log_path)
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"worker {name} exited early:\n{worker.log}")
+        return bool(app.control.ping(destination=[name], timeout=0.5))
+
+    try:
+        wait_for(ready, timeout=timeout, interval=0.1, message=f"worker {name} to answer ping")
+    except BaseException:
+        worker.kill()
+        raise
+    return worker
+
 
 @pytest.fixture
 def worker_factory(proj: Any, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
@@ -160,33 +200,12 @@ def worker_factory(proj: Any, tmp_path: Path) -> Iterator[Callable[..., Worker]]
     def start(pool: str = "prefork", concurrency: int = 2, env: dict[str, str] | None = None,
               queues: str | None = None, extra: list[str] | None = None,
               app: str = "tests.integration.proj") -> Worker:
-        name = f"w-{uuid.uuid4().hex[:8]}@localhost"
-        log_path = tmp_path / f"{name}.log"
-        cmd = [sys.executable, "-m", "celery", "-A", app, "worker",
-               "-P", pool, "-c", str(concurrency), "-n", name, "-l", "INFO",
-               "--without-mingle", "--without-gossip", "--without-heartbeat"]
-        if queues:
-            cmd += ["-Q", queues]
-        cmd += extra or []
-        with log_path.open("w") as log_file:  # the child keeps its own descriptor
-            proc = subprocess.Popen(
-                cmd, cwd=ROOT, env=subprocess_env(env), stdout=log_file,
-                stderr=subprocess.STDOUT, text=True, start_new_session=True,
-            )
-        worker = Worker(proc, name, log_path)
+        options = [*QUIET, *(["-Q", queues] if queues else []), *(extra or [])]
+        worker = start_worker(proj.app, app, tmp_path, pool=pool, concurrency=concurrency,
+                              env=env, options=options)
         workers.append(worker)
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"worker {name} exited early:\n{worker.log}")
-            return bool(proj.app.control.ping(destination=[name], timeout=0.5))
-
-        wait_for(ready, timeout=30, interval=0.1, message=f"worker {name} to answer ping")
         return worker
 
     yield start
     for worker in workers:
-        if worker.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.proc.pid, signal.SIGKILL)
-            worker.proc.wait(10)
+        worker.kill()

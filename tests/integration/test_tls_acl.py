@@ -10,14 +10,8 @@ log may show a refusal: a permission the rule lacks fails the test.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shlex
-import signal
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +22,7 @@ from redis.exceptions import NoPermissionError
 
 from jobbers_celery import TaskState, get_jobbers
 from jobbers_celery.store.keys import Keys
-from tests.conftest import ROOT, Worker, subprocess_env, wait_for
+from tests.conftest import ROOT, Worker, start_worker, wait_for
 from tests.integration import tls_proj
 from tests.integration.lifecycle_helpers import (
     COMPLETE,
@@ -60,37 +54,20 @@ def tls(tls_server: TlsRedisServer) -> Iterator[TlsRedisServer]:
 
 
 @pytest.fixture
-def start_worker(tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+def tls_worker(tmp_path: Path) -> Iterator[Callable[..., Worker]]:
     """Start ``celery -A tests.integration.tls_proj worker`` (prefork, with Celery's default
     mingle, gossip, heartbeat and task events on: all of them go through the broker)."""
     workers: list[Worker] = []
 
     def start(app: Any, env: dict[str, str]) -> Worker:
-        name = f"w-{uuid.uuid4().hex[:8]}@localhost"
-        log_path = tmp_path / f"{name}.log"
-        cmd = [sys.executable, "-m", "celery", "-A", "tests.integration.tls_proj", "worker",
-               "-P", "prefork", "-c", "2", "-n", name, "-l", "INFO", "-E"]
-        with log_path.open("w") as log_file:
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(env), stdout=log_file,
-                                    stderr=subprocess.STDOUT, text=True,
-                                    start_new_session=True)
-        worker = Worker(proc, name, log_path)
+        worker = start_worker(app, "tests.integration.tls_proj", tmp_path, env=env,
+                              options=("-E",), timeout=45)
         workers.append(worker)
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"worker {name} exited early:\n{worker.log}")
-            return bool(app.control.ping(destination=[name], timeout=0.5))
-
-        wait_for(ready, timeout=45, interval=0.1, message=f"worker {name} to answer ping")
         return worker
 
     yield start
     for worker in workers:
-        if worker.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.proc.pid, signal.SIGKILL)
-            worker.proc.wait(10)
+        worker.kill()
 
 
 def _app(tls: TlsRedisServer, mode: str, url: str | None = None) -> tuple[Any, dict[str, str]]:
@@ -107,14 +84,14 @@ def _assert_no_refusal(tls: TlsRedisServer, worker: Worker) -> None:
         assert marker not in worker.log, f"{marker} in the worker log:\n{worker.log[-6000:]}"
 
 
-def test_every_step_over_tls_as_the_documented_acl_user(tls, start_worker):
+def test_every_step_over_tls_as_the_documented_acl_user(tls, tls_worker):
     started = time.monotonic()
     app, env = _app(tls, "url")
     jobbers = get_jobbers(app)
     pool = jobbers.store.client.connection_pool
     assert pool.connection_class is redis.SSLConnection
     assert pool.connection_kwargs["username"] == tls.user
-    worker = start_worker(app, env)
+    worker = tls_worker(app, env)
     tasks = app.tasks
 
     # completed, with the result written by the completed step's script and read back
@@ -176,10 +153,10 @@ def test_every_step_over_tls_as_the_documented_acl_user(tls, start_worker):
     print(f"\nTLS + ACL: every step as {tls.user!r} in {time.monotonic() - started:.1f}s")
 
 
-def test_tls_from_settings_broker_use_ssl_and_jobbers_redis_use_ssl(tls, start_worker):
+def test_tls_from_settings_broker_use_ssl_and_jobbers_redis_use_ssl(tls, tls_worker):
     started = time.monotonic()
     app, env = _app(tls, "settings")
-    worker = start_worker(app, env)
+    worker = tls_worker(app, env)
     jobbers = get_jobbers(app)
     result = app.tasks["tls.add"].delay(20, 22)
     assert result.get(timeout=20) == 42
@@ -191,7 +168,7 @@ def test_tls_from_settings_broker_use_ssl_and_jobbers_redis_use_ssl(tls, start_w
 
 
 def test_a_missing_permission_a_wrong_password_or_ca_fail_fast_and_clearly(
-        tls, start_worker, tmp_path):
+        tls, tls_worker, tmp_path):
     # the documented rule without jobbers' key pattern
     tls.set_user("nokeys", "pw", tuple(r for r in ACL_RULE if r != "~{jobbers}:*"))
     try:
@@ -200,7 +177,7 @@ def test_a_missing_permission_a_wrong_password_or_ca_fail_fast_and_clearly(
         started = time.monotonic()
         with pytest.raises(NoPermissionError, match="no permissions"):
             jobbers.counts()
-        worker = start_worker(app, env)  # the broker's keys are allowed: it starts
+        worker = tls_worker(app, env)  # the broker's keys are allowed: it starts
         # the publish step is refused (logged; the message is still published), and the
         # worker's started step fails the task with the server's refusal
         result = app.tasks["tls.add"].delay(1, 2)
@@ -236,20 +213,21 @@ def test_the_documented_rule_is_the_tested_rule():
     assert tuple(command[at + 5:]) == ACL_RULE
 
 
-def test_without_info_jobbers_still_runs(tls, start_worker):
+def test_without_info_jobbers_still_runs(tls, tls_worker):
     """``+info`` is the one ``@dangerous`` command of the rule; a user without it still
     runs tasks and cleaner passes (only the restart detection by ``run_id`` is lost)."""
     tls.set_user("noinfo", "pw", tuple(r for r in ACL_RULE if r != "+info"))
     try:
         app, env = _app(tls, "url", tls.url("noinfo", "pw"))
         jobbers = get_jobbers(app)
-        worker = start_worker(app, env)
+        worker = tls_worker(app, env)
         result = app.tasks["tls.add"].delay(1, 2)
         assert result.get(timeout=20) == 3
         assert jobbers.get(result.id).state is TaskState.COMPLETED
         jobbers.clean()
         assert worker.stop() == 0
-        refused = {(d["reason"], d["object"]) for d in tls.acl_denials()}
+        refused = {(d["reason"], d["object"]) for d in tls.acl_denials()
+                   if d["username"] == "noinfo"}  # (not an earlier test's wrong password)
         assert refused == {("command", "info")}, refused  # refused, and the script went on
     finally:
         tls.admin().acl_deluser("noinfo")

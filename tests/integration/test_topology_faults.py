@@ -10,13 +10,8 @@ fails. The figures (recovery time, counts) are printed (``pytest -s`` shows them
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +24,7 @@ from redis.sentinel import SentinelConnectionPool
 from jobbers_celery import TaskState, install
 from jobbers_celery.cleaner import CleanReport
 from jobbers_celery.states import TERMINAL
-from tests.conftest import ROOT, subprocess_env, wait_for
+from tests.conftest import start_worker, wait_for
 from tests.integration import fault_proj
 from tests.integration.topology_servers import (
     MASTER_NAME,
@@ -74,32 +69,14 @@ class CleanerLoop:
 
 @contextlib.contextmanager
 def fault_worker(tmp_path: Path, app: Celery, env: dict[str, str]) -> Iterator[Path]:
-    """A real prefork worker of ``fault_proj``; yields its log file."""
-    name = f"w-{uuid.uuid4().hex[:8]}@localhost"
-    log_path = tmp_path / f"{name}.log"  # w-*.log: attached to the report on failure
-    cmd = [sys.executable, "-m", "celery", "-A", "tests.integration.fault_proj", "worker",
-           "-P", "prefork", "-c", str(CONCURRENCY), "-n", name, "-l", "INFO",
-           "--without-mingle", "--without-gossip", "--without-heartbeat"]
-    with log_path.open("w") as log_file:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(env), stdout=log_file,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    """A real prefork worker of ``fault_proj``; yields its log file (w-*.log: attached to
+    the report on failure)."""
+    worker = start_worker(app, "tests.integration.fault_proj", tmp_path,
+                          concurrency=CONCURRENCY, env=env)
     try:
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"worker exited early:\n{log_path.read_text()}")
-            return bool(app.control.ping(destination=[name], timeout=0.5))
-
-        wait_for(ready, timeout=30, interval=0.1, message=f"worker {name} to answer ping")
-        yield log_path
+        yield worker.log_path
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        worker.stop()
 
 
 @dataclass
