@@ -115,12 +115,7 @@ class Cleaner:
                 outcome[key] += part[key]
             outcome["stalled"] += int(part["stalled"])
             outcome["kept"] += int(part["kept"])
-        for item in (*outcome["recovered"], *outcome["dead"]):
-            metrics.attempt_ended(item.get("name") or "", item.get("queue"), "stalled",
-                                  now_ms=float(item.get("now") or 0),
-                                  started_ms=metrics.ms_value(item.get("started")))
-        recovered = self._publish(outcome["recovered"])
-        dead_lettered = self._dead_letter(outcome["dead"])
+        recovered, dead_lettered = self._settle(outcome)
         if scan["cancel"]:
             store.tidy_cancelling(scan["cancel"])
         duration = (time.perf_counter() - started) * 1000
@@ -148,12 +143,7 @@ class Cleaner:
         items = [(i, "gone", wid, name) for i, name in zip(ids, names, strict=True)]
         part = store.stall(items, int(config.worker_lost_after * 1000),
                            int(config.publish_lease * 1000))
-        for item in (*part["recovered"], *part["dead"]):
-            metrics.attempt_ended(item.get("name") or "", item.get("queue"), "stalled",
-                                  now_ms=float(item.get("now") or 0),
-                                  started_ms=metrics.ms_value(item.get("started")))
-        recovered = self._publish(part["recovered"])
-        dead_lettered = self._dead_letter(part["dead"])
+        recovered, dead_lettered = self._settle(part)
         if part["stalled"]:
             log.warning("worker %s does not run %d task(s) recorded as running there (their "
                         "end was lost): %d resubmitted, %d dead-lettered", wid,
@@ -163,6 +153,15 @@ class Cleaner:
                            by=f"liveness {wid}", examined=len(items),
                            stalled=int(part["stalled"]), recovered=recovered,
                            dead_lettered=dead_lettered, kept=int(part["kept"]))
+
+    def _settle(self, outcome: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """What follows a stall verdict: each ended attempt's metrics, then the resubmitted
+        tasks republished and the others dead-lettered; returns both lists of ids."""
+        for item in (*outcome["recovered"], *outcome["dead"]):
+            metrics.attempt_ended(item.get("name") or "", item.get("queue"), "stalled",
+                                  now_ms=float(item.get("now") or 0),
+                                  started_ms=metrics.ms_value(item.get("started")))
+        return self._publish(outcome["recovered"]), self._dead_letter(outcome["dead"])
 
     def _publish(self, recovered: list[dict[str, Any]]) -> list[str]:
         """Republish the resubmitted tasks; returns their ids.

@@ -98,6 +98,20 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test's report ends with the logs its processes wrote under ``tmp_path``
+    (workers, servers, the quickstarts' commands)."""
+    report = yield
+    if report.failed and call.when == "call":
+        tmp = getattr(item, "funcargs", {}).get("tmp_path")
+        if isinstance(tmp, Path):
+            for log in sorted(tmp.rglob("*.log")):
+                text = log.read_text(errors="replace")
+                report.sections.append((f"log {log.relative_to(tmp)}", text[-20000:]))
+    return report
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     server = RedisServer()

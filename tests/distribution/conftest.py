@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -31,18 +29,6 @@ LOCAL_STATE = {
     "celerybeat-schedule": "",
     "worker.log": "",
 }
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    report = yield
-    if report.failed and call.when == "call":
-        tmp = getattr(item, "funcargs", {}).get("tmp_path")
-        if isinstance(tmp, Path):
-            for log in sorted(tmp.rglob("*.log")):
-                text = log.read_text(errors="replace")
-                report.sections.append((f"log {log.relative_to(tmp)}", text[-12000:]))
-    return report
 
 
 @pytest.fixture(scope="session")
