@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -39,6 +39,7 @@ from jobbers_celery.liveness import gaps
 from jobbers_celery.scheduler import Scheduler
 from jobbers_celery.store import RedisStore
 from tests.conftest import ROOT, subprocess_env, wait_for
+from tests.integration.beat_helpers import Beat
 from tests.integration.lifecycle_helpers import (
     COMPLETE,
     PUBLISH,
@@ -72,37 +73,6 @@ WORKER_REASON = re.compile(
 
 def iso_ms(text: str) -> int:
     return ms(datetime.fromisoformat(text))
-
-
-class Beat:
-    """Runs a cleaner pass now and every ``interval`` seconds in a thread (stands in for
-    celery beat); keeps the reports."""
-
-    def __init__(self, jobbers: Any, interval: float = INTERVAL_S) -> None:
-        self.jobbers = jobbers
-        self.interval = interval
-        self.reports: list[CleanReport] = []
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="test-beat", daemon=True)
-
-    def _loop(self) -> None:
-        while True:
-            try:
-                self.reports.append(self.jobbers.cleaner.run(by="test beat"))
-            except Exception as exc:  # noqa: BLE001 - the test asserts there is none
-                self.errors.append(exc)
-            if self._stop.wait(self.interval):
-                return
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        assert not self._thread.is_alive()
 
 
 @contextmanager

@@ -10,22 +10,21 @@ fails. The figures (recovery time, counts) are printed (``pytest -s`` shows them
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import redis
 from celery import Celery
 from redis.sentinel import SentinelConnectionPool
 
 from jobbers_celery import TaskState, install
-from jobbers_celery.cleaner import CleanReport
 from jobbers_celery.states import TERMINAL
 from tests.conftest import start_worker, wait_for
 from tests.integration import fault_proj
+from tests.integration.beat_helpers import Beat
 from tests.integration.topology_servers import (
     MASTER_NAME,
     executions,
@@ -38,33 +37,6 @@ CONCURRENCY = 6
 #: 16 tasks that heartbeat for 2 s and 16 that sleep 1 s without heartbeats: ~8 s of work
 #: on 6 processes, so the fault lands with tasks running and others queued.
 BEATING, QUIET = 16, 16
-
-
-class CleanerLoop:
-    """Cleaner passes from the test process every 0.5 s (stands in for celery beat), over
-    the same connection settings as the workers; errors while Redis is away are counted."""
-
-    def __init__(self, app: Celery) -> None:
-        self.jobbers = install(app)
-        self.reports: list[CleanReport] = []
-        self.errors: list[tuple[float, BaseException]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="test-beat", daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.5):
-            try:
-                self.reports.append(self.jobbers.cleaner.run(by="test beat"))
-            except Exception as exc:  # noqa: BLE001 - expected while Redis is away
-                self.errors.append((time.monotonic(), exc))
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
 
 
 @contextlib.contextmanager
@@ -114,7 +86,7 @@ def run_batch(tmp_path: Path, app: Celery, env: dict[str, str], fault: Callable[
     jobbers = install(app)
     figures = Figures()
     with fault_worker(tmp_path, app, {**env, "FAULT_PROJ_MARKS": str(marks)}), \
-            CleanerLoop(app) as beat:
+            Beat(jobbers, interval=0.5) as beat:
         ids = [app.tasks[f"{app.main}.beating"].delay(2.0).id for _ in range(BEATING)]
         ids += [app.tasks[f"{app.main}.quiet"].delay(1.0).id for _ in range(QUIET)]
         figures.published = len(ids)
