@@ -1,0 +1,136 @@
+#!/usr/bin/env python
+"""Redis cost of one task's lifecycle steps, script by script (no Celery, no worker).
+
+Runs the three steps a task that completes first time makes (``submitted`` at publish,
+``started``, ``completed`` with Celery's result write folded in) N times against a private
+``redis-server``, with the same arguments the real code sends, and prints per step: the
+server time (``INFO commandstats`` ``usec`` of the script call, which includes the commands
+the script runs), the commands it runs by name, and the client's CPU per call. Used to find
+where the Redis server time of ``overhead.py`` goes and to check a change to a script before
+the (slower, noisier) end-to-end benchmark.
+
+    .venv/bin/python bench/steps.py            # 5000 tasks
+    .venv/bin/python bench/steps.py -n 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+
+from jobbers_celery.states import TaskState  # noqa: E402
+from jobbers_celery.store import RedisStore, ResultWrite  # noqa: E402
+
+S = TaskState
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
+    raw: dict[str, Any] = client.info("commandstats")
+    return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"])) for k, v in raw.items()}
+
+
+def _delta(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+           ) -> dict[str, tuple[int, int]]:
+    out = {}
+    for name, (calls, usec) in after.items():
+        c0, u0 = before.get(name, (0, 0))
+        if calls - c0:
+            out[name] = (calls - c0, usec - u0)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=5000, help="tasks (default 5000)")
+    ap.add_argument("--redis-server", default="redis-server")
+    args = ap.parse_args()
+    binary = shutil.which(args.redis_server)
+    if binary is None:
+        raise SystemExit(f"{args.redis_server} not found")
+    port = _free_port()
+    workdir = tempfile.mkdtemp(prefix="jobbers-steps-")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", workdir], stdout=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port, decode_responses=True)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        store = RedisStore(redis.Redis(port=port, decode_responses=True, health_check_interval=30))
+        ids = [str(uuid.uuid4()) for _ in range(args.n)]
+        msg = ('{"args":[],"kwargs":{},"options":{"queue":"celery","headers":{}}}')
+        wid = "w1-" + uuid.uuid4().hex[:12]
+        meta = ('{"status": "SUCCESS", "result": null, "traceback": null, "children": [], '
+                '"date_done": "2026-11-24T05:00:00.000000+00:00", "task_id": "%s"}')
+
+        def submit(tid: str) -> Any:
+            return store.step(tid, S.SUBMITTED, sources=(S.UNSUBMITTED,),
+                              create={"name": "bench.noop", "queue": "celery"},
+                              set_fields={"msg": msg}, reason="published", name="bench.noop")
+
+        def start(tid: str) -> Any:
+            return store.step(tid, S.STARTED, start=True, worker="celery@bench", wid=wid,
+                              lease_cap_ms=60000, defer_ms=1000, cancellable=True,
+                              set_fields={}, ret=("ckpt", "queue"), name="bench.noop")
+
+        def complete(tid: str) -> Any:
+            return store.step(tid, S.COMPLETED, sources=(S.STARTED,), fence=1,
+                              worker="celery@bench", delete=("msg", "wid", "hb_iv", "srec"),
+                              write_result=ResultWrite(key=f"celery-task-meta-{tid}",
+                                                       value=meta % tid, expires=86400),
+                              wid=wid, name="bench.noop", set_fields={})
+
+        for label, fn in (("submitted", submit), ("started", start), ("completed", complete)):
+            before = _stats(client)
+            cpu0 = time.process_time()
+            for tid in ids:
+                res = fn(tid)
+                if not res.applied:
+                    raise SystemExit(f"{label} refused: {res}")
+            cpu = time.process_time() - cpu0
+            d = _delta(before, _stats(client))
+            d.pop("info", None)
+            script = sum(u for n, (c, u) in d.items() if n in ("evalsha", "eval"))
+            inner = ", ".join(f"{n} {c / args.n:g}" for n, (c, u) in sorted(d.items())
+                              if n not in ("evalsha", "eval"))
+            print(f"{label:10s} server {script / args.n:6.1f} us/step | client CPU "
+                  f"{cpu / args.n * 1e6:6.1f} us/step | commands per step: {inner}")
+        mem = client.info("memory")["used_memory"]
+        print(f"records: {client.dbsize()} keys, used_memory {mem / args.n:.0f} B per task")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    raise SystemExit(main())
