@@ -86,6 +86,7 @@ elif STORE_MODE == "trivial-lua":
     # The completion still writes Celery's result (its last key; ARGV[3] value, ARGV[4] ttl).
     _trivial_complete = FastScript(_client, _client.register_script(
         "local k = KEYS[#KEYS]\n"
+        "if ARGV[5] ~= '' then redis.call('SELECT', ARGV[5]) end\n"
         "if tonumber(ARGV[4]) > 0 then redis.call('SET', k, ARGV[3], 'EX', ARGV[4])\n"
         "else redis.call('SET', k, ARGV[3]) end\n"
         "redis.call('PUBLISH', k, ARGV[3])\n"
@@ -97,7 +98,7 @@ elif STORE_MODE == "trivial-lua":
 
     def _trivial_completion(keys: list[str], args: list[Any]) -> list[Any]:
         _trivial_complete(keys, args)
-        return _fake_reply(args)
+        return [*_fake_reply(args), 1]  # 1: the result was written
 
     jobbers.store._transition = _trivial_transition  # type: ignore[assignment]
     jobbers.store._complete = _trivial_completion  # type: ignore[assignment]

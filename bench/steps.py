@@ -30,10 +30,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import redis  # noqa: E402
+import redis
 
-from jobbers_celery.states import TaskState  # noqa: E402
-from jobbers_celery.store import RedisStore, ResultWrite  # noqa: E402
+from jobbers_celery.states import TaskState
+from jobbers_celery.store import RedisStore, ResultWrite
 
 S = TaskState
 

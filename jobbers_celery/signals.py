@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from celery import signals
 from celery._state import get_current_app
 
-from jobbers_celery import lifecycle, liveness, metrics, shutdown
+from jobbers_celery import lifecycle, liveness, metrics, results, shutdown
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import (
     HEADER_DEAD_LETTER,
@@ -231,6 +231,10 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
     if jobbers is not None:
         # a step waits for the store as long as the worker's liveness may be silent
         jobbers.store.wait_out_outages(jobbers.config.worker_lost_after)
+        try:
+            results.check_layout(jobbers.store, jobbers.app.backend)
+        except Exception:  # a check, never a reason not to start
+            log.debug("could not check the result backend layout", exc_info=True)
 
 
 def connect() -> None:

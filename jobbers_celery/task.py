@@ -387,7 +387,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if not res.applied:
             log.warning("late completion of %s[%s] attempt %s rejected: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
-        if (write is not None and res.applied) or (not res.applied and res.previous != "missing"):
+        if write is not None and res.applied and not res.result_written:
+            results.not_folded(self)  # the result db could not be selected: Celery writes it
+        elif (write is not None and res.applied) or (not res.applied
+                                                    and res.previous != "missing"):
             req.ignore_result = True  # read by the tracer's mark_as_done: skip its store
 
     def _finish(self, to: TaskState, reason: str | None) -> None:

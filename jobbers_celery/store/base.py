@@ -29,6 +29,9 @@ class StepResult:
     why: str | None = None
     #: the dataset's epoch id, returned by an applied step that may create the record
     epoch: str | None = None
+    #: with ``write_result``: whether the script wrote Celery's result (``False``: the step
+    #: was refused, or the result's db could not be selected; Celery must write it)
+    result_written: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +52,14 @@ class ResultWrite:
     """Celery's result write, done by the same script as a step (only if the step applies).
 
     ``key`` is the backend's key for the task, ``value`` the encoded (JSON) meta it would
-    store, ``expires`` its expiry in seconds (0: none).
+    store, ``expires`` its expiry in seconds (0: none), ``db`` the result backend's db when
+    it is not the store's own (same server).
     """
 
     key: str
     value: str
     expires: int
+    db: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

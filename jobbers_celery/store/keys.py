@@ -17,6 +17,7 @@ progress   JSON                       ckpt      JSON checkpoint
 msg        JSON publish payload       dlq       "1" when dead_letter_policy=save
 wid        worker incarnation (liveness entry) of the running attempt
 hb_iv      max_heartbeat_interval, ms srec      max_stall_recoveries
+cap        max_concurrent of a started attempt holding a concurrency lease
 stalls     stall recoveries so far    cancel    cancellation requested (ms)
 purged     "1": cancelled by purge (a tombstone purge keeps)
 hn, h<n>   history: count, and entry n (format in _lib.lua)

@@ -6,8 +6,10 @@ scripts compare-and-set against the same table that the Python code documents.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -79,6 +81,8 @@ class RedisStore:
         self.retention_s = int(retention)
         self._layouts: dict[frozenset[TaskState], tuple[list[str], str]] = {}
         self._epoch: tuple[str, float] | None = None
+        #: (pid, worker incarnation) whose start entered it in the workers set
+        self._registered: tuple[int, str] | None = None
         self._scripts = {
             name: client.register_script(_script_source(name))
             for name in ("transition", "complete", "claim", "prune", "heartbeat", "cancel",
@@ -167,7 +171,8 @@ class RedisStore:
         With ``cancellable`` (or ``cap``) the step may end elsewhere than ``to``: read
         :attr:`StepResult.state`. ``write_result``: also write Celery's result in the same
         script if (and only if) the step applies, so that the record and the result never
-        disagree and the write costs no round trip of its own. ``expect_refusal``: a refusal
+        disagree and the write costs no round trip of its own
+        (:attr:`StepResult.result_written` says whether it was written). ``expect_refusal``: a refusal
         is routine for this caller (logged at debug, still counted). ``bump``: count an
         attempt without starting (drops), so each dead letter has its own attempt number.
         """
@@ -196,6 +201,8 @@ class RedisStore:
             spec["start"] = True
             if wid:
                 spec["wid"] = wid
+                if self._registered != (os.getpid(), wid):
+                    spec["reg"] = True  # its first start here: enter it in the workers set
             if heartbeat_ms:
                 spec["hb_ms"] = int(heartbeat_ms)
             if cap:
@@ -227,11 +234,18 @@ class RedisStore:
             if create is not None:
                 raise ValueError("a step that writes a result cannot create the record")
             keys.append(write_result.key)
-            raw = self._complete(
-                keys, [states, _json(spec), write_result.value, str(write_result.expires)])
+            db = "" if write_result.db is None else str(write_result.db)
+            raw = self._complete(keys, [states, _json(spec), write_result.value,
+                                        str(write_result.expires), db])
+            result = self._step_result(task_id, to, raw[:-1], ret, fence, expect_refusal)
+            if int(raw[-1]):
+                result = dataclasses.replace(result, result_written=True)
         else:
             raw = self._transition(keys, [states, _json(spec)])
-        return self._step_result(task_id, to, raw, ret, fence, expect_refusal)
+            result = self._step_result(task_id, to, raw, ret, fence, expect_refusal)
+        if spec.get("reg") and result.applied:
+            self._registered = (os.getpid(), str(wid))
+        return result
 
     @staticmethod
     def _step_result(

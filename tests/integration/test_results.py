@@ -1,7 +1,8 @@
 """Celery's result write folded into the ``completed`` step, and the normal path beside it.
 
 The proj app stores results on the jobbers Redis server and db, so its workers fold the write;
-a worker started with ``PROJ_RESULT_BACKEND`` stores them elsewhere and must not.
+a worker started with ``PROJ_RESULT_BACKEND`` on another db of that server folds it too (the
+script selects the db); on another server or another kind of backend it must not.
 """
 
 from __future__ import annotations
@@ -97,16 +98,49 @@ def test_ignored_results_are_recorded_and_not_stored(proj, worker_factory):
         assert stored_meta(client, r.id) is None
 
 
-@pytest.mark.parametrize("where", ["other redis db", "filesystem"])
-def test_result_backend_elsewhere_keeps_celerys_path(proj, worker_factory, other_db, tmp_path,
-                                                     where):
+@pytest.fixture
+def other_server() -> Iterator[str]:
+    """Another Redis server: results there cannot be folded."""
+    server = RedisServer()
+    yield server.url(0)
+    server.stop()
+
+
+def test_result_backend_on_another_db_is_folded_with_a_select(proj, worker_factory, other_db):
+    """jobbers' default layout (records on the broker's db, results on another db of the
+    same server): the completed step writes the result into that db, in the same script."""
+    jobbers = proj.jobbers
+    worker = worker_factory(concurrency=2, env={"PROJ_RESULT_BACKEND": other_db})
+    results = [proj.add.delay(i, 10) for i in range(3)]
+    app = reader(other_db)
+    assert [app.AsyncResult(r.id).get(timeout=20) for r in results] == [10, 11, 12]
+    other = redis.Redis.from_url(other_db, decode_responses=True)
+    for r in results:
+        wait_state(jobbers, r.id, S.COMPLETED, worker=worker)
+        assert path(jobbers, r.id) == PUBLISH + START + COMPLETE
+        assert stored_meta(jobbers.store.client, r.id) is None  # not on the jobbers db
+        meta = stored_meta(other, r.id)
+        assert meta is not None
+        assert meta["status"] == "SUCCESS"
+        assert meta["task_id"] == r.id
+        assert 0 < other.ttl(f"celery-task-meta-{r.id}") <= 86400
+    other.close()
+    assert f"{FOLDED} (same Redis, db {OTHER_DB})" in worker.log
+    assert UNFOLDED not in worker.log
+    # the store's own connections stay on the store's db after the script's SELECT
+    assert jobbers.store.client.get(f"celery-task-meta-{results[0].id}") is None
+
+
+@pytest.mark.parametrize("where", ["other redis server", "filesystem"])
+def test_result_backend_elsewhere_keeps_celerys_path(proj, worker_factory, tmp_path, where,
+                                                     request):
     jobbers = proj.jobbers
     if where == "filesystem":
         folder = tmp_path / "results"
         folder.mkdir()
         backend_url = f"file://{folder}"
     else:
-        backend_url = other_db
+        backend_url = request.getfixturevalue("other_server")
     worker = worker_factory(concurrency=2, env={"PROJ_RESULT_BACKEND": backend_url})
     results = [proj.add.delay(i, 10) for i in range(3)]
     app = reader(backend_url)
@@ -117,9 +151,12 @@ def test_result_backend_elsewhere_keeps_celerys_path(proj, worker_factory, other
         assert stored_meta(jobbers.store.client, r.id) is None  # not on the jobbers db
     assert UNFOLDED in worker.log
     assert FOLDED not in worker.log
-    expected = ("not on the jobbers Redis server and db" if where != "filesystem"
+    expected = ("not on the jobbers Redis server" if where != "filesystem"
                 else "the result backend is FilesystemBackend")
     assert expected in worker.log
+    # said loudly, once, at worker start, only where a Redis result write could be folded
+    loud = "cannot carry Celery's result write"
+    assert worker.log.count(loud) == (1 if where != "filesystem" else 0)
 
 
 @pytest.mark.parametrize("where", ["folded", "other redis db"])

@@ -19,20 +19,33 @@ def why_not(backend_url: str, store_url: str = STORE_URL, **conf: Any) -> str | 
     return results._why_not(RedisStore.from_url(store_url), app.backend)
 
 
+def fold_db(backend_url: str, store_url: str = STORE_URL) -> tuple[str | None, int | None]:
+    app = Celery("t", broker="memory://", backend=backend_url, set_as_current=False)
+    return results._fold_db(RedisStore.from_url(store_url), app.backend)
+
+
 def test_same_server_and_db_folds():
     assert why_not(STORE_URL) is None
     assert why_not("redis://127.0.0.1:6390/1?socket_timeout=5") is None
+    assert fold_db(STORE_URL) == (None, None)
+
+
+def test_another_db_of_the_same_server_folds_with_a_select():
+    # jobbers' default layout: records on the broker's db 0, results on another db
+    assert fold_db("redis://127.0.0.1:6390/2") == (None, 2)
+    assert fold_db("redis://127.0.0.1:6390/0", "redis://127.0.0.1:6390/3") == (None, 0)
+    assert fold_db("redis+socket:///tmp/r.sock?virtual_host=3",
+                   "unix:///tmp/r.sock?db=1") == (None, 3)
 
 
 @pytest.mark.parametrize("url", [
-    "redis://127.0.0.1:6390/2",        # another db
     "redis://127.0.0.1:6391/1",        # another server
     "redis://localhost:6390/1",        # maybe the same server: not assumed
     "redis://other@127.0.0.1:6390/1",  # another ACL user may not write the same keys
     "rediss://127.0.0.1:6390/1?ssl_cert_reqs=required",
 ])
 def test_another_endpoint_does_not_fold(url):
-    assert why_not(url) == "the result backend is not on the jobbers Redis server and db"
+    assert why_not(url) == results.ELSEWHERE
 
 
 def test_unix_socket_folds_only_on_the_same_path():

@@ -14,16 +14,20 @@
 --   bump      attempt += 1 without starting (a worker judged the delivery and dropped it),
 --             so that every dead letter of a task has its own (task id, attempt)
 --   wid       with start: the worker incarnation running it (enters its worker-tasks set)
+--   reg       with wid: also enter the incarnation in the workers set (the first start a
+--             process makes; the liveness thread keeps it there afterwards)
 --   hb_ms     with start: max_heartbeat_interval (enters the heartbeat-deadline index)
 --   cap, lease_cap_ms, defer_ms   with start: max_concurrent; over the cap the task is
---             deferred (to = scheduled after defer_ms) instead of started
+--             deferred (to = scheduled after defer_ms) instead of started; a started task
+--             holding a lease is marked (field cap) so that its end releases it
 --   cancellable  if cancellation was requested, go to cancelled instead of spec.to
 --             (history reason: cancel_reason if given)
 --   delay_ms  to=scheduled: run_at = now + delay_ms (the scheduled index is scored by run_at)
 --   lease_ms  also enter the publishing set with deadline now + lease_ms
 --   ttl       seconds to keep the record if the step ends in a terminal state
 --   worker, reason   recorded on the history entry
---   ret       field names whose new values are returned
+--   ret       field names whose new values are returned (read with the state, so a step
+--             costs one read whatever it returns)
 --
 -- Returns {1, state before ("missing"), now_ms, attempt, state after, ret...} when applied,
 -- {0, state before, now_ms, attempt, why} when refused.
@@ -104,8 +108,9 @@ local TERMINAL = {completed = true, failed = true, cancelled = true, stalled = t
 --       workers, name_idx}
 local function step(ctx, task, spec)
   local now = ctx.now
+  local ret = spec.ret or {}
   local got = redis.call('HMGET', task, 'state', 'attempt', 'start_at', 'cancel', 'wid', 'hn',
-    'sub_at', 'worker')
+    'sub_at', 'worker', 'hb_iv', 'cap', unpack(ret))
   local cur = got[1]
   local exists = cur ~= false
   if not exists then cur = 'unsubmitted' end
@@ -166,11 +171,12 @@ local function step(ctx, task, spec)
       w[#w + 1] = 'wid'; w[#w + 1] = spec.wid
       redis.call('ZADD', ctx.wtasks, now, spec.id)
       -- known from its first task on, even if it dies before its first liveness refresh
-      redis.call('ZADD', ctx.workers, 'NX', now, spec.wid)
+      if spec.reg then redis.call('ZADD', ctx.workers, 'NX', now, spec.wid) end
     end
     if spec.hb_ms then redis.call('ZADD', ctx.hbdue, now + tonumber(spec.hb_ms), spec.id) end
     if spec.cap then
       redis.call('ZADD', ctx.conc, now + tonumber(spec.lease_cap_ms), spec.id)
+      w[#w + 1] = 'cap'; w[#w + 1] = spec.cap
     end
     if spec.set then
       for k, v in pairs(spec.set) do w[#w + 1] = k; w[#w + 1] = v end
@@ -182,10 +188,14 @@ local function step(ctx, task, spec)
     for _, f in ipairs(spec.del) do d[#d + 1] = f end
   end
   if cur == 'started' and to ~= 'started' then
-    -- the running attempt ends: it no longer owes heartbeats nor holds a lease
-    redis.call('ZREM', ctx.hbdue, spec.id)
+    -- the running attempt ends: it no longer owes heartbeats nor holds a lease (only a
+    -- task with a heartbeat interval is in hbdue, only one marked cap holds a lease)
+    if got[9] then redis.call('ZREM', ctx.hbdue, spec.id) end
     redis.call('ZREM', ctx.wtasks, spec.id)
-    redis.call('ZREM', ctx.conc, spec.id)
+    if got[10] then
+      redis.call('ZREM', ctx.conc, spec.id)
+      if not start then d[#d + 1] = 'cap' end
+    end
   end
 
   local score = now
@@ -235,7 +245,7 @@ local function step(ctx, task, spec)
     redis.call('HDEL', task, unpack(d))
     for _, f in ipairs(d) do if f == 'msg' then compact = true end end
   end
-  if compact then
+  if compact and redis.call('OBJECT', 'ENCODING', task) == 'hashtable' then
     -- Redis never converts a hash back to its compact encoding once a long value (msg)
     -- made it a hashtable; rewriting it does, when every value left is short (~2x smaller)
     local all = redis.call('HGETALL', task)
@@ -243,7 +253,7 @@ local function step(ctx, task, spec)
     redis.call('HSET', task, unpack(all))
   end
 
-  redis.call('ZREM', ctx.idx[cur], spec.id)
+  if exists then redis.call('ZREM', ctx.idx[cur], spec.id) end
   redis.call('ZADD', ctx.idx[to], score, spec.id)
   if spec.lease_ms then
     redis.call('ZADD', ctx.publishing, now + tonumber(spec.lease_ms), spec.id)
@@ -256,10 +266,13 @@ local function step(ctx, task, spec)
   end
 
   local out = {1, exists and cur or 'missing', now, attempt, to}
-  if spec.ret and #spec.ret > 0 then
-    for _, v in ipairs(redis.call('HMGET', task, unpack(spec.ret))) do
-      out[#out + 1] = v or ''
-    end
+  if #ret > 0 then
+    -- the values after the step: what it wrote or deleted, else what was read before it
+    local after = {}
+    for i = 1, #ret do after[ret[i]] = got[10 + i] or '' end
+    for i = 1, #w, 2 do if after[w[i]] then after[w[i]] = w[i + 1] end end
+    for _, f in ipairs(d) do if after[f] then after[f] = '' end end
+    for i = 1, #ret do out[#out + 1] = after[ret[i]] end
   end
   return out
 end
