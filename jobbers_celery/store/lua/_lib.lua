@@ -246,11 +246,6 @@ local function step(ctx, task, spec)
     for _, f in ipairs(d) do if f == 'msg' then compact = true end end
   end
   if compact then
-    -- through pcall: for a user not granted OBJECT (ACL), always rewrite
-    local enc = redis.pcall('OBJECT', 'ENCODING', task)
-    compact = type(enc) ~= 'string' or enc == 'hashtable'
-  end
-  if compact then
     -- Redis never converts a hash back to its compact encoding once a long value (msg)
     -- made it a hashtable; rewriting it does, when every value left is short (~2x smaller)
     local all = redis.call('HGETALL', task)
