@@ -7,7 +7,10 @@ one to complete. ``retry()`` is replaced so that delays wait in Redis, not in ET
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -40,8 +43,7 @@ S = TaskState
 _ATTEMPT = "jobbers_attempt"
 _CHECKPOINT = "jobbers_checkpoint"
 _DONE = "jobbers_outcome_recorded"
-_HB_SENT = "jobbers_heartbeat_sent"
-_HB_PENDING = "jobbers_heartbeat_pending"
+_HB = "jobbers_heartbeat"  # the attempt's heartbeat state, a _Beat
 _METRICS = "jobbers_metrics"  # (queue, start time in Redis ms) of the running attempt
 
 #: Record fields a completed task no longer needs (the payload, the running attempt's
@@ -108,56 +110,114 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         One Redis round trip, throttled: a call less than ``HEARTBEAT_MIN_GAP_S`` (1 s, or
         a quarter of ``max_heartbeat_interval`` when that is shorter) after the last one
         sent is not sent; its progress and checkpoint are kept and go out with the next one
-        sent, or with the task's completion, retry or failure. ``progress`` (JSON, at most 16 KiB) shows
-        on the record; ``checkpoint`` (JSON, at most 64 KiB) is what ``self.checkpoint``
-        holds in the next attempt. ``None`` leaves either unchanged.
+        sent, or with the task's completion, retry or failure. A throttled call decides
+        first and encodes nothing: a tight loop may call it on every iteration. ``progress``
+        (JSON, at most 16 KiB) shows on the record; ``checkpoint`` (JSON, at most 64 KiB)
+        is what ``self.checkpoint`` holds in the next attempt. ``None`` leaves either
+        unchanged. What is kept is the value as passed, even if the task changes a dict or
+        list after the call: a number or string, or a dict, list or tuple of those, is kept
+        (copied, one level); anything else is encoded at the call.
+
+        A value that is not JSON-serializable raises ``TypeError``, one over its size limit
+        :class:`CheckpointTooLarge`. Outside a worker (called directly, eager) every call
+        checks both, so task code tested there meets these errors at the call. In a worker a
+        value is checked when it is encoded: one kept as passed when it is sent (at the call
+        that passed it if that call is sent, the first of an attempt always is; otherwise the
+        next call sent raises the error), anything else at the call. A value replaced by a
+        later call before it was sent is never checked (it would never be stored). One still
+        pending when the task ends is checked then; if invalid it is not saved and an error
+        is logged (the record keeps the last value sent), as the task can no longer be told.
 
         Raises :class:`TaskCancelled` if the task was cancelled,
         :class:`AttemptSuperseded` if this attempt was declared stalled meanwhile, and
         :class:`~jobbers_celery.shutdown.WorkerShuttingDown` when the worker (threads or
-        solo pool) shuts down and ``on_shutdown`` is ``stop`` or ``resubmit``. If Redis
-        cannot be reached the heartbeat is logged and kept for the next one; the task goes
-        on. Call it from the task's own thread. Outside a worker (called directly, eager) it does
-        nothing.
+        solo pool) shuts down and ``on_shutdown`` is ``stop`` or ``resubmit`` (checked on
+        every call, throttled or not). If Redis cannot be reached the heartbeat is logged
+        and kept for the next one; the task goes on. Call it from the task's own thread.
+        Outside a worker it records nothing.
         """
-        # validate first, so that task code tested outside a worker meets the same errors
-        encoded_progress = (_encode("progress", progress, PROGRESS_MAX_BYTES)
-                            if progress is not None else None)
-        encoded_ckpt = (_encode("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
-                        if checkpoint is not None else None)
+        # The hot path: a throttled call keeps its values and returns. One cheap request
+        # lookup (_request_top), one attribute, one clock read; nothing is encoded.
+        req = self._request_top()
+        beat = getattr(req, _HB, None)
+        if (beat is not None and time.monotonic() < beat.due
+                and not (beat.stops and shutdown.draining())):
+            if progress is not None:
+                beat.progress = (progress if type(progress) in _IMMUTABLE
+                                 else _snapshot("progress", progress, PROGRESS_MAX_BYTES))
+            if checkpoint is not None:
+                beat.ckpt = (checkpoint if type(checkpoint) in _IMMUTABLE
+                             else _snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES))
+                setattr(req, _CHECKPOINT, checkpoint)
+            return
+        self._send_heartbeat(progress, checkpoint)
+
+    @functools.cached_property
+    def _request_top(self) -> Callable[[], Any]:
+        """This task's current request in this thread, or ``None``: ``self.request`` for
+        the heartbeat's hot path, without its cost (see :func:`_request_getter`)."""
+        return _request_getter(self.request_stack)
+
+    def _send_heartbeat(self, progress: Any, checkpoint: Any) -> None:
+        """``heartbeat()`` past the throttle: the first call of an attempt, the first one
+        a gap after the last one sent, any call outside a worker or while it shuts down."""
         if not self._tracked():
+            # every call checks here: task code tested outside a worker meets the errors
+            if progress is not None:
+                _encode("progress", progress, PROGRESS_MAX_BYTES)
+            if checkpoint is not None:
+                _encode("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
             return
         req = self.request
-        if shutdown.draining() and self.jobbers_options.on_shutdown is not ShutdownPolicy.CONTINUE:
-            raise WorkerShuttingDown(
-                f"the worker is shutting down (on_shutdown={self.jobbers_options.on_shutdown})")
-        pending: dict[str, str] = dict(getattr(req, _HB_PENDING, None) or {})
-        if encoded_progress is not None:
-            pending["progress"] = encoded_progress
-        if encoded_ckpt is not None:
-            pending["ckpt"] = encoded_ckpt
-            setattr(req, _CHECKPOINT, checkpoint)
-        now = time.monotonic()
         opts = self.jobbers_options
-        gap = HEARTBEAT_MIN_GAP_S
-        if opts.max_heartbeat_interval:
-            gap = min(gap, opts.max_heartbeat_interval / 4)
-        last = getattr(req, _HB_SENT, None)
-        if last is not None and now - last < gap:
-            setattr(req, _HB_PENDING, pending)
+        beat = getattr(req, _HB, None)
+        if beat is None:
+            gap = HEARTBEAT_MIN_GAP_S
+            if opts.max_heartbeat_interval:
+                gap = min(gap, opts.max_heartbeat_interval / 4)
+            beat = _Beat(gap, stops=opts.on_shutdown is not ShutdownPolicy.CONTINUE)
+            setattr(req, _HB, beat)
+            if self._request_top() is not req:  # never seen: then the public, slower way
+                stack = self.request_stack
+                self._request_top = lambda: stack.top
+        if beat.stops and shutdown.draining():
+            raise WorkerShuttingDown(f"the worker is shutting down (on_shutdown={opts.on_shutdown})")
+        if progress is not None:
+            beat.progress = _snapshot("progress", progress, PROGRESS_MAX_BYTES)
+        if checkpoint is not None:
+            beat.ckpt = _snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
+        now = time.monotonic()
+        if now < beat.due:
+            if checkpoint is not None:
+                setattr(req, _CHECKPOINT, checkpoint)
             return
+        # Encode what is pending: an invalid value raises here, in the task, and is dropped.
+        encoded_progress = encoded_ckpt = None
+        if beat.progress is not None:
+            try:
+                encoded_progress = _encoded("progress", beat.progress, PROGRESS_MAX_BYTES)
+            except (TypeError, ValueError):
+                beat.progress = None
+                raise
+        if beat.ckpt is not None:
+            try:
+                encoded_ckpt = _encoded("checkpoint", beat.ckpt, CHECKPOINT_MAX_BYTES)
+            except (TypeError, ValueError):
+                beat.ckpt = None
+                raise
+        if checkpoint is not None:
+            setattr(req, _CHECKPOINT, checkpoint)
         jobbers = _jobbers(self)
         with softlimit.shielded(drop=False):
             result = jobbers.store.heartbeat(
-                req.id, self.attempt, progress=pending.get("progress"),
-                checkpoint=pending.get("ckpt"), name=self.name,
+                req.id, self.attempt, progress=encoded_progress, checkpoint=encoded_ckpt,
+                name=self.name,
                 lease_cap_ms=self._lease_ms(jobbers) if opts.max_concurrent else None,
             )
-        setattr(req, _HB_SENT, now)
+        beat.due = now + beat.gap
         if not result.delivered:  # Redis unreachable: keep it for the next one
-            setattr(req, _HB_PENDING, pending)
             return
-        setattr(req, _HB_PENDING, None)
+        beat.progress = beat.ckpt = None
         if not result.accepted:
             setattr(req, _DONE, True)  # nothing this attempt reports would be accepted
             raise AttemptSuperseded(
@@ -167,9 +227,30 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             raise TaskCancelled(f"{self.name}[{req.id}] was cancelled")
 
     def _pending_checkpoint(self) -> dict[str, str]:
-        """A throttled heartbeat's unsent checkpoint/progress, to save with the outcome."""
-        pending = getattr(self.request, _HB_PENDING, None)
-        return dict(pending) if pending else {}
+        """What throttled heartbeats left unsent (progress, checkpoint), encoded, to save
+        with the outcome. A value that does not encode can no longer reach the task: it is
+        logged and left out (the record keeps the last one sent)."""
+        req = self.request
+        beat = getattr(req, _HB, None)
+        if beat is None:
+            return {}
+        fields: dict[str, str] = {}
+        for attr, what, limit in (("progress", "progress", PROGRESS_MAX_BYTES),
+                                  ("ckpt", "checkpoint", CHECKPOINT_MAX_BYTES)):
+            value = getattr(beat, attr)
+            if value is None:
+                continue
+            try:
+                text = _encoded(what, value, limit)
+            except (TypeError, ValueError) as exc:
+                setattr(beat, attr, None)
+                log.error("%s[%s] attempt %s: the %s its last heartbeat() left unsent is not "
+                          "saved with its outcome: %s", self.name, req.id, self.attempt, what,
+                          exc)
+                continue
+            fields[attr] = text  # the record's fields: progress, ckpt
+            setattr(beat, attr, _Encoded(text))  # the step may be sent again: encode once
+        return fields
 
     def _publish_lease_ms(self, jobbers: Any) -> int:
         return int(jobbers.config.publish_lease * 1000)
@@ -603,6 +684,86 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if opts.retry_delay is None:
             return 0.0
         return compute_delay(opts.backoff_strategy, opts.retry_delay, n, opts.max_retry_delay)
+
+
+class _Beat:
+    """The heartbeat state of one running attempt, kept on its request: when the next
+    heartbeat may be sent, and the values throttled calls left to send with it."""
+
+    __slots__ = ("ckpt", "due", "gap", "progress", "stops")
+
+    def __init__(self, gap: float, stops: bool) -> None:
+        self.due = -math.inf  # calls before this monotonic time are throttled: not the first
+        self.gap = gap
+        self.stops = stops  # on_shutdown is stop or resubmit: a shutdown raises at a call
+        self.progress: Any = None  # pending, not sent yet: see _snapshot; None: nothing
+        self.ckpt: Any = None
+
+
+class _Encoded:
+    """A pending heartbeat value already encoded as JSON (to tell it from a string value)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+#: Types whose values cannot change after ``heartbeat()`` returns: kept as passed.
+_IMMUTABLE = frozenset({int, float, str, bool, type(None)})
+
+
+def _snapshot(what: str, value: Any, limit: int) -> Any:
+    """The value ``heartbeat()`` keeps until it is sent: the value as passed, even if the
+    task changes it after the call. A number, string or ``None`` is kept as it is; a dict,
+    list or tuple of those is copied (one level, cheap); anything else is encoded now (and
+    so checked now)."""
+    kind = type(value)
+    if kind is dict or kind is list or kind is tuple:
+        for item in value.values() if kind is dict else value:
+            if type(item) not in _IMMUTABLE:
+                break
+        else:  # numbers and strings only: a shallow copy is the value as passed
+            return value if kind is tuple else value.copy()
+    elif kind in _IMMUTABLE:
+        return value
+    return _Encoded(_encode(what, value, limit))
+
+
+def _encoded(what: str, value: Any, limit: int) -> str:
+    """A pending value (not ``None``) as JSON."""
+    if type(value) is _Encoded:
+        return value.text
+    return _encode(what, value, limit)
+
+
+def _request_getter(stack: Any) -> Callable[[], Any]:
+    """A function returning the top of Celery's request ``stack`` in this thread (the
+    request the task runs under), or ``None``: ``stack.top``, at a fraction of its cost.
+
+    ``Task.request`` reads the stack through ``celery.utils.threads.Local``, whose every
+    read costs ~0.7 us (a failed attribute lookup, then ``__getattr__``): more than the
+    whole throttled heartbeat. For the stack Celery uses by default this reads the same
+    storage directly. With any other stack (``USE_FAST_LOCALS``, another Celery version)
+    it is the public ``stack.top``. ``heartbeat()`` checks the result against
+    ``self.request`` once per attempt and falls back to ``stack.top`` should they differ.
+    """
+    threads = importlib.import_module("celery.utils.threads")
+    local = getattr(stack, "_local", None)
+    storage = getattr(local, "__storage__", None) if local is not None else None
+    ident = getattr(local, "__ident_func__", None) if local is not None else None
+    if (type(stack) is getattr(threads, "_LocalStack", None)
+            and type(local) is getattr(threads, "Local", None)
+            and type(storage) is dict and callable(ident)):
+
+        def top() -> Any:
+            try:
+                return storage[ident()]["stack"][-1]
+            except (KeyError, IndexError):
+                return None
+
+        return top
+    return lambda: stack.top
 
 
 def _encode(what: str, value: Any, limit: int) -> str:

@@ -1,0 +1,217 @@
+#!/usr/bin/env python
+"""What does ``self.heartbeat(progress=i)`` cost a task that calls it in a tight loop?
+
+Issue 12, point 5: a tight loop of 100,000 ``heartbeat(progress=i)`` calls must cost under
+1 us per call beyond the loop. Runs a real ``JobbersTask`` (``bench.heartbeat_loop``, in
+``heartbeat_app.py``) on a real solo worker, with a private ``redis-server`` on a free
+loopback port as broker (db 0, also jobbers' store) and result backend (db 1). The task body
+times, ``--rounds`` times in a rotating order, three loops of ``-n`` iterations: an empty
+loop, a loop calling a no-op method of the task with heartbeat()'s signature (the cost of a
+method call, for scale), and the loop calling ``self.heartbeat(progress=i)``. The benchmark
+runs ``--tasks`` such tasks one after the other and reports, per round, the microseconds per
+call beyond the empty loop (median and min-max over every round of every task), how many
+heartbeats were actually sent to Redis per loop, and checks that the last progress
+(``n - 1``) reached the record at completion.
+
+    .venv/bin/python bench/heartbeat.py              # 3 tasks x 5 rounds x 100,000 calls (~10 s)
+    .venv/bin/python bench/heartbeat.py --dict       # progress={"done": i} instead of i
+    .venv/bin/python bench/heartbeat.py --tasks 5 --rounds 9 --json out.json
+
+Exit code 0 if the median is under the target, 2 if not, 1 if the benchmark failed (the
+worker died, a task failed, the record did not end ``completed`` with the last progress).
+See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+TARGET_US = 1.0
+
+
+def free_port() -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port != 6379:  # never the machine's shared Redis
+            return port
+
+
+def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def start_redis(binary: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    path = shutil.which(binary)
+    if path is None:
+        raise SystemExit(f"{binary} not found: install redis-server or pass --redis-server")
+    port = free_port()
+    proc = subprocess.Popen(
+        [path, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    return proc, port
+
+
+def start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "celery", "-A", "heartbeat_app", "worker", "-P", "solo",
+           "-n", f"bench-hb-{os.getpid()}@localhost", "-l", "WARNING",
+           "--without-mingle", "--without-gossip", "--without-heartbeat"]
+    with log_path.open("w") as log:
+        return subprocess.Popen(cmd, cwd=BENCH_DIR, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_worker(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # warm shutdown
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+
+
+def _stat(values: list[float]) -> str:
+    return f"{statistics.median(values):6.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=100_000, help="calls per loop (100000)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the 3 loops per task (5)")
+    ap.add_argument("--tasks", type=int, default=3, help="tasks, one after the other (3)")
+    ap.add_argument("--dict", action="store_true", help='progress={"done": i} instead of i')
+    ap.add_argument("--json", metavar="PATH", help="write every figure to PATH")
+    ap.add_argument("--redis-server", default="redis-server")
+    args = ap.parse_args()
+    if args.n < 1 or args.rounds < 1 or args.tasks < 1:
+        ap.error("-n, --rounds and --tasks must be at least 1")
+
+    work = Path(tempfile.mkdtemp(prefix="jobbers-bench-hb-"))
+    redis_proc, port = start_redis(args.redis_server, work)
+    worker = None
+    try:
+        ready = work / "ready"
+        env = {
+            **os.environ, "BENCH_BROKER_URL": f"redis://127.0.0.1:{port}/0",
+            "BENCH_RESULT_URL": f"redis://127.0.0.1:{port}/1", "BENCH_READY_FILE": str(ready),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), str(ROOT),
+                                                        os.environ.get("PYTHONPATH")])),
+        }
+        os.environ.update({k: env[k] for k in ("BENCH_BROKER_URL", "BENCH_RESULT_URL")})
+        sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
+        import heartbeat_app  # the client side: publishes, reads results and records
+
+        wait_for(lambda: _pong(heartbeat_app.jobbers.store.client), 10, "redis-server")
+        worker = start_worker(env, work / "worker.log")
+
+        def worker_ready() -> bool:
+            if worker is not None and worker.poll() is not None:
+                raise RuntimeError(f"the worker exited ({worker.returncode}):\n"
+                                   + (work / "worker.log").read_text(errors="replace")[-3000:])
+            return ready.exists()
+
+        wait_for(worker_ready, 90, "the worker to be ready")
+        label = '{"done": i}' if args.dict else "i"
+        print(f"heartbeat(progress={label}): {args.tasks} "
+              f"tasks x {args.rounds} rounds x {args.n:,} calls, solo worker; load average "
+              f"{os.getloadavg()[0]:.2f}", flush=True)
+        beyond: dict[str, list[float]] = {"noop": [], "heartbeat": [], "hb_vs_noop": []}
+        loops_us: dict[str, list[float]] = {"empty": [], "noop": [], "heartbeat": []}
+        sends: list[int] = []
+        failures: list[str] = []
+        per_task = []
+        for t in range(args.tasks):
+            res = heartbeat_app.heartbeat_loop.delay(args.n, args.rounds, args.dict)
+            out = res.get(timeout=max(120.0, args.n * args.rounds * 1e-4))
+            expected: Any = {"done": args.n - 1} if args.dict else args.n - 1
+
+            def completed(task_id: str = res.id) -> Any:
+                if worker is not None and worker.poll() is not None:
+                    raise RuntimeError(f"the worker died ({worker.returncode})")
+                record = heartbeat_app.jobbers.get(task_id)
+                return record if record is not None and record.state == "completed" else None
+
+            record = wait_for(completed, 30, f"task {res.id} to be recorded completed")
+            times = out["times"]
+            for name in loops_us:
+                loops_us[name] += [1e6 * x / args.n for x in times[name]]
+            for e, o, h in zip(times["empty"], times["noop"], times["heartbeat"], strict=True):
+                beyond["noop"].append(1e6 * (o - e) / args.n)
+                beyond["heartbeat"].append(1e6 * (h - e) / args.n)
+                beyond["hb_vs_noop"].append(1e6 * (h - o) / args.n)
+            sends += out["sends_per_loop"]
+            ok = record.progress == expected
+            if not ok:
+                failures.append(f"task {t + 1}: the record's progress is {record.progress!r}, "
+                                f"not the last one passed ({expected!r})")
+            mine = [1e6 * (h - e) / args.n
+                    for e, h in zip(times["empty"], times["heartbeat"], strict=True)]
+            print(f"  task {t + 1}: heartbeat beyond the loop {_stat(mine)} us/call; sent to "
+                  f"Redis per loop {out['sends_per_loop']} ({out['sent']['delivered']} "
+                  f"delivered); record completed, progress {record.progress!r} "
+                  f"({'the last one' if ok else 'NOT the last one'})", flush=True)
+            per_task.append({"times": times, "sends_per_loop": out["sends_per_loop"],
+                             "sent": out["sent"], "progress": record.progress, "ok": ok})
+    finally:
+        if worker is not None:
+            stop_worker(worker)
+        redis_proc.terminate()
+        redis_proc.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+
+    med = statistics.median(beyond["heartbeat"])
+    print(f"\nper call, median [min-max] over {len(beyond['heartbeat'])} rounds:")
+    print(f"  empty loop, per iteration          {_stat(loops_us['empty'])} us")
+    print(f"  no-op method call, beyond the loop {_stat(beyond['noop'])} us")
+    print(f"  heartbeat(), beyond the loop       {_stat(beyond['heartbeat'])} us")
+    print(f"  heartbeat(), beyond a no-op call   {_stat(beyond['hb_vs_noop'])} us")
+    print(f"  heartbeats sent to Redis per loop of {args.n:,}: {sends} "
+          f"(the first call of a task sends, then at most one a second)")
+    verdict = "met" if med < TARGET_US else "NOT met"
+    print(f"target: under {TARGET_US:g} us per call beyond the loop: {verdict} "
+          f"(median {med:.3f} us)")
+    for f in failures:
+        print(f"FAILED: {f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "n": args.n, "rounds": args.rounds, "dict": args.dict, "tasks": per_task,
+            "beyond_us": beyond, "loops_us": loops_us, "median_us": med}, indent=1))
+    if failures:
+        return 1
+    return 0 if med < TARGET_US else 2
+
+
+def _pong(client: Any) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
