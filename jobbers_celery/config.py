@@ -98,8 +98,8 @@ class JobbersConfig:
             if (isinstance(value, bool) or not isinstance(value, int | float)
                     or not math.isfinite(value) or value <= 0):
                 raise ConfigurationError(f"jobbers_{name} must be a number > 0, got {value!r}")
-        if (isinstance(self.payload_warn_bytes, bool) or not isinstance(self.payload_warn_bytes, int)
-                or self.payload_warn_bytes < 0):
+        warn = self.payload_warn_bytes
+        if isinstance(warn, bool) or not isinstance(warn, int) or warn < 0:
             raise ConfigurationError(
                 "jobbers_payload_warn_bytes must be a whole number of bytes >= 0 (0: never "
                 f"warn), got {self.payload_warn_bytes!r}"
