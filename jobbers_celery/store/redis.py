@@ -93,6 +93,7 @@ class RedisStore:
         self._due = client.register_script(lua.joinpath("due.lua").read_text())
         self._lease = client.register_script(lua.joinpath("lease.lua").read_text())
         self._drop_payload = client.register_script(lua.joinpath("drop_payload.lua").read_text())
+        self._has_payload = client.register_script(lua.joinpath("has_payload.lua").read_text())
 
     def wait_out_outages(self, seconds: float) -> None:
         """Make the lifecycle steps (not heartbeats nor liveness refreshes, which have their
@@ -383,22 +384,20 @@ class RedisStore:
         resubmitted or started since keeps its payload. Returns how many were dropped."""
         if not dead:
             return 0
+        keep_ms = (self.retention_s + _EXPIRY_SLACK_S) * 1000
         return int(self._drop_payload(keys=[self.keys.task(i) for i, _ in dead],
-                                      args=[str(a) for _, a in dead]))
+                                      args=[keep_ms, *(str(a) for _, a in dead)]))
 
     def without_payload(self, ids: Sequence[str]) -> dict[str, int]:
         """Of ``ids``, the resubmittable records that hold no payload (a dead-letter entry
         holds it, see :meth:`drop_payloads`): id -> attempt. One round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for task_id in ids:
-            key = self.keys.task(task_id)
-            pipe.hmget(key, ["state", "attempt"])
-            pipe.hexists(key, "msg")
-        raw = pipe.execute()
+        if not ids:
+            return {}
+        raw = self._has_payload(keys=[self.keys.task(i) for i in ids])
         out: dict[str, int] = {}
         for n, task_id in enumerate(ids):
-            (state, attempt), has_msg = raw[2 * n], raw[2 * n + 1]
-            if state in RESUBMITTABLE and not has_msg:
+            state, attempt, has_msg = raw[3 * n:3 * n + 3]
+            if state in RESUBMITTABLE and not int(has_msg):
                 out[task_id] = _int(attempt)
         return out
 
