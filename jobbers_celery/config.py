@@ -55,6 +55,9 @@ class JobbersConfig:
     #: Seconds the process that reports the cluster-wide metric gauges keeps that role
     #: without collecting; set it above the metric reader's collection interval.
     metrics_gauge_lease: float = 120.0
+    #: Size in bytes of a task's payload (args, kwargs and publish options as JSON) above
+    #: which its first publish logs a warning; 0: never warn.
+    payload_warn_bytes: int = 256 * 1024
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any], broker_url: str | None = None) -> JobbersConfig:
@@ -95,6 +98,12 @@ class JobbersConfig:
             if (isinstance(value, bool) or not isinstance(value, int | float)
                     or not math.isfinite(value) or value <= 0):
                 raise ConfigurationError(f"jobbers_{name} must be a number > 0, got {value!r}")
+        warn = self.payload_warn_bytes
+        if isinstance(warn, bool) or not isinstance(warn, int) or warn < 0:
+            raise ConfigurationError(
+                "jobbers_payload_warn_bytes must be a whole number of bytes >= 0 (0: never "
+                f"warn), got {self.payload_warn_bytes!r}"
+            )
         if not isinstance(self.redis_transport_options, Mapping):
             raise ConfigurationError(
                 "jobbers_redis_transport_options must be a dict, "

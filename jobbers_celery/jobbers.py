@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kombu.utils.imports import symbol_by_name
 
@@ -14,7 +14,7 @@ from jobbers_celery import lifecycle, payload
 from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.records import DeadLetter, TaskRecord, Transition
-from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink
+from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, PayloadDeadLetterSink
 from jobbers_celery.states import RESUBMITTABLE, TaskState
 from jobbers_celery.store import RedisStore
 from jobbers_celery.store.connect import redis_client
@@ -49,7 +49,12 @@ class Jobbers:
         if not isinstance(sink, DeadLetterSink):
             raise TypeError(f"{config.dead_letter_sink} did not build a sink with write(entry)")
         self.sink: DeadLetterSink = sink
-        self.dead_letters = DeadLetterDispatcher(sink, self.store.client, self.store.keys)
+        # a sink that can hand entries back keeps the one copy of a dead task's payload
+        self._payload_sink = (cast("PayloadDeadLetterSink", sink)
+                              if callable(getattr(sink, "entry", None)) else None)
+        self.dead_letters = DeadLetterDispatcher(
+            sink, self.store.client, self.store.keys,
+            written=self._drop_record_payloads if self._payload_sink is not None else None)
         self.cleaner = Cleaner(self)
 
     # ------------------------------------------------------------------ reads
@@ -86,10 +91,25 @@ class Jobbers:
 
         Returns the ids actually resubmitted; others (unknown, running, completed, or
         already resubmitted by a concurrent caller) are skipped.
+
+        A dead-lettered task whose record no longer holds its payload (the dead-letter sink
+        keeps it, see :class:`~jobbers_celery.sinks.PayloadDeadLetterSink`) is published
+        with the payload of its dead-letter entry.
         """
         published: list[str] = []
         lease_ms = int(self.config.publish_lease * 1000)
-        for task_id in dict.fromkeys(task_ids):
+        ids = list(dict.fromkeys(task_ids))
+        in_sink = self._payloads_in_sink(ids)
+        for task_id in ids:
+            if task_id in in_sink:
+                entry = in_sink[task_id]
+                if entry is None:
+                    log.error("task %s cannot be republished: its record holds no payload "
+                              "and its dead-letter entry is gone", task_id)
+                elif self._resubmit_dead_letter(entry, reset_retry_count, None,
+                                                sources=RESUBMITTABLE, from_dlq=False):
+                    published.append(task_id)
+                continue
             res = self.store.step(
                 task_id, TaskState.SUBMITTED, sources=RESUBMITTABLE, lease_ms=lease_ms,
                 reason=_resubmit_reason(reset_retry_count),
@@ -108,6 +128,18 @@ class Jobbers:
                 published.append(task_id)
         self.store.confirm_published(published)
         return published
+
+    def _payloads_in_sink(self, ids: list[str]) -> dict[str, DeadLetter | None]:
+        """The dead-letter entries holding the payloads of those ``ids`` whose records hold
+        none (``None``: the entry is gone too)."""
+        if self._payload_sink is None or not ids:
+            return {}
+        return {task_id: self._payload_sink.entry(task_id, attempt)
+                for task_id, attempt in self.store.without_payload(ids).items()}
+
+    def _drop_record_payloads(self, entries: Sequence[DeadLetter]) -> None:
+        """The sink took ``entries``: their records forget their copies of the payloads."""
+        self.store.drop_payloads([(e.task_id, e.attempt) for e in entries])
 
     def resubmit_dead_letters(
         self, entries: Iterable[DeadLetter], reset_retry_count: bool = True
@@ -134,7 +166,10 @@ class Jobbers:
         return published
 
     def _resubmit_dead_letter(self, entry: DeadLetter, reset_retry_count: bool,
-                              producer: Any) -> bool:
+                              producer: Any, sources: frozenset[TaskState] | None = None,
+                              from_dlq: bool = True) -> bool:
+        """Resubmit with ``entry``'s payload. ``from_dlq=False``: ``resubmit`` taking the
+        payload of a record that dropped its copy (the history says "resubmitted")."""
         options = dict(entry.options or {})
         headers = dict(options.get("headers") or {})
         headers.pop(payload.HEADER_ENQUEUED_AT, None)
@@ -150,10 +185,11 @@ class Jobbers:
             create["ver"] = str(entry.version)
         res = self.store.step(
             entry.task_id, TaskState.SUBMITTED,
-            sources=RESUBMITTABLE | {TaskState.UNSUBMITTED}, create=create,
+            sources=sources or RESUBMITTABLE | {TaskState.UNSUBMITTED}, create=create,
             set_fields=fields, delete=("stalls",) if reset_retry_count else (),
             lease_ms=int(self.config.publish_lease * 1000), name=entry.name,
-            reason=_resubmit_reason(reset_retry_count) + " from the dead-letter queue",
+            reason=_resubmit_reason(reset_retry_count)
+            + (" from the dead-letter queue" if from_dlq else ""),
             ret=("retries", "name", "ver", "dlq"),
         )
         if not res.applied:

@@ -83,6 +83,9 @@ def on_publish(
         fields = {"msg": _encode_payload(payload)}
         if headers.get("retries"):  # absent means 0: every byte of a record counts
             fields["retries"] = str(headers["retries"])
+        elif len(fields["msg"]) > jobbers.config.payload_warn_bytes > 0:  # first publish only
+            _warn_large_payload(name, task_id, len(fields["msg"]),
+                                jobbers.config.payload_warn_bytes)
         create = {"name": name, "queue": queue}
         if dead_letter:
             create["dlq"] = "1"
@@ -101,6 +104,15 @@ def on_publish(
         headers[pl.HEADER_EPOCH] = epoch
 
 
+def _warn_large_payload(name: str, task_id: str, size: int, limit: int) -> None:
+    log.warning(
+        "task %s[%s]: its payload (args, kwargs and publish options) is %d bytes as JSON, "
+        "above jobbers_payload_warn_bytes=%d; jobbers stores it once (on the task's record "
+        "while the task can run, in its dead-letter entry once dead-lettered) and the broker "
+        "holds the message: pass a reference to large data (a key, a path, a URL) instead",
+        name, task_id, size, limit)
+
+
 def _encode_payload(payload: dict[str, Any]) -> str:
     try:
         return pl.dumps(payload)
@@ -110,11 +122,22 @@ def _encode_payload(payload: dict[str, Any]) -> str:
                          "kwargs": repr(payload.get("kwargs")), "options": {}})
 
 
+#: Characters of an error message the record keeps (a dead letter keeps all of it): an
+#: exception that quotes a big argument must not put another copy of it on the record.
+ERROR_MESSAGE_MAX_CHARS = 1024
+
+
 def error_fields(exc: BaseException | None, message: str | None = None) -> dict[str, str]:
     if exc is None:
-        return {"err": pl.dumps({"type": "", "message": message or ""})}
+        return {"err": pl.dumps({"type": "", "message": _clip(message or "")})}
     type_name, text, _ = pl.describe_exception(exc)
-    return {"err": pl.dumps({"type": type_name, "message": message or text})}
+    return {"err": pl.dumps({"type": type_name, "message": _clip(message or text)})}
+
+
+def _clip(text: str) -> str:
+    if len(text) <= ERROR_MESSAGE_MAX_CHARS:
+        return text
+    return f"{text[:ERROR_MESSAGE_MAX_CHARS]}... [cut: {len(text)} characters in all]"
 
 
 def dead_letter(

@@ -5,7 +5,9 @@ receives the ``Jobbers`` instance. Writing must be idempotent per ``(task_id, at
 A sink may also have ``write_many(entries)`` (optional, see :class:`BatchDeadLetterSink`),
 which the cleaner uses to write all the dead letters of a pass at once, and ``size()``
 (optional, see :class:`SizedDeadLetterSink`), which the ``dead_letter_queue_size`` metric
-gauge reports.
+gauge reports, and ``entry(task_id, attempt)`` (optional, see :class:`PayloadDeadLetterSink`):
+a sink that can hand an entry back keeps the one stored copy of a dead task's payload, and
+the task's record drops its own.
 The dispatcher in front of it makes sure an entry is never lost silently: on failure the
 entry is logged in full, parked in a Redis outbox (or in memory when Redis is down too),
 and written again later.
@@ -17,7 +19,7 @@ import collections
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from jobbers_celery import metrics
@@ -33,6 +35,7 @@ __all__ = [
     "BatchDeadLetterSink",
     "DeadLetterDispatcher",
     "DeadLetterSink",
+    "PayloadDeadLetterSink",
     "RedisDeadLetterSink",
     "SizedDeadLetterSink",
 ]
@@ -80,6 +83,19 @@ class SizedDeadLetterSink(DeadLetterSink, Protocol):
         """How many entries the dead-letter queue holds now."""
 
 
+class PayloadDeadLetterSink(DeadLetterSink, Protocol):
+    """A sink that can hand an entry back (found with ``getattr``).
+
+    Its entries then hold the one stored copy of a dead task's payload (args, kwargs, publish
+    options): once an entry is written, the task's Redis record drops its own copy, and
+    ``Jobbers.resubmit`` takes the payload from the entry. A sink without ``entry`` leaves
+    the record's copy in place (two copies until the record expires).
+    """
+
+    def entry(self, task_id: str, attempt: int) -> DeadLetter | None:
+        """The entry written for ``(task_id, attempt)``, or ``None`` if there is none."""
+
+
 class RedisDeadLetterSink:
     """The default sink: a hash of JSON entries plus a time index, in the jobbers namespace."""
 
@@ -112,6 +128,12 @@ class RedisDeadLetterSink:
         """Entries stored (one ``HLEN``)."""
         return int(self.client.hlen(self.keys.dead_letters))
 
+    def entry(self, task_id: str, attempt: int) -> DeadLetter | None:
+        """The entry of ``(task_id, attempt)`` (one ``HGET``), ``None`` if absent."""
+        raw = cast("str | None", self.client.hget(self.keys.dead_letters,
+                                                  f"{task_id}:{attempt}"))
+        return DeadLetter.from_json(json.loads(raw)) if raw else None
+
     def entries(self, limit: int = 100) -> list[DeadLetter]:
         """Newest first."""
         members = cast("list[str]",
@@ -123,12 +145,19 @@ class RedisDeadLetterSink:
 
 
 class DeadLetterDispatcher:
-    """Sends entries to the sink, keeping and retrying the ones it could not write."""
+    """Sends entries to the sink, keeping and retrying the ones it could not write.
 
-    def __init__(self, sink: DeadLetterSink, client: redis.Redis, keys: Keys) -> None:
+    ``written``: called with the entries the sink took (after each write or batch; an
+    exception it raises is logged, never lost entries): ``Jobbers`` drops the records'
+    copies of the payloads there when the sink keeps them (:class:`PayloadDeadLetterSink`).
+    """
+
+    def __init__(self, sink: DeadLetterSink, client: redis.Redis, keys: Keys,
+                 written: Callable[[Sequence[DeadLetter]], None] | None = None) -> None:
         self.sink = sink
         self.client = client
         self.keys = keys
+        self._written = written
         self._pending: collections.deque[DeadLetter] = collections.deque(maxlen=_MAX_PENDING)
         self._lock = threading.Lock()
         self._retrier: threading.Thread | None = None
@@ -138,14 +167,24 @@ class DeadLetterDispatcher:
         metrics.dead_lettered((entry,))
         try:
             self.sink.write(entry)
-            return True
         except Exception:
             log.exception(
                 "dead-letter sink failed; entry kept for retry: %s",
                 json.dumps(entry.to_json(), default=str),
             )
-        self._park(entry)
-        return False
+            self._park(entry)
+            return False
+        self._after_write([entry])
+        return True
+
+    def _after_write(self, entries: Sequence[DeadLetter]) -> None:
+        if self._written is None or not entries:
+            return
+        try:
+            self._written(entries)
+        except Exception:  # the entries are written; only a copy stays behind
+            log.warning("could not drop the records' copies of %d dead-lettered payload(s); "
+                        "they expire with the records", len(entries), exc_info=True)
 
     def send_many(self, entries: Sequence[DeadLetter]) -> list[bool]:
         """Write ``entries`` at once when the sink has ``write_many`` (one at a time with
@@ -162,10 +201,12 @@ class DeadLetterDispatcher:
         if callable(write_many):
             try:
                 write_many(batch)
-                return [True] * len(batch)
             except Exception:
                 log.warning("dead-letter sink could not write %d entries at once; "
                             "writing them one at a time", len(batch), exc_info=True)
+            else:
+                self._after_write(batch)
+                return [True] * len(batch)
         sent: list[bool] = []
         failed: list[DeadLetter] = []
         in_a_row = 0
@@ -186,6 +227,7 @@ class DeadLetterDispatcher:
                     in_a_row += 1
             failed.append(entry)
             sent.append(False)
+        self._after_write([e for e, ok in zip(batch, sent, strict=True) if ok])
         if failed:
             self._park_many(failed)
         return sent
@@ -232,7 +274,14 @@ class DeadLetterDispatcher:
 
     def retry_pending(self, limit: int = 100) -> int:
         """Write parked entries again (memory first, then the Redis outbox); returns written."""
-        written = 0
+        done: list[DeadLetter] = []
+        try:
+            self._retry_pending(limit, done)
+        finally:
+            self._after_write(done)
+        return len(done)
+
+    def _retry_pending(self, limit: int, done: list[DeadLetter]) -> None:
         while True:
             with self._lock:
                 if not self._pending:
@@ -241,16 +290,16 @@ class DeadLetterDispatcher:
             try:
                 self.sink.write(entry)
             except Exception:  # noqa: BLE001 - still failing: keep it, try again later
-                return written
+                return
             with self._lock:
                 if self._pending and self._pending[0] is entry:
                     self._pending.popleft()
-            written += 1
+            done.append(entry)
         for _ in range(limit):
             try:
                 raw = cast("str | None", self.client.lpop(self.keys.dead_letter_outbox))
             except Exception:  # noqa: BLE001 - Redis down: the outbox waits for it
-                return written
+                return
             if raw is None:
                 break
             entry = DeadLetter.from_json(json.loads(raw))
@@ -263,9 +312,8 @@ class DeadLetterDispatcher:
                     self.client.lpush(self.keys.dead_letter_outbox, raw)
                 except Exception:  # noqa: BLE001 - popped but not pushed back: keep it in memory
                     self._park(entry)
-                return written
-            written += 1
-        return written
+                return
+            done.append(entry)
 
     @property
     def pending_in_memory(self) -> int:

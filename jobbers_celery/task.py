@@ -19,6 +19,7 @@ from typing import Any, ClassVar, NoReturn
 
 from celery import Task
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
+from celery.utils.saferepr import saferepr
 
 from jobbers_celery import lifecycle, liveness, metrics, payload, results, shutdown, softlimit
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
@@ -58,6 +59,8 @@ PROGRESS_MAX_BYTES = 16 * 1024
 HEARTBEAT_MIN_GAP_S = 1.0
 #: A task over its ``max_concurrent`` cap is deferred by a random delay in this range.
 DEFER_RANGE_S = (0.5, 1.5)
+#: Characters of args/kwargs an error message quotes (Celery's argsrepr limit).
+_REPR_MAX = 1024
 
 
 def _jobbers(task: Task[Any, Any]) -> Any:
@@ -615,8 +618,11 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         limit = self.max_retries if max_retries is None else max_retries
         n = int(req.retries or 0) + 1
         if limit is not None and n > limit:
+            # the arguments as Celery shows them in messages and logs (argsrepr): bounded,
+            # or a big payload would be copied into the record, the dead letter and the result
             error = exc or MaxRetriesExceededError(
-                f"Can't retry {self.name}[{req.id}] args:{req.args} kwargs:{req.kwargs}"
+                f"Can't retry {self.name}[{req.id}] args:{saferepr(req.args, _REPR_MAX)} "
+                f"kwargs:{saferepr(req.kwargs, _REPR_MAX)}"
             )
             self._fail(error, reason="retries exhausted")
             raise error

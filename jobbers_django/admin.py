@@ -56,7 +56,7 @@ from jobbers_django.models import (
     Source,
     Status,
 )
-from jobbers_django.redaction import redact
+from jobbers_django.redaction import display, redact
 
 #: What reading Redis can raise: the admin shows these as a message, never as a 500.
 REDIS_ERRORS = (redis.RedisError, OSError, ConfigurationError)
@@ -214,8 +214,14 @@ class FingerprintFilter(ExactFilter):
 
 # ---------------------------------------------------------------------- helpers
 def _json(value: Any) -> str:
-    return format_html("<pre class=\"jobbers-json\">{}</pre>", json.dumps(
-        redact(value), indent=2, sort_keys=True, ensure_ascii=False, default=str))
+    """A stored JSON value as people see it: redacted, long values cut (with a note)."""
+    shown, cut = display(value)
+    text = json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    if cut:
+        return format_html("<pre class=\"jobbers-json\">{}</pre><p class=\"help\">Cut for "
+                           "display (JOBBERS_DISPLAY_MAX_CHARS); resubmission uses the full "
+                           "value.</p>", text)
+    return format_html("<pre class=\"jobbers-json\">{}</pre>", text)
 
 
 def _compact(value: Any) -> str:
@@ -288,8 +294,9 @@ class DeadLetterEntryAdmin(ReadOnlyAdmin):
                                      "traceback_display", "worker", "attempt",
                                      "retry_attempt", "failure_count", "first_failed_at",
                                      "last_failed_at")}),
-        ("Arguments (secrets redacted)", {"fields": ("args_display", "kwargs_display",
-                                                    "checkpoint_display", "options_display")}),
+        ("Arguments (secrets redacted, long values cut)", {
+            "fields": ("args_display", "kwargs_display", "checkpoint_display",
+                       "options_display")}),
         ("Resubmission", {"fields": ("resubmit_count", "resubmitted_at", "discarded_at",
                                      "publish_pending")}),
     )
@@ -297,6 +304,14 @@ class DeadLetterEntryAdmin(ReadOnlyAdmin):
                        "checkpoint_display", "options_display")
 
     # -------------------------------------------------------------- list
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        qs = super().get_queryset(request)
+        match = request.resolver_match
+        if match is not None and match.url_name == "jobbers_deadletterentry_changelist":
+            # the list shows none of these: a page of big payloads is not read for nothing
+            qs = qs.defer("args", "kwargs", "options", "checkpoint", "traceback")
+        return qs
+
     @admin.display(description="version")
     def version(self, obj: DeadLetterEntry) -> Any:
         return obj.task_version

@@ -15,6 +15,11 @@
     Substrings of argument keys whose values are shown as ``********`` (case-insensitive).
     Default: password, passwd, token, secret, api_key, apikey, authorization, credential,
     private_key. Resubmission always uses the real values.
+``JOBBERS_DISPLAY_MAX_CHARS``
+    Characters of JSON shown of each of a dead-letter entry's args, kwargs, checkpoint and
+    publish options (admin and API); a longer value is cut, keeping its shape, with a
+    ``[cut for display: ...]`` marker. Default 16384; 0 shows everything. Resubmission
+    always uses the full values.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
         "password", "passwd", "token", "secret", "api_key", "apikey", "authorization",
         "credential", "private_key",
     ),
+    "JOBBERS_DISPLAY_MAX_CHARS": 16384,
 }
 
 #: Fixed limits of the API (docs/howto/rest-api.md, "Validation"), not settings.

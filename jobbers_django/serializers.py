@@ -3,8 +3,9 @@
 Requests are validated strictly: unknown fields and query parameters, blank or repeated
 values, malformed task ids and out-of-range limits are 400s that name the field. Answers
 show datetimes as ISO 8601 in UTC (``Z``) and arguments, checkpoints, progress and publish
-options with secret-looking keys redacted (:mod:`jobbers_django.redaction`); the stored
-values stay whole, so a resubmission still uses the real ones.
+options with secret-looking keys redacted (:mod:`jobbers_django.redaction`), and a dead-letter
+entry's long values cut (``JOBBERS_DISPLAY_MAX_CHARS``, listed in its ``truncated``); the
+stored values stay whole, so a resubmission still uses the real ones.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rest_framework import serializers
 from jobbers_celery import TaskState
 from jobbers_django import conf
 from jobbers_django.models import DeadLetterEntry, DeadLetterFailure, Reason, Status
-from jobbers_django.redaction import redact
+from jobbers_django.redaction import display, redact
 
 __all__ = [
     "FILTER_FIELDS",
@@ -87,6 +88,18 @@ class RedactedJSONField(serializers.JSONField):
 
     def to_representation(self, value: Any) -> Any:
         return redact(value)
+
+
+class DisplayJSONField(RedactedJSONField):
+    """Redacted, and cut when longer than ``JOBBERS_DISPLAY_MAX_CHARS`` characters of JSON
+    (a parent with a ``cut_fields`` list gets the field's name added to it)."""
+
+    def to_representation(self, value: Any) -> Any:
+        shown, cut = display(value)
+        cut_fields = getattr(self.parent, "cut_fields", None)
+        if cut and isinstance(cut_fields, list):
+            cut_fields.append(self.field_name)
+        return shown
 
 
 class StrictCharField(serializers.CharField):
@@ -247,11 +260,18 @@ class _UTCModelSerializer(serializers.ModelSerializer[Any]):
 class DeadLetterEntrySerializer(_UTCModelSerializer):
     """A dead-letter entry (its last failure; the traceback is in its history)."""
 
-    args = RedactedJSONField(help_text="positional arguments (secret-looking keys redacted)")
-    kwargs = RedactedJSONField(help_text="keyword arguments (secret-looking keys redacted)")
-    checkpoint = RedactedJSONField(allow_null=True)
-    options = RedactedJSONField(help_text="publish options (queue, routing, headers), "
-                                "secret-looking keys redacted")
+    args = DisplayJSONField(help_text="positional arguments (secret-looking keys redacted, "
+                            "long values cut: see `truncated`)")
+    kwargs = DisplayJSONField(help_text="keyword arguments (secret-looking keys redacted, "
+                              "long values cut: see `truncated`)")
+    checkpoint = DisplayJSONField(allow_null=True)
+    options = DisplayJSONField(help_text="publish options (queue, routing, headers), "
+                               "secret-looking keys redacted, long values cut")
+    truncated = serializers.ListField(
+        child=serializers.CharField(), read_only=True,
+        help_text="which of args, kwargs, checkpoint and options were cut for display (their "
+        "JSON is longer than JOBBERS_DISPLAY_MAX_CHARS): shortened, keeping their shape, with "
+        "a `[cut for display: ...]` marker; a resubmission uses the full values")
 
     class Meta:
         model = DeadLetterEntry
@@ -259,8 +279,14 @@ class DeadLetterEntrySerializer(_UTCModelSerializer):
                   "exception_type", "exception_message", "failure_count", "first_failed_at",
                   "last_failed_at", "attempt", "retry_attempt", "worker", "fingerprint",
                   "resubmit_count", "resubmitted_at", "discarded_at", "args", "kwargs",
-                  "checkpoint", "options")
+                  "checkpoint", "options", "truncated")
         read_only_fields = fields
+
+    def to_representation(self, instance: Any) -> Any:
+        self.cut_fields: list[str] = []  # filled by the DisplayJSONFields
+        data = super().to_representation(instance)
+        data["truncated"] = self.cut_fields
+        return data
 
 
 class DeadLetterPageSerializer(serializers.Serializer[Any]):

@@ -9,8 +9,8 @@ attempt is not there yet, and the entry's counters move only when it was inserte
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import (
     IntegrityError,
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["DjangoDeadLetterSink", "write_entry"]
 
 log = logging.getLogger("jobbers.django.sink")
+_T = TypeVar("_T")
 
 
 class DjangoDeadLetterSink:
@@ -55,6 +56,19 @@ class DjangoDeadLetterSink:
                 write_entry(entry)
         self._with_fresh_connection(write_all)
 
+    def entry(self, task_id: str, attempt: int) -> DeadLetter | None:
+        """The task's entry if its last failure is ``attempt`` (the one whose payload its
+        Redis record dropped), else ``None``: ``Jobbers.resubmit`` takes the payload there."""
+        from jobbers_django.models import DeadLetterEntry
+        from jobbers_django.services import to_dead_letter
+
+        def read() -> DeadLetterEntry | None:
+            return (DeadLetterEntry.objects.filter(task_id=task_id, attempt=attempt)
+                    .defer("traceback").first())
+
+        row = self._with_fresh_connection(read)
+        return to_dead_letter(row) if row is not None else None
+
     def size(self) -> int:
         """Entries still dead (for the DLQ size gauge): a sum over the groups, cheap."""
         from django.db.models import Sum
@@ -65,18 +79,18 @@ class DjangoDeadLetterSink:
         return int(total or 0)
 
     @staticmethod
-    def _with_fresh_connection(write: Any) -> None:
+    def _with_fresh_connection(call: Callable[[], _T]) -> _T:
         # Worker processes live for days: a connection the server closed meanwhile fails
         # once; drop it and try again on a new one before the dispatcher parks the entry.
         try:
-            write()
+            return call()
         except (OperationalError, InterfaceError):
             if transaction.get_connection().in_atomic_block:
                 raise
-            log.warning("database connection lost; retrying the dead-letter write once")
+            log.warning("database connection lost; retrying the dead-letter query once")
             close_old_connections()
             transaction.get_connection().close()
-            write()
+            return call()
 
 
 def write_entry(entry: DeadLetter) -> bool:

@@ -22,6 +22,9 @@ stalls     stall recoveries so far    cancel    cancellation requested (ms)
 purged     "1": cancelled by purge (a tombstone purge keeps)
 hn, h<n>   history: count, and entry n (format in _lib.lua)
 =========  ==============================================================
+
+``msg`` is deleted when the task completes, and once a dead-letter entry holds it (a sink
+with ``entry()``, see ``drop_payload.lua``): jobbers stores a payload once at a time.
 """
 
 from __future__ import annotations

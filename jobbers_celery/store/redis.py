@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, cast
 import redis
 
 from jobbers_celery.records import ErrorInfo, TaskRecord, Transition, from_ms
-from jobbers_celery.states import TERMINAL, TaskState, allowed_from
+from jobbers_celery.states import RESUBMITTABLE, TERMINAL, TaskState, allowed_from
 from jobbers_celery.store.base import Claimed, Heartbeat, ResultWrite, StepResult
 from jobbers_celery.store.fastcall import FastScript
 from jobbers_celery.store.keys import STATE_ORDER, Keys
@@ -96,6 +96,8 @@ class RedisStore:
         lua = resources.files("jobbers_celery.store").joinpath("lua")
         self._due = client.register_script(lua.joinpath("due.lua").read_text())
         self._lease = client.register_script(lua.joinpath("lease.lua").read_text())
+        self._drop_payload = client.register_script(lua.joinpath("drop_payload.lua").read_text())
+        self._has_payload = client.register_script(lua.joinpath("has_payload.lua").read_text())
 
     def wait_out_outages(self, seconds: float) -> None:
         """Make the lifecycle steps (not heartbeats nor liveness refreshes, which have their
@@ -389,6 +391,29 @@ class RedisStore:
         for task_id in ids:
             pipe.hmget(self.keys.task(task_id), list(names))
         return cast("list[list[str | None]]", pipe.execute())
+
+    def drop_payloads(self, dead: Sequence[tuple[str, int]]) -> int:
+        """Forget the payload (``msg``) of dead-lettered records whose dead-letter entry now
+        holds it: ``(task id, dead-lettered attempt)`` pairs, one round trip. A record
+        resubmitted or started since keeps its payload. Returns how many were dropped."""
+        if not dead:
+            return 0
+        keep_ms = (self.retention_s + _EXPIRY_SLACK_S) * 1000
+        return int(self._drop_payload(keys=[self.keys.task(i) for i, _ in dead],
+                                      args=[keep_ms, *(str(a) for _, a in dead)]))
+
+    def without_payload(self, ids: Sequence[str]) -> dict[str, int]:
+        """Of ``ids``, the resubmittable records that hold no payload (a dead-letter entry
+        holds it, see :meth:`drop_payloads`): id -> attempt. One round trip."""
+        if not ids:
+            return {}
+        raw = self._has_payload(keys=[self.keys.task(i) for i in ids])
+        out: dict[str, int] = {}
+        for n, task_id in enumerate(ids):
+            state, attempt, has_msg = raw[3 * n:3 * n + 3]
+            if state in RESUBMITTABLE and not int(has_msg):
+                out[task_id] = _int(attempt)
+        return out
 
     def stall(
         self,

@@ -42,3 +42,14 @@ def flaky_import(self: JobbersTask, key: str, password: str = "") -> dict[str, o
     if not client.exists(key):
         raise ValueError(f"upstream rejected row {self.attempt * 17} of {key}")
     return {"attempt": self.attempt, "checkpoint": self.checkpoint, "password": password}
+
+
+@app.task(base=JobbersTask, bind=True, name="djproj.big_import", dead_letter_policy="save")
+def big_import(self: JobbersTask, key: str, data: str) -> int:
+    """Fails until ``key`` is set in Redis, then returns the length of ``data`` (not ``data``:
+    the result must not be another copy of a big argument)."""
+    import redis
+
+    if not redis.Redis.from_url(REDIS_URL).exists(key):
+        raise ValueError(f"upstream rejected {key}")
+    return len(data)

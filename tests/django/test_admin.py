@@ -466,3 +466,37 @@ def test_secrets_never_reach_a_page(client, operator, make_entries, live_tasks,
     detail = pages[1].content.decode()
     assert detail.count("********") >= 3  # kwargs password, checkpoint api_key, header
     assert entry(ids[0]).kwargs["password"] == SECRET  # stored whole for the resubmit
+
+
+def test_a_big_payload_is_cut_on_its_page_and_resubmitted_whole(
+        client, operator, make_entries, published, jobbers,
+        django_capture_on_commit_callbacks):
+    from jobbers_celery import payload
+
+    big = "x" * 2_000_000
+    [task_id] = make_entries(1, args=["catalog-42", big])
+    client.force_login(operator)
+    detail = client.get(reverse("admin:jobbers_deadletterentry_change",
+                                args=[entry(task_id).pk]))
+    assert detail.status_code == 200
+    page = detail.content.decode()
+    assert len(page) < 100_000  # not the 2 MB argument
+    assert "catalog-42" in page
+    assert "[cut for display: 2,000,000 characters in all]" in page
+    assert "resubmission uses the full value" in page
+
+    # the list shows no argument: its query does not read them
+    with CaptureQueriesContext(connection) as queries:
+        listing = changelist(client)
+    assert len(listing.content) < 100_000
+    rows = '"jobbers_deadletterentry"."task_name"'  # a query that reads entry rows
+    selects = [q["sql"] for q in queries.captured_queries
+               if q["sql"].startswith("SELECT") and rows in q["sql"]]
+    assert selects
+    assert not any('"jobbers_deadletterentry"."args"' in s for s in selects), selects
+
+    with django_capture_on_commit_callbacks(execute=True):
+        confirm(client, post_action(client, "resubmit_selected", [task_id]))
+    assert published == [task_id]
+    msg = payload.loads(jobbers.store.client.hget(jobbers.store.keys.task(task_id), "msg"))
+    assert msg["args"] == ["catalog-42", big]

@@ -79,6 +79,30 @@ def test_list_newest_first_with_bounded_count_and_redacted_arguments(make_entrie
     assert "hunter2" not in response.content.decode()
 
 
+def test_list_and_dry_run_cut_big_payloads_and_say_so(make_entries, staff, operator):
+    big = "x" * 2_000_000
+    [big_id] = make_entries(1, args=["catalog-42", big])
+    [small_id] = make_entries(1)
+    response = login(staff).get(f"{API}/dead-letter-queue")
+    assert response.status_code == 200
+    assert len(response.content) < 100_000  # not the 2 MB argument
+    rows = {row["task_id"]: row for row in response.json()["results"]}
+    assert rows[big_id]["truncated"] == ["args"]
+    assert rows[big_id]["args"][0] == "catalog-42"
+    assert rows[big_id]["args"][1].endswith("[cut for display: 2,000,000 characters in all]")
+    assert rows[big_id]["kwargs"] == {"password": "********", "region": "eu"}
+    assert rows[small_id]["truncated"] == []
+    assert rows[small_id]["args"] == ["catalog-42"]
+
+    answer = post(login(operator), "dead-letter-queue/resubmit",
+                  {"task_ids": [big_id], "dry_run": True})
+    assert answer.status_code == 200, answer.content
+    assert len(answer.content) < 100_000
+    [sample] = answer.json()["sample"]
+    assert sample["truncated"] == ["args"]
+    assert DeadLetterEntry.objects.get(task_id=big_id).args == ["catalog-42", big]  # whole
+
+
 def test_list_filters(db, staff):
     base = {"failed_at": T0}
     specs = {

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from jobbers_django.redaction import REDACTED, redact
+import json
+
+from jobbers_django.redaction import REDACTED, display, redact
 
 
 def test_default_keys_at_any_depth():
@@ -25,3 +27,30 @@ def test_the_original_is_untouched():
     kwargs = {"password": "hunter2"}
     redact(kwargs)
     assert kwargs == {"password": "hunter2"}
+
+
+def test_long_values_are_cut_for_display_keeping_their_shape():
+    value = {"password": "p" * 50_000, "rows": list(range(5000)), "note": "x" * 100_000}
+    shown, cut = display(value, limit=1000)
+    assert cut
+    assert len(json.dumps(shown)) < 1200
+    assert shown["password"] == REDACTED  # redacted before it is cut: no secret leaks
+    assert isinstance(shown["rows"], list)
+    assert shown["rows"][:3] == [0, 1, 2]
+    left = 5000 - len(shown["rows"]) + 1  # the last item is the marker
+    assert shown["rows"][-1] == f"... [cut for display: {left:,} more items]"
+    assert shown["..."] == "[cut for display: 1 more key]"  # "note" did not fit
+    assert value["note"] == "x" * 100_000  # the original is untouched
+
+    [text, *rest] = display(["x" * 100_000, 1, 2], limit=1000)[0]
+    assert text.startswith("x" * 900)
+    assert text.endswith("x... [cut for display: 100,000 characters in all]")
+    assert rest == ["... [cut for display: 2 more items]"]
+
+
+def test_short_values_and_a_zero_limit_are_not_cut(settings):
+    assert display(["catalog-42", {"region": "eu"}]) == (["catalog-42", {"region": "eu"}], False)
+    assert display("x" * 16_000) == ("x" * 16_000, False)  # the default limit: 16,384
+    assert display("x" * 17_000)[1]
+    settings.JOBBERS_DISPLAY_MAX_CHARS = 0
+    assert display("x" * 100_000) == ("x" * 100_000, False)

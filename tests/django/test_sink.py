@@ -97,3 +97,42 @@ def test_concurrent_writes_of_the_same_attempt_store_one():
     assert sorted(DeadLetterEntry.objects.values_list("failure_count", flat=True)) == [1] * 20
     assert sum(FailureGroup.objects.values_list("failures", flat=True)) == 20
     assert sum(FailureGroup.objects.values_list("dead", flat=True)) == 20
+
+
+def test_entry_hands_back_the_last_failure_of_that_attempt():
+    first = dead_letter(attempt=1, args=["catalog-42", "x" * 100_000])
+    write_entry(first)
+    sink = DjangoDeadLetterSink()
+    got = sink.entry(first.task_id, 1)
+    assert got is not None
+    assert (got.args, got.kwargs, got.options, got.checkpoint, got.version) == (
+        first.args, first.kwargs, first.options, first.checkpoint, first.version)
+    assert sink.entry(first.task_id, 2) is None  # not that attempt's entry
+    assert sink.entry("no-such-task", 1) is None
+
+
+def test_a_written_entry_drops_the_records_copy_and_resubmit_takes_it_back(jobbers, published):
+    """The record of a dead-lettered task keeps no payload once the database has it;
+    ``jobbers.resubmit`` publishes the task with the entry's arguments."""
+    from jobbers_celery import TaskState
+    from jobbers_celery import payload as pl
+
+    S = TaskState
+    store = jobbers.store
+    entry = dead_letter(attempt=1, args=["catalog-42", "x" * 100_000])
+    msg = pl.dumps({"args": entry.args, "kwargs": entry.kwargs, "options": entry.options})
+    store.step(entry.task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,),
+               create={"name": entry.name, "queue": "celery", "dlq": "1"},
+               set_fields={"msg": msg}, name=entry.name)
+    store.step(entry.task_id, S.STARTED, start=True)
+    assert store.step(entry.task_id, S.FAILED).attempt == 1
+
+    assert jobbers.dead_letters.send(entry)
+    key = store.keys.task(entry.task_id)
+    assert not store.client.hexists(key, "msg")
+    assert store.client.memory_usage(key, samples=0) <= 1024
+
+    assert jobbers.resubmit([entry.task_id]) == [entry.task_id]
+    assert published == [entry.task_id]
+    assert pl.loads(store.client.hget(key, "msg"))["args"] == entry.args  # back for the lease
+    assert jobbers.history(entry.task_id)[-1].reason == "resubmitted (retry count reset)"

@@ -147,6 +147,18 @@ def fail_once(self: JobbersTask, key: str) -> int:
     return n
 
 
+@app.task(base=JobbersTask, bind=True, name="proj.big_payload", dead_letter_policy="save")
+def big_payload(self: JobbersTask, data: str, key: str, hold: float = 0.0) -> int:
+    """Logs its attempt to ``key`` and waits ``hold`` seconds; fails (unexpected exception) on
+    its first execution, and afterwards returns the length of ``data`` (not ``data``: the
+    result must not be another copy of a big argument)."""
+    n = int(_redis().rpush(key, self.attempt))
+    time.sleep(hold)
+    if n == 1:
+        raise ValueError("first run fails")
+    return len(data)
+
+
 @app.task(base=JobbersTask, bind=True, name="proj.sleepy_save", dead_letter_policy="save")
 def sleepy_save(self: JobbersTask, seconds: float, key: str) -> float:
     """Publishes the pid running it under ``key``, then sleeps."""
