@@ -13,7 +13,7 @@ import traceback as tb
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kombu.utils.json import dumps as _kombu_dumps
+from kombu.utils.json import JSONEncoder as _KombuEncoder
 from kombu.utils.json import loads as _kombu_loads
 
 if TYPE_CHECKING:
@@ -58,9 +58,13 @@ _OPTIONS = frozenset({
 })
 
 
+#: kombu's encoder, made once (``kombu.utils.json.dumps`` makes one per call, on every publish).
+_ENCODER = _KombuEncoder()
+
+
 def dumps(value: Any) -> str:
     """JSON with kombu's extra types (datetime, UUID, Decimal), as the json serializer does."""
-    return str(_kombu_dumps(value))
+    return _ENCODER.encode(value)
 
 
 def loads(raw: str) -> Any:

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 __all__ = ["allowed", "shielded"]
 
@@ -25,38 +24,61 @@ _SIG = getattr(signal, "SIGUSR1", None)
 #: never dropped, while jobbers records: a second SIGTERM in the middle of applying a
 #: shutdown policy would otherwise kill the child before the policy is recorded.
 _TERM = {getattr(signal, n) for n in ("SIGTERM", "SIGQUIT", "SIGHUP") if hasattr(signal, n)}
+#: Built once: every task's lifecycle masks and unmasks them (a per-task cost).
+_HELD: frozenset[signal.Signals] = frozenset({_SIG, *_TERM}) if _SIG is not None else frozenset()
+_SOFT: frozenset[signal.Signals] = frozenset({_SIG}) if _SIG is not None else frozenset()
+_MAIN = threading.main_thread()
 
 
 def _main_thread() -> bool:
-    return _SIG is not None and threading.current_thread() is threading.main_thread()
+    return _SIG is not None and threading.current_thread() is _MAIN
 
 
-@contextmanager
-def shielded(drop: bool = True) -> Iterator[None]:
-    """Defer the soft limit for the block; drop one that arrived meanwhile, unless
-    ``drop=False`` (a heartbeat inside the task body: the limit then lands right after)."""
-    if not _main_thread():
-        yield
-        return
-    assert _SIG is not None
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {_SIG, *_TERM})
-    try:
-        yield
-    finally:
-        if drop and _SIG in signal.sigpending():
-            signal.sigtimedwait({_SIG}, 0)
+class _Shielded:
+    """``shielded()``: a plain context manager (a generator-based one costs a few
+    microseconds more, on every task)."""
+
+    __slots__ = ("drop", "old")
+
+    def __init__(self, drop: bool) -> None:
+        self.drop = drop
+        self.old: set[int | signal.Signals] | None = None
+
+    def __enter__(self) -> None:
+        if _main_thread():
+            self.old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+
+    def __exit__(self, *exc: object) -> None:
+        old = self.old
+        if old is None:
+            return
+        if self.drop and _SIG in signal.sigpending():
+            signal.sigtimedwait(_SOFT, 0)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a held-back SIGTERM lands now
 
 
-@contextmanager
-def allowed() -> Iterator[None]:
+class _Allowed:
+    __slots__ = ("active",)
+
+    def __init__(self) -> None:
+        self.active = False
+
+    def __enter__(self) -> None:
+        if _main_thread():
+            self.active = True
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+
+
+def shielded(drop: bool = True) -> AbstractContextManager[None]:
+    """Defer the soft limit for the block; drop one that arrived meanwhile, unless
+    ``drop=False`` (a heartbeat inside the task body: the limit then lands right after)."""
+    return _Shielded(drop)
+
+
+def allowed() -> AbstractContextManager[None]:
     """Let the soft limit interrupt the block (the task body)."""
-    if not _main_thread():
-        yield
-        return
-    assert _SIG is not None
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {_SIG, *_TERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {_SIG, *_TERM})
+    return _Allowed()

@@ -80,6 +80,11 @@ class RedisStore:
         self.keys = Keys(prefix)
         self.retention_s = int(retention)
         self._layouts: dict[frozenset[TaskState], tuple[list[str], str]] = {}
+        self._shapes: dict[tuple[TaskState, tuple[TaskState, ...] | None],
+                           tuple[list[str], frozenset[TaskState]]] = {}
+        k = self.keys
+        self._fixed_keys = (k.all_tasks, k.publishing, k.stats, k.heartbeat_due)
+        self._workers_key = k.workers
         self._epoch: tuple[str, float] | None = None
         #: (pid, worker incarnation) whose start entered it in the workers set
         self._registered: tuple[int, str] | None = None
@@ -132,9 +137,8 @@ class RedisStore:
             )
             self._layouts[wanted] = cached
         k = self.keys
-        return [k.all_tasks, k.publishing, k.stats, k.heartbeat_due,
-                k.worker_tasks(wid or ""), k.concurrency(name or ""), k.workers,
-                *cached[0]], cached[1]
+        return [*self._fixed_keys, k.worker_tasks(wid or ""), k.concurrency(name or ""),
+                self._workers_key, *cached[0]], cached[1]
 
     def step(
         self,
@@ -178,14 +182,11 @@ class RedisStore:
         is routine for this caller (logged at debug, still counted). ``bump``: count an
         attempt without starting (drops), so each dead letter has its own attempt number.
         """
-        table = allowed_from(to)
-        src = table if sources is None else frozenset(sources)
-        if not src <= table:
-            raise ValueError(f"{sorted(src - table)} -> {to} is not in the transition table")
+        from_list, src = self._sources(to, sources)
         spec: dict[str, Any] = {
             "id": task_id,
             "to": to.value,
-            "from": sorted(s.value for s in src),
+            "from": from_list,
             "ttl": self.retention_s + _EXPIRY_SLACK_S,
         }
         targets = {to}
@@ -228,7 +229,7 @@ class RedisStore:
             spec["reason"] = reason
         if ret:
             spec["ret"] = list(ret)
-        keys, states = self._shared_keys(src | targets, wid, name)
+        keys, states = self._shared_keys(src.union(targets), wid, name)
         keys.append(self.keys.task(task_id))
         if create is not None:
             keys += [self.keys.name_index(name or ""), self.keys.epoch]
@@ -248,6 +249,22 @@ class RedisStore:
         if spec.get("reg") and result.applied:
             self._registered = (os.getpid(), str(wid))
         return result
+
+    def _sources(
+        self, to: TaskState, sources: Iterable[TaskState] | None
+    ) -> tuple[list[str], frozenset[TaskState]]:
+        """The states a step to ``to`` may leave (``sources`` narrows the table's, never
+        widens them), as the script's sorted list and as a set; worked out once per shape."""
+        given = sources if sources is None or isinstance(sources, tuple) else tuple(sources)
+        cached = self._shapes.get((to, given))
+        if cached is None:
+            table = allowed_from(to)
+            src = table if given is None else frozenset(given)
+            if not src <= table:
+                raise ValueError(f"{sorted(src - table)} -> {to} is not in the transition table")
+            cached = (sorted(s.value for s in src), src)
+            self._shapes[(to, given)] = cached
+        return cached
 
     @staticmethod
     def _step_result(
