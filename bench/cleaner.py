@@ -201,25 +201,32 @@ class RoundTrips:
 
 
 class Ticker:
-    """The live workers' liveness refresh (the real ``Liveness.refresh``), in one thread.
+    """The live workers' liveness refresh (the real ``store.alive`` call that
+    ``Liveness.refresh`` makes), in one thread.
 
     It keeps the workers set fresh and ticks the clock, so the cleaner sees no outage
     (``resumed_at`` stays where it was) and live workers' tasks are never judged dead.
-    ``store.alive`` runs on a per-thread connection: this thread has its own.
+    ``store.alive`` runs on a per-thread connection: this thread has its own. It does not say
+    which tasks these simulated workers run (``running``): ``Liveness.refresh`` would report
+    the live workers' loaded tasks, which no process here runs, as orphans, and stall them
+    behind the measured passes' backs.
     """
 
     def __init__(self, jobbers: Any, workers: list[LiveWorker]) -> None:
         from jobbers_celery import liveness
 
-        self.lives = [liveness.Liveness(jobbers, w.wid) for w in workers]
+        self.jobbers = jobbers
+        self.wids = [w.wid for w in workers]
+        self.gaps = liveness.gaps(jobbers.config)
+        self.lost_ms = int(jobbers.config.worker_lost_after * 1000)
         self.period = liveness.refresh_period(jobbers.config.worker_lost_after)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="bench-ticker", daemon=True)
         self.errors = 0
 
     def refresh(self) -> None:
-        for live in self.lives:
-            live.refresh()
+        for wid in self.wids:
+            self.jobbers.store.alive(wid, self.gaps, (), self.lost_ms)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period):
