@@ -394,8 +394,6 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         fields = {}
         if opts.max_stall_recoveries:
             fields["srec"] = str(opts.max_stall_recoveries)
-        if hb_ms:
-            fields["hb_iv"] = str(hb_ms)
         return jobbers.store.step(
             self.request.id, S.STARTED, start=True, worker=self._worker(),
             wid=liveness.worker_id(), heartbeat_ms=hb_ms, cap=opts.max_concurrent,

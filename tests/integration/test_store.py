@@ -589,3 +589,63 @@ def test_completed_record_is_a_compact_hash_even_with_a_long_hostname(make_store
     assert store.step("t1", S.COMPLETED, fence=1, worker=worker, delete=("msg",)).applied
     assert store.client.object("encoding", store.keys.task("t1")) == "listpack"
     assert [t.worker for t in store.history("t1")][1:] == [worker, worker]
+
+
+# --------------------------------------------------------------------------- lean steps
+
+
+def test_returned_fields_are_the_values_after_the_step(make_store) -> None:
+    """``ret`` is read with the state, before the step writes: what the step wrote or
+    deleted must still be what it returns."""
+    store = make_store()
+    put_in_state(store, "t1", S.STARTED)
+    store.client.hset(store.keys.task("t1"), mapping={"ckpt": '"old"', "progress": "7"})
+    res = store.step("t1", S.FAILED, fence=1, set_fields={"ckpt": '"new"', "err": "{}"},
+                     delete=("progress",), ret=("ckpt", "progress", "queue", "err", "nope"))
+    assert res.applied
+    assert res.values == {"ckpt": '"new"', "progress": "", "queue": QUEUE, "err": "{}",
+                          "nope": ""}
+    refused = store.step("t1", S.COMPLETED, fence=1, ret=("ckpt",))
+    assert not refused.applied
+    assert refused.values == {}
+
+
+def test_a_worker_incarnation_enters_the_workers_set_with_its_first_start_here(make_store):
+    """Its liveness thread keeps it there afterwards: later starts in the same process do
+    not write it again."""
+    store = make_store()
+    workers = store.keys.workers
+    create(store, "t1")
+    create(store, "t2")
+    assert store.step("t1", S.STARTED, start=True, worker="w@h", wid="wid-1").applied
+    assert store.client.zscore(workers, "wid-1") is not None
+    store.client.zrem(workers, "wid-1")
+    assert store.step("t2", S.STARTED, start=True, worker="w@h", wid="wid-1").applied
+    assert store.client.zscore(workers, "wid-1") is None  # once per process
+    create(store, "t3")
+    assert store.step("t3", S.STARTED, start=True, worker="w@h", wid="wid-2").applied
+    assert store.client.zscore(workers, "wid-2") is not None  # another incarnation
+
+
+def test_an_ending_attempt_releases_its_lease_and_heartbeat_deadline(make_store) -> None:
+    store = make_store()
+    k = store.keys
+    create(store, "capped")
+    create(store, "plain")
+    capped = store.step("capped", S.STARTED, start=True, worker="w@h", wid="wid-1", cap=5,
+                        heartbeat_ms=60_000, name=NAME)
+    assert capped.applied
+    assert capped.state is S.STARTED
+    assert store.get_raw("capped")["cap"] == "5"
+    assert store.client.zscore(k.concurrency(NAME), "capped") is not None
+    assert store.client.zscore(k.heartbeat_due, "capped") is not None
+    assert store.step("plain", S.STARTED, start=True, worker="w@h", wid="wid-1",
+                      name=NAME).applied
+    assert "cap" not in store.get_raw("plain")
+    for task_id in ("capped", "plain"):
+        assert store.step(task_id, S.COMPLETED, fence=1, wid="wid-1", name=NAME,
+                          delete=("hb_iv",)).applied
+    assert store.client.zscore(k.concurrency(NAME), "capped") is None
+    assert store.client.zscore(k.heartbeat_due, "capped") is None
+    assert store.client.zcard(k.worker_tasks("wid-1")) == 0
+    assert "cap" not in store.get_raw("capped")

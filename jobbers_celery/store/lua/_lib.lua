@@ -16,7 +16,8 @@
 --   wid       with start: the worker incarnation running it (enters its worker-tasks set)
 --   reg       with wid: also enter the incarnation in the workers set (the first start a
 --             process makes; the liveness thread keeps it there afterwards)
---   hb_ms     with start: max_heartbeat_interval (enters the heartbeat-deadline index)
+--   hb_ms     with start: max_heartbeat_interval (enters the heartbeat-deadline index;
+--             recorded as hb_iv)
 --   cap, lease_cap_ms, defer_ms   with start: max_concurrent; over the cap the task is
 --             deferred (to = scheduled after defer_ms) instead of started; a started task
 --             holding a lease is marked (field cap) so that its end releases it
@@ -173,7 +174,12 @@ local function step(ctx, task, spec)
       -- known from its first task on, even if it dies before its first liveness refresh
       if spec.reg then redis.call('ZADD', ctx.workers, 'NX', now, spec.wid) end
     end
-    if spec.hb_ms then redis.call('ZADD', ctx.hbdue, now + tonumber(spec.hb_ms), spec.id) end
+    if spec.hb_ms then
+      -- hb_iv marks the record as owing heartbeats (heartbeat.lua and the end of the
+      -- attempt read it): written with the deadline, so the two never disagree
+      redis.call('ZADD', ctx.hbdue, now + tonumber(spec.hb_ms), spec.id)
+      w[#w + 1] = 'hb_iv'; w[#w + 1] = spec.hb_ms
+    end
     if spec.cap then
       redis.call('ZADD', ctx.conc, now + tonumber(spec.lease_cap_ms), spec.id)
       w[#w + 1] = 'cap'; w[#w + 1] = spec.cap
