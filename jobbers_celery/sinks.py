@@ -347,6 +347,11 @@ class DeadLetterDispatcher:
                 self._drain_outbox(limit, done)
         finally:
             self._after_write(done)
+            if done:
+                log.info("dead-letter sink took %d parked entr%s: %s", len(done),
+                         "y" if len(done) == 1 else "ies",
+                         ", ".join(f"{e.name}[{e.task_id}] attempt {e.attempt}"
+                                   for e in done[:20]) + (" ..." if len(done) > 20 else ""))
         return len(done)
 
     def _retry_memory(self, done: list[DeadLetter]) -> bool:
