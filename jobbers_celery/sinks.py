@@ -23,6 +23,7 @@ import collections
 import contextlib
 import json
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -526,6 +527,19 @@ def close_all() -> None:
 atexit.register(close_all)
 
 
+def _after_fork_in_child() -> None:
+    """A forked child (a prefork pool process) starts with its own lock and no retry thread,
+    and leaves the entries the parent keeps in memory to the parent (two copies would be
+    written twice, or reported lost by whichever exits first)."""
+    for dispatcher in list(_open):
+        dispatcher._lock = threading.Lock()
+        dispatcher._retrier = None
+        dispatcher._pending.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _dumps(entry: DeadLetter) -> str:
     return json.dumps(entry.to_json(), default=str)
 
@@ -538,7 +552,15 @@ def _log_kept(entry: DeadLetter, error: str, where: str) -> None:
 def describe_error(exc: BaseException, entries: Iterable[DeadLetter]) -> str:
     """``Type: message`` of a sink's (or Redis') error with the values of ``entries``
     (args, kwargs, checkpoint, publish options, exception message; 4 characters or more)
-    taken out, cut to 500 characters: a database error may quote the row it refused."""
+    taken out, cut to 500 characters: a database error may quote the row it refused.
+    Never raises (it runs while an entry waits to be parked): the type alone if it would."""
+    try:
+        return _describe(exc, entries)
+    except Exception:  # noqa: BLE001 - an odd exception or value: its type says enough
+        return type(exc).__name__
+
+
+def _describe(exc: BaseException, entries: Iterable[DeadLetter]) -> str:
     message = str(exc)
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     for value in sorted(_values(entries), key=len, reverse=True):

@@ -463,3 +463,27 @@ def test_describe_error_takes_out_every_value_form() -> None:
     assert "id 12" in text  # short values are left alone
     long = sinks.describe_error(RuntimeError("x" * 5000), [entry])
     assert len(long) < 600
+
+
+def test_a_forked_child_leaves_the_memory_backlog_to_its_parent(make_store) -> None:
+    import os
+
+    store = make_store()
+    dead = _dead_client()
+    dispatcher = DeadLetterDispatcher(FlakySink(_sink(store)), dead, store.keys)
+    try:
+        dispatcher.send(_entry("dl-fork"))
+        assert dispatcher.pending_in_memory == 1
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what it holds, then leave without cleanup
+            os.write(write, str(dispatcher.pending_in_memory).encode())
+            os._exit(0)
+        os.close(write)
+        assert os.read(read, 16) == b"0"
+        os.close(read)
+        os.waitpid(pid, 0)
+        assert dispatcher.pending_in_memory == 1  # the parent still has it
+    finally:
+        dispatcher._stop.set()
+        dead.close()
