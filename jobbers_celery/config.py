@@ -45,6 +45,10 @@ class JobbersConfig:
     retention: float = 7 * 24 * 3600.0
     #: Dotted path of the dead-letter sink factory, called with the ``Jobbers`` instance.
     dead_letter_sink: str = DEFAULT_SINK
+    #: Directory under which dead letters wait on local disk while neither the sink nor
+    #: Redis takes them (a subdirectory per key prefix and Redis server); empty:
+    #: ``~/.local/state/jobbers/dead-letters`` of the user running the process.
+    dead_letter_spool: str = ""
     #: Seconds between the in-worker scheduler's polls for due delayed retries.
     scheduler_interval: float = 0.5
     #: Seconds a scheduler may take to publish what it claimed before another may re-publish.
@@ -119,6 +123,11 @@ class JobbersConfig:
         if self.redis_use_ssl is not None and not isinstance(self.redis_use_ssl, bool | Mapping):
             raise ConfigurationError(
                 f"jobbers_redis_use_ssl must be a dict or a bool, got {self.redis_use_ssl!r}"
+            )
+        if not isinstance(self.dead_letter_spool, str):
+            raise ConfigurationError(
+                "jobbers_dead_letter_spool must be a directory path (a string; empty: the "
+                f"default), got {self.dead_letter_spool!r}"
             )
         if not isinstance(self.dead_letter_sink, str) or "." not in self.dead_letter_sink:
             raise ConfigurationError(

@@ -15,6 +15,7 @@ from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.records import DeadLetter, TaskRecord, Transition
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, PayloadDeadLetterSink
+from jobbers_celery.spool import DeadLetterSpool, spool_directory
 from jobbers_celery.states import RESUBMITTABLE, TaskState
 from jobbers_celery.store import RedisStore
 from jobbers_celery.store.connect import redis_client
@@ -52,9 +53,13 @@ class Jobbers:
         # a sink that can hand entries back keeps the one copy of a dead task's payload
         self._payload_sink = (cast("PayloadDeadLetterSink", sink)
                               if callable(getattr(sink, "entry", None)) else None)
+        # entries that neither the sink nor Redis takes wait on local disk
+        spool = DeadLetterSpool(spool_directory(config.dead_letter_spool, config.key_prefix,
+                                                config.redis_url))
         self.dead_letters = DeadLetterDispatcher(
             sink, self.store.client, self.store.keys,
-            written=self._drop_record_payloads if self._payload_sink is not None else None)
+            written=self._drop_record_payloads if self._payload_sink is not None else None,
+            spool=spool)
         self.cleaner = Cleaner(self)
 
     # ------------------------------------------------------------------ reads

@@ -12,6 +12,9 @@ that changes a task's outcome is made here (those live in :class:`JobbersTask`).
 - ``worker_init`` (main process, before the pool forks): make the worker incarnation id;
   the worker's lifecycle steps wait out a store outage (up to ``jobbers_worker_lost_after``).
 - ``worker_shutting_down`` (signal-handler context): set the draining flag (see shutdown).
+- ``worker_shutdown`` (main process) and ``worker_process_shutdown`` (pool children, which
+  exit without running ``atexit``): dead letters kept only in memory go to the sink or
+  somewhere durable if they can (:func:`jobbers_celery.sinks.close_all`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from celery import signals
 from celery._state import get_current_app
 
-from jobbers_celery import lifecycle, liveness, metrics, results, shutdown
+from jobbers_celery import lifecycle, liveness, metrics, results, shutdown, sinks
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import (
     HEADER_DEAD_LETTER,
@@ -237,6 +240,10 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
             log.debug("could not check the result backend layout", exc_info=True)
 
 
+def on_process_exit(**_: Any) -> None:
+    sinks.close_all()
+
+
 def connect() -> None:
     """Connect the handlers once per process (idempotent through ``dispatch_uid``)."""
     signals.before_task_publish.connect(on_before_publish, weak=False,
@@ -252,3 +259,7 @@ def connect() -> None:
     signals.worker_init.connect(on_worker_init, weak=False, dispatch_uid="jobbers.worker_init")
     signals.worker_shutting_down.connect(shutdown.on_worker_shutting_down, weak=False,
                                          dispatch_uid="jobbers.worker_shutting_down")
+    signals.worker_shutdown.connect(on_process_exit, weak=False,
+                                    dispatch_uid="jobbers.dead_letters.worker_shutdown")
+    signals.worker_process_shutdown.connect(
+        on_process_exit, weak=False, dispatch_uid="jobbers.dead_letters.process_shutdown")

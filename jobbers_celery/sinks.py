@@ -8,22 +8,30 @@ which the cleaner uses to write all the dead letters of a pass at once, and ``si
 gauge reports, and ``entry(task_id, attempt)`` (optional, see :class:`PayloadDeadLetterSink`):
 a sink that can hand an entry back keeps the one stored copy of a dead task's payload, and
 the task's record drops its own.
-The dispatcher in front of it makes sure an entry is never lost silently: on failure the
-entry is logged in full, parked in a Redis outbox (or in memory when Redis is down too),
-and written again later.
+The dispatcher in front of it makes sure an entry is not lost: one the sink did not take is
+parked in the Redis outbox, or, when Redis is unreachable too, in the local spool (a directory,
+see :mod:`jobbers_celery.spool`), in memory only when the disk refuses as well, and written
+again later, also by another process. What it logs of an entry is its task id, name, attempt
+and reason, and where it was kept: never its arguments, checkpoint or exception message, and
+the sink's error with any of those values taken out.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
+import contextlib
 import json
 import logging
+import os
 import threading
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from jobbers_celery import metrics
 from jobbers_celery.records import DeadLetter
+from jobbers_celery.spool import DeadLetterSpool
 from jobbers_celery.store.keys import Keys
 
 if TYPE_CHECKING:
@@ -42,12 +50,17 @@ __all__ = [
 
 log = logging.getLogger("jobbers.deadletter")
 
-#: In-memory backlog bound (only used while both the sink and Redis are unreachable).
+#: In-memory backlog bound (only used while the sink, Redis and the spool all refuse).
 _MAX_PENDING = 10_000
 _RETRY_EVERY_S = 5.0
 #: After a failed ``write_many``, entries are written one by one; after this many failures
 #: in a row the sink is taken for down and the rest of the batch is parked without trying.
 _GIVE_UP_AFTER = 3
+#: Values shorter than this are not taken out of a logged sink error (too common to mean
+#: anything; a shorter secret is not a secret).
+_MIN_SCRUBBED = 4
+_MAX_ERROR_CHARS = 500
+_GAVE_UP = f"not tried: the sink failed {_GIVE_UP_AFTER} times in a row"
 
 
 @runtime_checkable
@@ -147,35 +160,95 @@ class RedisDeadLetterSink:
 class DeadLetterDispatcher:
     """Sends entries to the sink, keeping and retrying the ones it could not write.
 
+    An entry the sink refuses is parked in the Redis outbox; when Redis refuses too, in
+    ``spool`` (a :class:`~jobbers_celery.spool.DeadLetterSpool`, durable on local disk);
+    when that fails as well (or there is no spool), in this process's memory. The
+    workers' housekeeping and a retry thread (started while something waits in memory or
+    in the spool) write them again: memory first, then the spool (what the sink still
+    refuses moves on to the outbox once Redis answers), then the outbox.
+
     ``written``: called with the entries the sink took (after each write or batch; an
     exception it raises is logged, never lost entries): ``Jobbers`` drops the records'
     copies of the payloads there when the sink keeps them (:class:`PayloadDeadLetterSink`).
     """
 
     def __init__(self, sink: DeadLetterSink, client: redis.Redis, keys: Keys,
-                 written: Callable[[Sequence[DeadLetter]], None] | None = None) -> None:
+                 written: Callable[[Sequence[DeadLetter]], None] | None = None,
+                 spool: DeadLetterSpool | None = None) -> None:
         self.sink = sink
         self.client = client
         self.keys = keys
+        self.spool = spool
         self._written = written
         self._pending: collections.deque[DeadLetter] = collections.deque(maxlen=_MAX_PENDING)
         self._lock = threading.Lock()
         self._retrier: threading.Thread | None = None
+        self._stop = threading.Event()
+        _open.add(self)
 
+    # ------------------------------------------------------------------ sending
     def send(self, entry: DeadLetter) -> bool:
         """Write ``entry``; ``False`` if it was parked for a later retry."""
         metrics.dead_lettered((entry,))
         try:
             self.sink.write(entry)
-        except Exception:
-            log.exception(
-                "dead-letter sink failed; entry kept for retry: %s",
-                json.dumps(entry.to_json(), default=str),
-            )
-            self._park(entry)
+        except Exception as exc:  # noqa: BLE001 - logged below, without the payload
+            error = describe_error(exc, (entry,))
+            where = self._park([entry])
+            _log_kept(entry, error, where)
             return False
         self._after_write([entry])
+        self._kick()
         return True
+
+    def send_many(self, entries: Sequence[DeadLetter]) -> list[bool]:
+        """Write ``entries`` at once when the sink has ``write_many`` (one at a time with
+        ``write`` otherwise); per entry, ``False`` if it was parked for a later retry.
+
+        When ``write_many`` raises, the entries go through the per-entry path: written one
+        by one, and the ones that fail are parked (and logged without their payloads), so
+        nothing is lost.
+        """
+        batch = list(entries)
+        if not batch:
+            return []
+        metrics.dead_lettered(batch)
+        write_many: Any = getattr(self.sink, "write_many", None)
+        if callable(write_many):
+            try:
+                write_many(batch)
+            except Exception as exc:  # noqa: BLE001 - logged, without the payloads
+                log.warning("dead-letter sink could not write %d entries at once (%s); "
+                            "writing them one at a time", len(batch),
+                            describe_error(exc, batch))
+            else:
+                self._after_write(batch)
+                self._kick()
+                return [True] * len(batch)
+        sent: list[bool] = []
+        failed: list[tuple[DeadLetter, str]] = []
+        in_a_row = 0
+        for entry in batch:
+            if in_a_row >= _GIVE_UP_AFTER:
+                # the sink looks down: do not wait for it once per entry
+                failed.append((entry, _GAVE_UP))
+                sent.append(False)
+                continue
+            try:
+                self.sink.write(entry)
+            except Exception as exc:  # noqa: BLE001 - logged once parked
+                failed.append((entry, describe_error(exc, (entry,))))
+                sent.append(False)
+                in_a_row += 1
+                continue
+            sent.append(True)
+            in_a_row = 0
+        self._after_write([e for e, ok in zip(batch, sent, strict=True) if ok])
+        if failed:
+            where = self._park([entry for entry, _ in failed])
+            for entry, error in failed:
+                _log_kept(entry, error, where)
+        return sent
 
     def _after_write(self, entries: Sequence[DeadLetter]) -> None:
         if self._written is None or not entries:
@@ -186,135 +259,351 @@ class DeadLetterDispatcher:
             log.warning("could not drop the records' copies of %d dead-lettered payload(s); "
                         "they expire with the records", len(entries), exc_info=True)
 
-    def send_many(self, entries: Sequence[DeadLetter]) -> list[bool]:
-        """Write ``entries`` at once when the sink has ``write_many`` (one at a time with
-        ``write`` otherwise); per entry, ``False`` if it was parked for a later retry.
-
-        When ``write_many`` raises, the entries go through the per-entry path: written one
-        by one, and the ones that fail are logged in full and parked, so nothing is lost.
-        """
-        batch = list(entries)
-        if not batch:
-            return []
-        metrics.dead_lettered(batch)
-        write_many: Any = getattr(self.sink, "write_many", None)
-        if callable(write_many):
-            try:
-                write_many(batch)
-            except Exception:
-                log.warning("dead-letter sink could not write %d entries at once; "
-                            "writing them one at a time", len(batch), exc_info=True)
-            else:
-                self._after_write(batch)
-                return [True] * len(batch)
-        sent: list[bool] = []
-        failed: list[DeadLetter] = []
-        in_a_row = 0
-        for entry in batch:
-            if in_a_row >= _GIVE_UP_AFTER:
-                # the sink looks down: do not wait for it once per entry
-                log.error("dead-letter sink unavailable; entry kept for retry: %s",
-                          json.dumps(entry.to_json(), default=str))
-            else:
-                try:
-                    self.sink.write(entry)
-                    sent.append(True)
-                    in_a_row = 0
-                    continue
-                except Exception:
-                    log.exception("dead-letter sink failed; entry kept for retry: %s",
-                                  json.dumps(entry.to_json(), default=str))
-                    in_a_row += 1
-            failed.append(entry)
-            sent.append(False)
-        self._after_write([e for e, ok in zip(batch, sent, strict=True) if ok])
-        if failed:
-            self._park_many(failed)
-        return sent
-
-    def _park_many(self, entries: list[DeadLetter]) -> None:
-        """Park ``entries`` in the Redis outbox with one command (in memory if that fails)."""
-        try:
-            self.client.rpush(self.keys.dead_letter_outbox,
-                              *(json.dumps(e.to_json(), default=str) for e in entries))
-            return
-        except Exception:
-            log.exception("Redis outbox unavailable too; keeping %d dead letter(s) in memory",
-                          len(entries))
+    # ------------------------------------------------------------------ parking
+    def _park(self, entries: list[DeadLetter]) -> str:
+        """Keep ``entries`` (outbox, else spool, else memory); where they went, for the log."""
+        where = self._park_durably(entries)
+        if where is not None:
+            return where
         for entry in entries:
             self._keep_in_memory(entry)
+        return "this process's memory only (lost if it exits before the sink or Redis is back)"
 
-    def _park(self, entry: DeadLetter) -> None:
+    def _park_durably(self, entries: Sequence[DeadLetter]) -> str | None:
+        """The outbox (one ``RPUSH``), else the spool; ``None`` if both refused."""
         try:
-            self.client.rpush(self.keys.dead_letter_outbox,
-                              json.dumps(entry.to_json(), default=str))
-            return
-        except Exception:
-            log.exception("Redis outbox unavailable too; keeping dead letter %s:%s in memory",
-                          entry.task_id, entry.attempt)
-        self._keep_in_memory(entry)
+            self.client.rpush(self.keys.dead_letter_outbox, *(_dumps(e) for e in entries))
+            return f"the Redis outbox {self.keys.dead_letter_outbox}"
+        except Exception as exc:  # noqa: BLE001 - logged with the spool's outcome
+            outbox_error = describe_error(exc, entries)
+        if self.spool is None:
+            log.error("Redis outbox unavailable too (%s)", outbox_error)
+            return None
+        try:
+            path = self.spool.write(entries)
+        except Exception as exc:  # noqa: BLE001 - logged, without the payloads
+            log.error("Redis outbox unavailable too (%s) and the dead-letter spool %s refused "
+                      "(%s)", outbox_error, self.spool.directory, describe_error(exc, entries))
+            return None
+        self._ensure_retrier()
+        return f"the spool file {path} (Redis outbox unavailable: {outbox_error})"
 
     def _keep_in_memory(self, entry: DeadLetter) -> None:
         with self._lock:
             if len(self._pending) == self._pending.maxlen:
                 dropped = self._pending[0]
-                log.error("dead-letter memory backlog full; oldest entry only in the log above: "
-                          "%s:%s", dropped.task_id, dropped.attempt)
+                log.error("dead-letter memory backlog full; dead letter %s[%s] attempt %s "
+                          "(%s) dropped from it and lost", dropped.name, dropped.task_id,
+                          dropped.attempt, dropped.reason)
             self._pending.append(entry)
-            if self._retrier is None or not self._retrier.is_alive():
-                self._retrier = threading.Thread(target=self._retry_loop, daemon=True,
-                                                 name="jobbers-dlq-retry")
-                self._retrier.start()
+        self._ensure_retrier()
+
+    def _ensure_retrier(self) -> None:
+        with self._lock:
+            if self._stop.is_set() or (self._retrier is not None and self._retrier.is_alive()):
+                return
+            self._retrier = threading.Thread(target=self._retry_loop, daemon=True,
+                                             name="jobbers-dlq-retry")
+            self._retrier.start()
+
+    def _kick(self) -> None:
+        """After a successful write: the sink works, so start draining a spool left by this
+        process or another one on this machine (one directory listing)."""
+        if self.spool is None or (self._retrier is not None and self._retrier.is_alive()):
+            return
+        try:
+            waiting = self.spool.has_entries()
+        except OSError:
+            return
+        if waiting:
+            self._ensure_retrier()
 
     def _retry_loop(self) -> None:
-        stop = threading.Event()
-        while self._pending:
-            stop.wait(_RETRY_EVERY_S)
-            self.retry_pending()
+        while not self._stop.wait(_RETRY_EVERY_S):
+            try:
+                self.retry_pending()
+            except Exception:
+                log.exception("dead-letter retry failed; trying again")
+            if not self._pending and not self._spool_waiting():
+                return
 
+    def _spool_waiting(self) -> bool:
+        if self.spool is None:
+            return False
+        try:
+            return self.spool.has_entries()
+        except OSError:
+            return True
+
+    # ------------------------------------------------------------------ retrying
     def retry_pending(self, limit: int = 100) -> int:
-        """Write parked entries again (memory first, then the Redis outbox); returns written."""
+        """Write parked entries again (memory, then the spool, then the Redis outbox);
+        returns how many the sink took."""
         done: list[DeadLetter] = []
         try:
-            self._retry_pending(limit, done)
+            sink_up = self._retry_memory(done)
+            if self.spool is not None:
+                sink_up = self._drain_spool(sink_up, limit, done)
+            if sink_up:
+                self._drain_outbox(limit, done)
         finally:
             self._after_write(done)
+            if done:
+                log.info("dead-letter sink took %d parked entr%s: %s", len(done),
+                         "y" if len(done) == 1 else "ies",
+                         ", ".join(f"{e.name}[{e.task_id}] attempt {e.attempt}"
+                                   for e in done[:20]) + (" ..." if len(done) > 20 else ""))
         return len(done)
 
-    def _retry_pending(self, limit: int, done: list[DeadLetter]) -> None:
-        while True:
-            with self._lock:
-                if not self._pending:
-                    break
-                entry = self._pending[0]
+    def _retry_memory(self, done: list[DeadLetter]) -> bool:
+        """Entries kept in memory: to the sink, else somewhere durable. Whether the sink
+        still looks up."""
+        with self._lock:
+            waiting = list(self._pending)
+        sink_up = True
+        for entry in waiting:
+            if sink_up:
+                try:
+                    self.sink.write(entry)
+                except Exception:  # noqa: BLE001 - still failing: keep it, try again later
+                    sink_up = False
+                else:
+                    self._forget(entry)
+                    done.append(entry)
+                    continue
+            where = self._park_durably((entry,))
+            if where is None:
+                break  # neither Redis nor the disk: it stays in memory
+            self._forget(entry)
+            log.warning("dead letter %s[%s] attempt %s (%s) moved from memory to %s",
+                        entry.name, entry.task_id, entry.attempt, entry.reason, where)
+        return sink_up
+
+    def _forget(self, entry: DeadLetter) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            self._pending.remove(entry)
+
+    def _drain_spool(self, sink_up: bool, limit: int, done: list[DeadLetter]) -> bool:
+        """Spool files, oldest first, to the sink; what it does not take goes on to the
+        outbox when Redis answers (every machine's workers drain that). A file is removed
+        once all its entries are taken; one cut short is replaced by the entries left."""
+        assert self.spool is not None
+        try:
+            paths = self.spool.paths()
+        except OSError:
+            log.exception("could not list the dead-letter spool %s", self.spool.directory)
+            return sink_up
+        handled = 0
+        for path in paths:
+            if handled >= limit:
+                break
             try:
-                self.sink.write(entry)
-            except Exception:  # noqa: BLE001 - still failing: keep it, try again later
-                return
-            with self._lock:
-                if self._pending and self._pending[0] is entry:
-                    self._pending.popleft()
-            done.append(entry)
+                with self.spool.claim(path) as claimed:
+                    if claimed is None:
+                        continue
+                    handled += len(claimed.entries)
+                    left = list(claimed.entries)
+                    if sink_up and left:
+                        sink_up = self._write_some(left, done)
+                    if left and self._to_outbox(left):
+                        log.info("%d dead letter(s) of spool file %s moved to the Redis "
+                                 "outbox", len(left), path)
+                        left = []
+                    if left and len(left) == len(claimed.entries):
+                        continue  # nothing taken: the file stays as it is
+                    self.spool.done(claimed, left)
+            except Exception:
+                log.exception("could not drain dead-letter spool file %s; it stays", path)
+        return sink_up
+
+    def _write_some(self, left: list[DeadLetter], done: list[DeadLetter]) -> bool:
+        """Write ``left`` (in place: what the sink took is removed from it); whether the sink
+        took everything."""
+        write_many: Any = getattr(self.sink, "write_many", None)
+        if callable(write_many) and len(left) > 1:
+            with contextlib.suppress(Exception):  # one at a time below, to the first failure
+                write_many(left)
+                done.extend(left)
+                left.clear()
+                return True
+        while left:
+            try:
+                self.sink.write(left[0])
+            except Exception:  # noqa: BLE001 - still failing: the rest waits
+                return False
+            done.append(left.pop(0))
+        return True
+
+    def _to_outbox(self, entries: Sequence[DeadLetter]) -> bool:
+        try:
+            self.client.rpush(self.keys.dead_letter_outbox, *(_dumps(e) for e in entries))
+        except Exception:  # noqa: BLE001 - Redis down: the entries stay in the spool
+            return False
+        return True
+
+    def _drain_outbox(self, limit: int, done: list[DeadLetter]) -> None:
+        """Entries of the Redis outbox, head first. An entry leaves the outbox only once the
+        sink took it (``LINDEX`` then ``LREM``): a process that dies meanwhile loses nothing,
+        and two workers draining at once write an entry twice at worst (sinks are
+        idempotent)."""
+        key = self.keys.dead_letter_outbox
         for _ in range(limit):
             try:
-                raw = cast("str | None", self.client.lpop(self.keys.dead_letter_outbox))
+                raw = cast("str | None", self.client.lindex(key, 0))
             except Exception:  # noqa: BLE001 - Redis down: the outbox waits for it
                 return
             if raw is None:
-                break
-            entry = DeadLetter.from_json(json.loads(raw))
+                return
+            try:
+                entry = DeadLetter.from_json(json.loads(raw))
+            except Exception:  # noqa: BLE001 - unreadable: set aside, never retried
+                if not self._set_aside_outbox(raw):
+                    return
+                continue
             try:
                 self.sink.write(entry)
-            except Exception:  # noqa: BLE001 - logged; the entry goes back to the outbox
-                log.warning("dead-letter sink still failing; %s:%s stays in the outbox",
+            except Exception as exc:  # noqa: BLE001 - logged, without the payload
+                log.warning("dead-letter sink still failing (%s); dead letter %s[%s] attempt %s "
+                            "stays in the outbox", describe_error(exc, (entry,)), entry.name,
                             entry.task_id, entry.attempt)
-                try:
-                    self.client.lpush(self.keys.dead_letter_outbox, raw)
-                except Exception:  # noqa: BLE001 - popped but not pushed back: keep it in memory
-                    self._park(entry)
                 return
             done.append(entry)
+            try:
+                self.client.lrem(key, 1, raw)
+            except Exception:  # noqa: BLE001 - written; it is written again later (idempotent)
+                return
+
+    def _set_aside_outbox(self, raw: str) -> bool:
+        key = self.keys.dead_letter_outbox
+        if self.spool is None:
+            log.error("unreadable entry at the head of %s; it stays there", key)
+            return False
+        try:
+            target = self.spool.set_aside([raw.encode()], "outbox.jsonl")
+            self.client.lrem(key, 1, raw)
+        except Exception:
+            log.exception("could not set aside an unreadable entry of %s; it stays there", key)
+            return False
+        log.error("unreadable entry of %s set aside in %s (not retried)", key, target)
+        return True
+
+    # ------------------------------------------------------------------ exit
+    def close(self) -> None:
+        """At process exit: entries still only in memory go to the sink or somewhere
+        durable if they can; the ones that cannot are logged (without payloads) as lost.
+        Idempotent; the spool and the outbox need nothing (they outlive the process)."""
+        self._stop.set()
+        done: list[DeadLetter] = []
+        try:
+            self._retry_memory(done)
+        finally:
+            self._after_write(done)
+        with self._lock:
+            lost = list(self._pending)
+            self._pending.clear()
+        for entry in lost:
+            log.error("dead letter %s[%s] attempt %s (%s) lost: the sink, the Redis outbox and "
+                      "the spool all refused it until this process exited", entry.name,
+                      entry.task_id, entry.attempt, entry.reason)
 
     @property
     def pending_in_memory(self) -> int:
         return len(self._pending)
+
+
+_open: weakref.WeakSet[DeadLetterDispatcher] = weakref.WeakSet()
+
+
+def close_all() -> None:
+    """:meth:`DeadLetterDispatcher.close` every dispatcher of this process (at exit: the
+    worker's and its pool children's shutdown signals, and ``atexit``)."""
+    for dispatcher in list(_open):
+        try:
+            dispatcher.close()
+        except Exception:
+            log.exception("could not settle the dead letters kept in memory")
+
+
+atexit.register(close_all)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a prefork pool process) starts with its own lock and no retry thread,
+    and leaves the entries the parent keeps in memory to the parent (two copies would be
+    written twice, or reported lost by whichever exits first)."""
+    for dispatcher in list(_open):
+        dispatcher._lock = threading.Lock()
+        dispatcher._retrier = None
+        dispatcher._pending.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _dumps(entry: DeadLetter) -> str:
+    return json.dumps(entry.to_json(), default=str)
+
+
+def _log_kept(entry: DeadLetter, error: str, where: str) -> None:
+    log.error("dead letter %s[%s] attempt %s (%s) not written: %s; kept in %s",
+              entry.name, entry.task_id, entry.attempt, entry.reason, error, where)
+
+
+def describe_error(exc: BaseException, entries: Iterable[DeadLetter]) -> str:
+    """``Type: message`` of a sink's (or Redis') error with the values of ``entries``
+    (args, kwargs, checkpoint, publish options, exception message; 4 characters or more)
+    taken out, cut to 500 characters: a database error may quote the row it refused.
+    Never raises (it runs while an entry waits to be parked): the type alone if it would."""
+    try:
+        return _describe(exc, entries)
+    except Exception:  # noqa: BLE001 - an odd exception or value: its type says enough
+        return type(exc).__name__
+
+
+def _describe(exc: BaseException, entries: Iterable[DeadLetter]) -> str:
+    message = str(exc)
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    for value in sorted(_values(entries), key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, "[redacted]")
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[:_MAX_ERROR_CHARS] + "... [cut]"
+    return text
+
+
+def _values(entries: Iterable[DeadLetter]) -> set[str]:
+    found: set[str] = set()
+    for entry in entries:
+        for part in (entry.args, entry.kwargs, entry.checkpoint, entry.options,
+                     entry.exception_message):
+            for leaf in _leaves(part):
+                if len(leaf) >= _MIN_SCRUBBED:
+                    found.add(leaf)
+                    # as JSON or repr() would quote it inside a message
+                    for form in (json.dumps(leaf)[1:-1], repr(leaf)[1:-1]):
+                        if len(form) >= _MIN_SCRUBBED:
+                            found.add(form)
+    return found
+
+
+def _leaves(value: Any, depth: int = 0) -> Iterator[str]:
+    if depth > 32:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int | float):
+        yield str(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, depth + 1)
+            if isinstance(key, str):
+                yield key
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            yield from _leaves(item, depth + 1)
+    elif isinstance(value, bytes):
+        yield value.decode("utf-8", "replace")
+    else:
+        yield str(value)

@@ -13,9 +13,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from jobbers_celery import sinks
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, RedisDeadLetterSink
-from tests.conftest import free_port
+from jobbers_celery.spool import DeadLetterSpool
+from tests.conftest import free_port, wait_for
 
 pytestmark = pytest.mark.redis
 
@@ -106,23 +108,26 @@ def test_dispatcher_writes_through_a_working_sink(make_store) -> None:
     assert dispatcher.pending_in_memory == 0
 
 
-def test_failed_sink_logs_in_full_parks_in_outbox_and_retries(make_store, caplog) -> None:
+def test_failed_sink_logs_without_payload_parks_in_outbox_and_retries(make_store, caplog
+                                                                      ) -> None:
     store = make_store()
     real = _sink(store)
     flaky = FlakySink(real)
     dispatcher = DeadLetterDispatcher(flaky, store.client, store.keys)
     entry = _entry("dl-outbox")
 
-    with caplog.at_level(logging.WARNING, logger="jobbers.deadletter"):
+    with caplog.at_level(logging.DEBUG, logger="jobbers.deadletter"):
         assert dispatcher.send(entry) is False
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors, caplog.text
     logged = errors[0].getMessage()
-    assert "dl-outbox" in logged
-    assert ARG_MARKER in logged
-    assert "bad row" in logged
-    assert '"row": 17' in logged  # the checkpoint too: the log alone can rebuild the entry
-    assert errors[0].exc_info is not None  # with the sink's exception
+    # who, which attempt, why, and where it waits: never the payload
+    for part in ("dl-outbox", "proj.import_catalog", "attempt 1", "(failed)",
+                 "sink database is down", store.keys.dead_letter_outbox):
+        assert part in logged, logged
+    for secret in (ARG_MARKER, "bad row", "\"row\"", "dry_run"):
+        assert secret not in caplog.text
+    assert errors[0].exc_info is None  # a traceback would end with the sink's raw message
 
     outbox = store.client.lrange(store.keys.dead_letter_outbox, 0, -1)
     assert len(outbox) == 1
@@ -155,8 +160,8 @@ def test_sink_and_redis_down_keeps_the_entry_in_memory(make_store, caplog) -> No
             assert dispatcher.send(entry) is False
         assert dispatcher.pending_in_memory == 1
         assert "dl-memory" in caplog.text
-        assert ARG_MARKER in caplog.text
-        assert "in memory" in caplog.text
+        assert ARG_MARKER not in caplog.text
+        assert "memory only" in caplog.text
         assert store.client.llen(store.keys.dead_letter_outbox) == 0  # nothing reached Redis
 
         assert dispatcher.retry_pending() == 0  # sink still down
@@ -197,23 +202,21 @@ def test_memory_backlog_is_written_before_the_outbox(make_store) -> None:
         dead.close()
 
 
-class _OutboxBreaksAfterPop:
-    """A client whose LPOP works but whose writes fail: Redis dies mid-retry."""
+class _OutboxBreaksAfterWrite:
+    """A client whose reads work but whose LREM fails: Redis dies mid-retry, after the sink
+    took the entry."""
 
     def __init__(self, real: redis.Redis) -> None:
         self.real = real
 
-    def lpop(self, key: str) -> Any:
-        return self.real.lpop(key)
+    def lindex(self, key: str, index: int) -> Any:
+        return self.real.lindex(key, index)
 
-    def lpush(self, *args: Any) -> Any:
+    def lrem(self, *args: Any) -> Any:
         raise redis.ConnectionError("connection lost")
 
-    rpush = lpush
 
-
-def test_entry_popped_from_outbox_is_kept_when_redis_fails_mid_retry(make_store, caplog
-                                                                     ) -> None:
+def test_entry_stays_in_the_outbox_until_the_sink_took_it(make_store) -> None:
     store = make_store()
     real = _sink(store)
     flaky = FlakySink(real)
@@ -222,15 +225,265 @@ def test_entry_popped_from_outbox_is_kept_when_redis_fails_mid_retry(make_store,
     dispatcher.send(entry)
     assert store.client.llen(store.keys.dead_letter_outbox) == 1
 
-    dispatcher.client = _OutboxBreaksAfterPop(store.client)  # type: ignore[assignment]
+    class Killed(BaseException):
+        pass
+
+    def die(_: DeadLetter) -> None:
+        raise Killed  # the process dies while the sink writes: the entry must still be there
+
+    flaky.write = die  # type: ignore[method-assign]
+    with pytest.raises(Killed):
+        dispatcher.retry_pending()
+    assert store.client.llen(store.keys.dead_letter_outbox) == 1
+    del flaky.write
+
+    # the sink takes it, then Redis is lost before the entry leaves the outbox
+    flaky.broken = False
+    dispatcher.client = _OutboxBreaksAfterWrite(store.client)  # type: ignore[assignment]
+    assert dispatcher.retry_pending() == 1
+    assert real.entries() == [entry]
+    assert store.client.llen(store.keys.dead_letter_outbox) == 1  # written, not yet removed
+    dispatcher.client = store.client
+    assert dispatcher.retry_pending() == 1  # written again: the sink keeps one
+    assert real.entries() == [entry]
+    assert store.client.hlen(store.keys.dead_letters) == 1
+    assert store.client.llen(store.keys.dead_letter_outbox) == 0
+
+
+# --------------------------------------------------------------------------- the spool
+
+
+def _spooled(spool: DeadLetterSpool) -> list[DeadLetter]:
+    found = []
+    for path in spool.paths():
+        with spool.claim(path) as claimed:
+            assert claimed is not None
+            found.extend(claimed.entries)
+    return found
+
+
+def test_sink_and_redis_down_keeps_the_entry_on_disk_not_in_memory(make_store, tmp_path,
+                                                                    caplog) -> None:
+    store = make_store()
+    real = _sink(store)
+    flaky = FlakySink(real)
+    dead = _dead_client()
+    spool = DeadLetterSpool(tmp_path / "spool")
+    dispatcher = DeadLetterDispatcher(flaky, dead, store.keys, spool=spool)
+    entry = _entry("dl-disk", attempt=2)
     try:
-        with caplog.at_level(logging.WARNING, logger="jobbers.deadletter"):
-            assert dispatcher.retry_pending() == 0  # sink still down, and Redis gone after LPOP
-        # the entry left the outbox; it must not be lost: it waits in memory
-        assert store.client.llen(store.keys.dead_letter_outbox) == 0
-        assert dispatcher.pending_in_memory == 1
+        with caplog.at_level(logging.DEBUG, logger="jobbers.deadletter"):
+            assert dispatcher.send(entry) is False
+        assert dispatcher.pending_in_memory == 0
+        assert _spooled(spool) == [entry]
+        [path] = spool.paths()
+        [line] = [r.getMessage() for r in caplog.records if "dl-disk" in r.getMessage()]
+        assert str(path) in line
+        assert "attempt 2" in line
+        assert "Redis outbox unavailable" in line
+        assert ARG_MARKER not in caplog.text
+        assert "bad row" not in caplog.text
+
+        # everything still down: it stays where it is
+        assert dispatcher.retry_pending() == 0
+        assert spool.paths() == [path]
+
+        # the sink is back, Redis is not: written from the spool, the file removed
         flaky.broken = False
         assert dispatcher.retry_pending() == 1
         assert real.entries() == [entry]
+        assert spool.paths() == []
+        assert dispatcher.retry_pending() == 0
+        assert store.client.hlen(store.keys.dead_letters) == 1
     finally:
         dispatcher.client = _dead_client()
+        dead.close()
+
+
+def test_spooled_entries_move_to_the_outbox_once_redis_is_back(make_store, tmp_path) -> None:
+    store = make_store()
+    real = _sink(store)
+    flaky = FlakySink(real)
+    dead = _dead_client()
+    spool = DeadLetterSpool(tmp_path)
+    dispatcher = DeadLetterDispatcher(flaky, dead, store.keys, spool=spool)
+    entries = [_entry(f"dl-move-{i}") for i in range(3)]
+    dispatcher.send_many(entries)
+    assert len(_spooled(spool)) == 3
+    assert len(spool.paths()) == 1  # one file for the batch
+
+    dispatcher.client = store.client  # Redis answers again; the sink still refuses
+    assert dispatcher.retry_pending() == 0
+    assert spool.paths() == []  # on to the outbox, which every machine's workers drain
+    outbox = store.client.lrange(store.keys.dead_letter_outbox, 0, -1)
+    assert [DeadLetter.from_json(json.loads(raw)) for raw in outbox] == entries
+
+    flaky.broken = False
+    assert dispatcher.retry_pending() == 3
+    assert sorted(e.task_id for e in real.entries()) == [e.task_id for e in entries]
+    assert store.client.llen(store.keys.dead_letter_outbox) == 0
+
+
+def test_a_spool_left_by_a_dead_process_is_delivered_by_another(make_store, tmp_path,
+                                                                 monkeypatch) -> None:
+    store = make_store()
+    real = _sink(store)
+    dead = _dead_client()
+    before = DeadLetterDispatcher(FlakySink(real), dead, store.keys,
+                                  spool=DeadLetterSpool(tmp_path))
+    left = [_entry(f"dl-left-{i}") for i in range(2)]
+    for entry in left:
+        before.send(entry)
+    before._stop.set()  # the process is gone: its retry thread with it
+    dead.close()
+    assert len(DeadLetterSpool(tmp_path).paths()) == 2
+
+    # a new process on the machine: its first successful write starts the drain
+    monkeypatch.setattr(sinks, "_RETRY_EVERY_S", 0.05)
+    after = DeadLetterDispatcher(real, store.client, store.keys,
+                                 spool=DeadLetterSpool(tmp_path))
+    assert after.send(_entry("dl-new")) is True
+    wait_for(lambda: not after.spool.paths(), timeout=10,  # type: ignore[union-attr]
+             message="the spool to be drained")
+    assert sorted(e.task_id for e in real.entries()) == ["dl-left-0", "dl-left-1", "dl-new"]
+    assert store.client.hlen(store.keys.dead_letters) == 3
+
+
+def test_a_spool_file_is_written_with_write_many_when_the_sink_has_it(make_store,
+                                                                      tmp_path) -> None:
+    store = make_store()
+    real = _sink(store)
+
+    class Batching:
+        def __init__(self) -> None:
+            self.batches: list[int] = []
+            self.writes = 0
+
+        def write(self, entry: DeadLetter) -> None:
+            self.writes += 1
+            real.write(entry)
+
+        def write_many(self, entries: Any) -> None:
+            self.batches.append(len(entries))
+            real.write_many(entries)
+
+    spool = DeadLetterSpool(tmp_path)
+    entries = [_entry(f"dl-batch-{i}") for i in range(20)]
+    spool.write(entries)
+    sink = Batching()
+    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys, spool=spool)
+    assert dispatcher.retry_pending() == 20
+    assert sink.batches == [20]
+    assert sink.writes == 0
+    assert spool.paths() == []
+    assert store.client.hlen(store.keys.dead_letters) == 20
+
+
+def test_memory_only_when_the_disk_refuses_too_and_settled_at_exit(make_store, tmp_path,
+                                                                   caplog) -> None:
+    store = make_store()
+    real = _sink(store)
+    flaky = FlakySink(real)
+    dead = _dead_client()
+    (tmp_path / "file").write_text("")
+    spool = DeadLetterSpool(tmp_path / "file" / "spool")  # cannot be created
+    dispatcher = DeadLetterDispatcher(flaky, dead, store.keys, spool=spool)
+    try:
+        with caplog.at_level(logging.WARNING, logger="jobbers.deadletter"):
+            assert dispatcher.send(_entry("dl-mem-1")) is False
+            assert dispatcher.send(_entry("dl-mem-2")) is False
+        assert dispatcher.pending_in_memory == 2
+        assert "spool" in caplog.text
+        assert "memory only" in caplog.text
+
+        # at exit Redis answers again: what memory held goes to the outbox
+        dispatcher.client = store.client
+        dispatcher.close()
+        assert dispatcher.pending_in_memory == 0
+        assert store.client.llen(store.keys.dead_letter_outbox) == 2
+    finally:
+        dead.close()
+
+
+def test_entries_nobody_took_by_exit_are_logged_lost_without_payload(make_store, tmp_path,
+                                                                     caplog) -> None:
+    store = make_store()
+    dead = _dead_client()
+    (tmp_path / "file").write_text("")
+    dispatcher = DeadLetterDispatcher(FlakySink(_sink(store)), dead, store.keys,
+                                      spool=DeadLetterSpool(tmp_path / "file" / "x"))
+    try:
+        dispatcher.send(_entry("dl-lost"))
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="jobbers.deadletter"):
+            dispatcher.close()
+            dispatcher.close()  # idempotent
+        [line] = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+        assert "dl-lost" in line
+        assert ARG_MARKER not in caplog.text
+        assert dispatcher.pending_in_memory == 0
+    finally:
+        dead.close()
+
+
+def test_a_sink_error_quoting_the_entry_is_logged_without_its_values(make_store, caplog
+                                                                     ) -> None:
+    store = make_store()
+
+    class Quoting:
+        """A database error quotes the row it refused (PostgreSQL's DETAIL does)."""
+
+        def write(self, entry: DeadLetter) -> None:
+            raise ValueError(f"null value violates a constraint. DETAIL: Failing row "
+                             f"contains ({entry.task_id}, {json.dumps(entry.args)}, "
+                             f"{entry.kwargs!r}, {entry.exception_message!r})")
+
+    dispatcher = DeadLetterDispatcher(Quoting(), store.client, store.keys)
+    entry = _entry("dl-quoted", kwargs={"password": "hunter2-secret"})
+    with caplog.at_level(logging.DEBUG, logger="jobbers.deadletter"):
+        dispatcher.send(entry)
+        dispatcher.send_many([_entry("dl-quoted-2"), _entry("dl-quoted-3")])
+    text = caplog.text
+    assert "Failing row contains (dl-quoted" in text  # the task id is not a secret
+    assert "[redacted]" in text
+    for secret in (ARG_MARKER, "hunter2-secret", "bad row"):
+        assert secret not in text
+    assert all(r.exc_info is None for r in caplog.records)
+
+
+def test_describe_error_takes_out_every_value_form() -> None:
+    entry = _entry(args=["s3cr3t \"quoted\"", 123456], kwargs={"k": {"nested": "deep-value"}},
+                   checkpoint={"cursor": "ckpt-xyz"}, options={"headers": {"auth": "hdr-tok"}})
+    exc = RuntimeError('row: ["s3cr3t \\"quoted\\"", 123456] {"nested": "deep-value"} '
+                       "'s3cr3t \"quoted\"' ckpt-xyz hdr-tok id 12")
+    text = sinks.describe_error(exc, [entry])
+    for secret in ("s3cr3t", "123456", "deep-value", "ckpt-xyz", "hdr-tok"):
+        assert secret not in text, text
+    assert text.startswith("RuntimeError: row:")
+    assert "id 12" in text  # short values are left alone
+    long = sinks.describe_error(RuntimeError("x" * 5000), [entry])
+    assert len(long) < 600
+
+
+def test_a_forked_child_leaves_the_memory_backlog_to_its_parent(make_store) -> None:
+    import os
+
+    store = make_store()
+    dead = _dead_client()
+    dispatcher = DeadLetterDispatcher(FlakySink(_sink(store)), dead, store.keys)
+    try:
+        dispatcher.send(_entry("dl-fork"))
+        assert dispatcher.pending_in_memory == 1
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what it holds, then leave without cleanup
+            os.write(write, str(dispatcher.pending_in_memory).encode())
+            os._exit(0)
+        os.close(write)
+        assert os.read(read, 16) == b"0"
+        os.close(read)
+        os.waitpid(pid, 0)
+        assert dispatcher.pending_in_memory == 1  # the parent still has it
+    finally:
+        dispatcher._stop.set()
+        dead.close()

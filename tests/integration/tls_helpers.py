@@ -47,7 +47,7 @@ ACL_RULE: tuple[str, ...] = (
     "+multi", "+exec", "+discard", "+evalsha", "+script|load", "+script|exists",
     "+get", "+set", "+setex", "+del", "+exists", "+expire", "+pexpire", "+persist", "+time",
     "+hget", "+hset", "+hsetnx", "+hdel", "+hgetall", "+hmget", "+hlen", "+hincrby",
-    "+lpush", "+rpush", "+lpop", "+rpop", "+brpop", "+llen",
+    "+lpush", "+rpush", "+lpop", "+rpop", "+brpop", "+llen", "+lindex", "+lrem",
     "+sadd", "+srem", "+smembers",
     "+zadd", "+zrem", "+zcard", "+zscore", "+zrange", "+zrevrange", "+zrangebyscore",
     "+zremrangebyscore",
