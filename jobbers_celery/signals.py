@@ -235,6 +235,28 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
             results.check_layout(jobbers.store, jobbers.app.backend)
         except Exception:  # a check, never a reason not to start
             log.debug("could not check the result backend layout", exc_info=True)
+        check_eviction(jobbers.store)
+
+
+def check_eviction(store: Any) -> str | None:
+    """Warn (once, at worker start) if the store's ``maxmemory-policy`` evicts keys: an
+    evicted record loses its task's state and history (and an evicted index entry hides the
+    task from the cleaner). Returns the warning, ``None`` if the policy is ``noeviction`` or
+    cannot be read (``CONFIG`` and ``INFO`` both refused, Redis unreachable)."""
+    try:
+        policy = store.maxmemory_policy()
+    except Exception:  # a check, never a reason not to start
+        log.debug("could not read the store's maxmemory-policy", exc_info=True)
+        return None
+    if policy is None or policy == "noeviction":
+        return None
+    message = (f"the jobbers store's Redis has maxmemory-policy {policy}: when it reaches "
+               "maxmemory it evicts keys, and an evicted jobbers record loses its task's state "
+               "and history (a running task can no longer finish in the record, the cleaner "
+               "cannot see it). Set maxmemory-policy noeviction: jobbers then waits while "
+               "memory is full, as for an outage (see the Redis settings how-to).")
+    log.warning(message)
+    return message
 
 
 def connect() -> None:
