@@ -15,7 +15,7 @@ applied and must not be applied twice, except a ``READONLY`` or ``NOREPLICAS`` r
 the server is a replica, or a master cut off from its replicas (both: a failover
 happened), the script did not run, and it is sent once more, to the current master.
 A refusal to take writes (``OOM`` under ``maxmemory``, ``MISCONF`` after a failed RDB save,
-``READONLY``/``NOREPLICAS`` again after that one resend, ``MASTERDOWN``) is a store outage,
+``READONLY``/``NOREPLICAS`` again after that one resend, ``MASTERDOWN``, ``BUSY``) is a store outage,
 not a failure of the step: Redis refuses a script's first write command whenever it refuses
 writes (an ``OOM`` is only raised while the script has written nothing; on Redis 7 a script
 with a ``#!lua`` shebang is refused before it starts), so the script did not apply, and
@@ -36,7 +36,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError, ResponseError
+from redis.exceptions import (
+    MasterDownError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+)
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 if TYPE_CHECKING:
@@ -51,20 +57,21 @@ _FIRST_PAUSE_S, _MAX_PAUSE_S = 0.05, 1.0
 
 #: Error codes of a server that cannot take writes now (redis-py raises a plain
 #: ``ResponseError`` for these): a failed RDB save with ``stop-writes-on-bgsave-error``,
-#: a master without enough replicas, a replica cut off from its master.
-_REFUSAL_CODES = ("MISCONF ", "NOREPLICAS ", "MASTERDOWN ")
+#: a master without enough replicas, a server busy with a script past its time limit.
+_REFUSAL_CODES = ("MISCONF ", "NOREPLICAS ", "BUSY ")
 
 
 class WritesRefused(ResponseError):
-    """Redis refused to take writes for now (``MISCONF``, ``NOREPLICAS``, ``MASTERDOWN``):
-    a store outage, like ``OutOfMemoryError`` and ``ReadOnlyError``."""
+    """Redis refused to take writes for now (``MISCONF``, ``NOREPLICAS``, ``BUSY``): a store
+    outage, like ``OutOfMemoryError``, ``ReadOnlyError`` and ``MasterDownError``."""
 
 
 def as_refusal(exc: BaseException) -> BaseException | None:
     """``exc`` as a store-side refusal of writes, or ``None`` if it is not one:
-    ``OutOfMemoryError``/``ReadOnlyError``/``WritesRefused`` as they are, a plain
-    ``ResponseError`` with one of the refusal codes as a :class:`WritesRefused`."""
-    if isinstance(exc, (OutOfMemoryError, ReadOnlyError, WritesRefused)):
+    ``OutOfMemoryError``/``ReadOnlyError``/``MasterDownError`` (a replica cut off from its
+    master)/``WritesRefused`` as they are, a plain ``ResponseError`` with one of the refusal
+    codes as a :class:`WritesRefused`."""
+    if isinstance(exc, (OutOfMemoryError, ReadOnlyError, MasterDownError, WritesRefused)):
         return exc
     if isinstance(exc, ResponseError) and str(exc).startswith(_REFUSAL_CODES):
         refused = WritesRefused(str(exc))

@@ -88,12 +88,13 @@ def _int(raw: str | None, default: int = 0) -> int:
 
 #: What a store call raises when Redis cannot be reached (or went away during the call), or
 #: refuses writes for now: ``OOM`` (``maxmemory`` reached), ``READONLY`` (a replica),
-#: ``MISCONF``/``NOREPLICAS``/``MASTERDOWN`` (``WritesRefused``; the lifecycle steps, heartbeats
-#: and liveness refreshes raise it, other calls raise redis-py's plain ``ResponseError``).
-#: A refused script wrote nothing, so all of them are a store outage, never a task's failure.
+#: ``MASTERDOWN`` (a replica cut off from its master), ``MISCONF``/``NOREPLICAS``/``BUSY``
+#: (``WritesRefused``: the lifecycle steps, heartbeats and liveness refreshes raise it, other
+#: calls redis-py's plain ``ResponseError``; :func:`is_outage` tells those too). A script
+#: refused so wrote nothing: all of them are a store outage, never a task's failure.
 UNREACHABLE: tuple[type[Exception], ...] = (
     redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError,
-    redis.exceptions.ReadOnlyError, WritesRefused,
+    redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError, WritesRefused,
 )
 
 

@@ -174,10 +174,12 @@ def test_startup_reads_the_policy_from_info_when_config_is_refused(
     assert check_eviction(store) is None  # both refused: nothing to say
 
 
-def test_running_tasks_survive_full_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("full_s", [8.0, 4.0])
+def test_running_tasks_survive_full_memory(tmp_path: Path, full_s: float) -> None:
     """A real prefork worker runs heartbeating and quiet tasks; the state store's memory is
-    full for 8 s (longer than max_heartbeat_interval and the 6 s outage gap) mid-batch:
-    no task fails or is dead-lettered; every task completes, once, after memory is freed."""
+    full for ``full_s`` mid-batch (longer than max_heartbeat_interval, 2 s; longer and
+    shorter than the 6 s outage gap): no task fails, stalls or is dead-lettered; every task
+    completes, once, after memory is freed."""
     with restartable_redis() as store_srv, restartable_redis() as broker:
         app = fault_proj.build(broker.url(), store=store_srv.url(), name="oom")
         jobbers = install(app)
@@ -201,9 +203,9 @@ def test_running_tasks_survive_full_memory(tmp_path: Path) -> None:
                          message="four tasks running")
                 filled = fill_memory(client)
                 began = time.monotonic()
-                # full for 8 s: heartbeats, liveness refreshes, cleaner passes and the steps
+                # full for full_s: heartbeats, liveness refreshes, cleaner passes and the steps
                 # of the tasks that end meanwhile are all refused
-                while time.monotonic() - began < 8.0:
+                while time.monotonic() - began < full_s:
                     time.sleep(0.2)  # the fault's length itself: nothing to poll
                 free_memory(client)
                 print(f"\nmemory full for {time.monotonic() - began:.1f} s "
