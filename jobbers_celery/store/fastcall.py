@@ -20,7 +20,8 @@ not a failure of the step: Redis refuses a script's first write command whenever
 writes (an ``OOM`` is only raised while the script has written nothing; on Redis 7 a script
 with a ``#!lua`` shebang is refused before it starts), so the script did not apply, and
 with ``outage_wait_s`` the call keeps sending until the refusal ends or the wait runs out,
-then raises (a :class:`WritesRefused` for the refusals redis-py has no class of its own).
+then raises (a :class:`WritesRefused` for the refusals redis-py has no class of its own). So
+does a refusal while connecting: under ``MISCONF`` Redis refuses even the health check's PING.
 
 Connections are opened with ``Connection.connect()``, the method redis-py's pools call:
 for a Sentinel-managed connection it asks the sentinels for the current master first
@@ -113,6 +114,18 @@ def _refused_by_replica(exc: BaseException) -> bool:
             or (isinstance(exc, ResponseError) and str(exc).startswith("NOREPLICAS")))
 
 
+def _wait_or_raise(refused: BaseException, exc: BaseException, deadline: float,
+                   pause: float) -> float:
+    """Sleep ``pause`` and return the next one, or raise ``refused`` (``exc`` as a store
+    outage) if the wait would end past ``deadline``."""
+    if time.monotonic() + pause > deadline:
+        if refused is exc:
+            raise exc
+        raise refused from exc
+    time.sleep(pause)
+    return min(2 * pause, _MAX_PAUSE_S)
+
+
 class FastScript:
     """Calls one registered script with ``EVALSHA`` on a per-thread connection."""
 
@@ -172,6 +185,15 @@ class FastScript:
                     time.sleep(pause)
                     pause = min(2 * pause, _MAX_PAUSE_S)
                 continue
+            except ResponseError as exc:
+                # refused while connecting or checking health (under MISCONF Redis refuses
+                # even PING): nothing was sent; wait while the refusal may last
+                conn.disconnect()
+                refused = as_refusal(exc)
+                if refused is None:
+                    raise
+                pause = _wait_or_raise(refused, exc, deadline, pause)
+                continue
             try:
                 return conn.read_response()
             except NoScriptError:
@@ -196,12 +218,7 @@ class FastScript:
                 if refused is None:
                     raise
                 # the script did not run: wait while the refusal may last
-                if time.monotonic() + pause > deadline:
-                    if refused is exc:
-                        raise
-                    raise refused from exc
-                time.sleep(pause)
-                pause = min(2 * pause, _MAX_PAUSE_S)
+                pause = _wait_or_raise(refused, exc, deadline, pause)
             except BaseException:
                 conn.disconnect()
                 raise

@@ -11,6 +11,7 @@ worker warns at start when ``maxmemory-policy`` evicts.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import redis
 from jobbers_celery import TaskState, install
 from jobbers_celery.signals import check_eviction
 from jobbers_celery.states import TERMINAL
-from jobbers_celery.store import UNREACHABLE, RedisStore, is_outage
+from jobbers_celery.store import UNREACHABLE, RedisStore, WritesRefused, is_outage
 from tests.conftest import RedisServer, start_worker, wait_for
 from tests.integration import fault_proj
 from tests.integration.beat_helpers import Beat
@@ -233,3 +234,44 @@ def test_running_tasks_survive_full_memory(tmp_path: Path, full_s: float) -> Non
         assert "OutOfMemoryError" not in log, log[-5000:]
         assert "Traceback" not in log, log[-5000:]
         assert refused_beats > 0
+
+
+def refuse_writes_for_a_failed_save(server: RedisServer, client: redis.Redis) -> None:
+    """``MISCONF``: an RDB save fails (the server's directory is gone) with save points set
+    and ``stop-writes-on-bgsave-error yes``; Redis then refuses writes, and even PING."""
+    shutil.rmtree(server.dir)
+    client.config_set("save", "3600 1")
+    client.config_set("stop-writes-on-bgsave-error", "yes")
+    client.bgsave()
+
+    def failed() -> bool:
+        info = client.info("persistence")
+        return info["rdb_last_bgsave_status"] == "err" and not info["rdb_bgsave_in_progress"]
+
+    wait_for(failed, timeout=10, message="the RDB save to fail")
+
+
+def test_a_failed_rdb_save_is_an_outage_too(server: RedisServer) -> None:
+    store = RedisStore.from_url(server.url(), prefix="oom")
+    attempt = started(store, "t1")
+    before = snapshot(store, "t1")
+    admin = redis.Redis.from_url(server.url())
+    refuse_writes_for_a_failed_save(server, admin)
+    # the step's connection is open (refused script) / a new store's is not (refused PING)
+    for each in (store, RedisStore.from_url(server.url(), prefix="oom")):
+        with pytest.raises(WritesRefused, match=r"^MISCONF") as info:
+            each.step("t1", S.COMPLETED, fence=attempt, wid_fence="w1")
+        assert isinstance(info.value, UNREACHABLE)
+        beat = each.heartbeat("t1", attempt)
+        assert not beat.delivered
+    assert snapshot(store, "t1") == before
+    # a worker's step waits until writes are taken again
+    store.wait_out_outages(30)
+    taken = threading.Timer(1.0, admin.config_set, args=("save", ""))
+    taken.start()
+    try:
+        res = store.step("t1", S.COMPLETED, fence=attempt, wid_fence="w1")
+    finally:
+        taken.join()
+    assert res.applied
+    assert len(store.history("t1")) == 3
