@@ -235,6 +235,13 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
             results.check_layout(jobbers.store, jobbers.app.backend)
         except Exception:  # a check, never a reason not to start
             log.debug("could not check the result backend layout", exc_info=True)
+
+
+def on_worker_after_setup(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """Once the worker's logging is set up (``worker_init`` comes before it): warn if the
+    store evicts."""
+    jobbers = getattr(getattr(instance, "app", None), "_jobbers", None)
+    if jobbers is not None:
         check_eviction(jobbers.store)
 
 
@@ -272,5 +279,7 @@ def connect() -> None:
     signals.task_revoked.connect(on_task_revoked, weak=False,
                                  dispatch_uid="jobbers.task_revoked")
     signals.worker_init.connect(on_worker_init, weak=False, dispatch_uid="jobbers.worker_init")
+    signals.celeryd_after_setup.connect(on_worker_after_setup, weak=False,
+                                        dispatch_uid="jobbers.celeryd_after_setup")
     signals.worker_shutting_down.connect(shutdown.on_worker_shutting_down, weak=False,
                                          dispatch_uid="jobbers.worker_shutting_down")

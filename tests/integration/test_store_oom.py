@@ -275,3 +275,19 @@ def test_a_failed_rdb_save_is_an_outage_too(server: RedisServer) -> None:
         taken.join()
     assert res.applied
     assert len(store.history("t1")) == 3
+
+
+def test_a_worker_warns_at_start_when_the_policy_evicts(tmp_path: Path) -> None:
+    with restartable_redis() as server:
+        redis.Redis.from_url(server.url()).config_set("maxmemory-policy", "allkeys-lru")
+        app = fault_proj.build(server.url(), name="evicts")
+        env = {"FAULT_PROJ_BROKER": server.url(), "FAULT_PROJ_NAME": "evicts"}
+        worker = start_worker(app, "tests.integration.fault_proj", tmp_path, concurrency=1,
+                              env=env)
+        try:
+            wait_for(lambda: "maxmemory-policy allkeys-lru" in worker.log, timeout=10,
+                     message="the eviction warning in the worker's log")
+        finally:
+            worker.stop()
+    line = next(x for x in worker.log.splitlines() if "maxmemory-policy allkeys-lru" in x)
+    assert "WARNING" in line
