@@ -98,7 +98,6 @@ UNREACHABLE: tuple[type[Exception], ...] = (
 )
 
 
-
 def is_outage(exc: BaseException) -> bool:
     """``exc`` means the store cannot be reached or take writes for now (see UNREACHABLE),
     whichever call raised it (redis-py's own calls raise ``MISCONF`` and the like as a
