@@ -22,6 +22,8 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
+from jobbers_celery.store import is_outage
+
 if TYPE_CHECKING:
     from jobbers_celery.config import JobbersConfig
     from jobbers_celery.jobbers import Jobbers
@@ -130,8 +132,12 @@ class Liveness:
         while not self._stop.is_set():
             try:
                 self.refresh()
-            except Exception:
-                log.exception("jobbers liveness refresh failed; retrying")
+            except Exception as exc:
+                if not is_outage(exc):
+                    log.exception("jobbers liveness refresh failed; retrying")
+                else:  # unreachable, or refusing writes (OOM): the store's outage
+                    log.warning("jobbers liveness refresh failed (store outage: %s); "
+                                "retrying", exc)
             self._stop.wait(period)
 
     def start(self) -> None:

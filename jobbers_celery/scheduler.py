@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from celery import bootsteps, signals
 
 from jobbers_celery import lifecycle, liveness, metrics, payload
+from jobbers_celery.store import is_outage
 
 if TYPE_CHECKING:
     from jobbers_celery.jobbers import Jobbers
@@ -142,8 +143,12 @@ class Scheduler:
                     if time.monotonic() - self._last_catch_up_check > every:
                         self._last_catch_up_check = time.monotonic()
                         self.jobbers.cleaner.catch_up(by=f"catch-up in {self.worker_name}")
-            except Exception:
-                log.exception("jobbers scheduler pass failed; retrying")
+            except Exception as exc:
+                if not is_outage(exc):
+                    log.exception("jobbers scheduler pass failed; retrying")
+                else:  # unreachable, or refusing writes (OOM): the store's outage
+                    log.warning("jobbers scheduler pass failed (store outage: %s); "
+                                "retrying", exc)
                 wait = max(interval, 1.0)
             self._stop.wait(wait)
 

@@ -244,6 +244,35 @@ def on_process_exit(**_: Any) -> None:
     sinks.close_all()
 
 
+def on_worker_after_setup(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """Once the worker's logging is set up (``worker_init`` comes before it): warn if the
+    store evicts."""
+    jobbers = getattr(getattr(instance, "app", None), "_jobbers", None)
+    if jobbers is not None:
+        check_eviction(jobbers.store)
+
+
+def check_eviction(store: Any) -> str | None:
+    """Warn (once, at worker start) if the store's ``maxmemory-policy`` evicts keys: an
+    evicted record loses its task's state and history (and an evicted index entry hides the
+    task from the cleaner). Returns the warning, ``None`` if the policy is ``noeviction`` or
+    cannot be read (``CONFIG`` and ``INFO`` both refused, Redis unreachable)."""
+    try:
+        policy = store.maxmemory_policy()
+    except Exception:  # a check, never a reason not to start
+        log.debug("could not read the store's maxmemory-policy", exc_info=True)
+        return None
+    if policy is None or policy == "noeviction":
+        return None
+    message = (f"the jobbers store's Redis has maxmemory-policy {policy}: when it reaches "
+               "maxmemory it evicts keys, and an evicted jobbers record loses its task's state "
+               "and history (a running task can no longer finish in the record, the cleaner "
+               "cannot see it). Set maxmemory-policy noeviction: jobbers then waits while "
+               "memory is full, as for an outage (see the Redis settings how-to).")
+    log.warning(message)
+    return message
+
+
 def connect() -> None:
     """Connect the handlers once per process (idempotent through ``dispatch_uid``)."""
     signals.before_task_publish.connect(on_before_publish, weak=False,
@@ -257,6 +286,8 @@ def connect() -> None:
     signals.task_revoked.connect(on_task_revoked, weak=False,
                                  dispatch_uid="jobbers.task_revoked")
     signals.worker_init.connect(on_worker_init, weak=False, dispatch_uid="jobbers.worker_init")
+    signals.celeryd_after_setup.connect(on_worker_after_setup, weak=False,
+                                        dispatch_uid="jobbers.celeryd_after_setup")
     signals.worker_shutting_down.connect(shutdown.on_worker_shutting_down, weak=False,
                                          dispatch_uid="jobbers.worker_shutting_down")
     signals.worker_shutdown.connect(on_process_exit, weak=False,

@@ -14,6 +14,14 @@ failure while *reading* the reply is raised, never retried, because the step may
 applied and must not be applied twice, except a ``READONLY`` or ``NOREPLICAS`` refusal:
 the server is a replica, or a master cut off from its replicas (both: a failover
 happened), the script did not run, and it is sent once more, to the current master.
+A refusal to take writes (``OOM`` under ``maxmemory``, ``MISCONF`` after a failed RDB save,
+``READONLY``/``NOREPLICAS`` again after that one resend, ``MASTERDOWN``, ``BUSY``) is a store outage,
+not a failure of the step: Redis refuses a script's first write command whenever it refuses
+writes (an ``OOM`` is only raised while the script has written nothing; on Redis 7 a script
+with a ``#!lua`` shebang is refused before it starts), so the script did not apply, and
+with ``outage_wait_s`` the call keeps sending until the refusal ends or the wait runs out,
+then raises (a :class:`WritesRefused` for the refusals redis-py has no class of its own). So
+does a refusal while connecting: under ``MISCONF`` Redis refuses even the health check's PING.
 
 Connections are opened with ``Connection.connect()``, the method redis-py's pools call:
 for a Sentinel-managed connection it asks the sentinels for the current master first
@@ -22,23 +30,68 @@ for a Sentinel-managed connection it asks the sentinels for the current master f
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
+from redis.exceptions import (
+    MasterDownError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+)
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 if TYPE_CHECKING:
     import redis
     from redis.commands.core import Script
 
-__all__ = ["FastScript"]
+__all__ = ["FastScript", "WritesRefused", "as_refusal", "without_shebang"]
 
 _SEND_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 _FIRST_PAUSE_S, _MAX_PAUSE_S = 0.05, 1.0
+
+
+#: Error codes of a server that cannot take writes now (redis-py raises a plain
+#: ``ResponseError`` for these): a failed RDB save with ``stop-writes-on-bgsave-error``,
+#: a master without enough replicas, a server busy with a script past its time limit.
+_REFUSAL_CODES = ("MISCONF ", "NOREPLICAS ", "BUSY ")
+
+
+class WritesRefused(ResponseError):
+    """Redis refused to take writes for now (``MISCONF``, ``NOREPLICAS``, ``BUSY``): a store
+    outage, like ``OutOfMemoryError``, ``ReadOnlyError`` and ``MasterDownError``."""
+
+
+def as_refusal(exc: BaseException) -> BaseException | None:
+    """``exc`` as a store-side refusal of writes, or ``None`` if it is not one:
+    ``OutOfMemoryError``/``ReadOnlyError``/``MasterDownError`` (a replica cut off from its
+    master)/``WritesRefused`` as they are, a plain ``ResponseError`` with one of the refusal
+    codes as a :class:`WritesRefused`."""
+    if isinstance(exc, (OutOfMemoryError, ReadOnlyError, MasterDownError, WritesRefused)):
+        return exc
+    if isinstance(exc, ResponseError) and str(exc).startswith(_REFUSAL_CODES):
+        refused = WritesRefused(str(exc))
+        refused.__cause__ = exc
+        return refused
+    return None
+
+
+def without_shebang(script: Script, exc: BaseException) -> bool:
+    """Redis < 7 compiles a script's text as a Lua function body, where a ``#!lua`` first
+    line is a syntax error: if that is why loading ``script`` failed, drop the line (and
+    the whole-script refusal it gives on Redis 7) and return True to load it again."""
+    text = script.script
+    if not (isinstance(text, str) and text.startswith("#!")
+            and "Error compiling script" in str(exc)):
+        return False
+    script.script = text.split("\n", 1)[1]
+    script.sha = hashlib.sha1(script.script.encode()).hexdigest()
+    return True
 
 
 def _pack(args: list[str]) -> bytes:
@@ -59,6 +112,18 @@ def _refused_by_replica(exc: BaseException) -> bool:
     """
     return (isinstance(exc, ReadOnlyError) or isinstance(exc.__context__, ReadOnlyError)
             or (isinstance(exc, ResponseError) and str(exc).startswith("NOREPLICAS")))
+
+
+def _wait_or_raise(refused: BaseException, exc: BaseException, deadline: float,
+                   pause: float) -> float:
+    """Sleep ``pause`` and return the next one, or raise ``refused`` (``exc`` as a store
+    outage) if the wait would end past ``deadline``."""
+    if time.monotonic() + pause > deadline:
+        if refused is exc:
+            raise exc
+        raise refused from exc
+    time.sleep(pause)
+    return min(2 * pause, _MAX_PAUSE_S)
 
 
 class FastScript:
@@ -120,19 +185,40 @@ class FastScript:
                     time.sleep(pause)
                     pause = min(2 * pause, _MAX_PAUSE_S)
                 continue
+            except ResponseError as exc:
+                # refused while connecting or checking health (under MISCONF Redis refuses
+                # even PING): nothing was sent; wait while the refusal may last
+                conn.disconnect()
+                refused = as_refusal(exc)
+                if refused is None:
+                    raise
+                pause = _wait_or_raise(refused, exc, deadline, pause)
+                continue
             try:
                 return conn.read_response()
             except NoScriptError:
                 # Redis restarted or SCRIPT FLUSH: load it and run it (it did not run).
-                self.client.script_load(self.script.script)
+                try:
+                    self.client.script_load(self.script.script)
+                except ResponseError as exc:
+                    if not without_shebang(self.script, exc):
+                        raise
+                    self.client.script_load(self.script.script)
+                    command = _pack(["EVALSHA", str(self.script.sha), str(len(keys)),
+                                     *keys, *args])
                 if resent:
                     raise
                 resent = True
             except (ResponseError, RedisConnectionError) as exc:
                 conn.disconnect()
-                if resent or not _refused_by_replica(exc):
+                if not resent and _refused_by_replica(exc):
+                    resent = True  # a failover: at once, to the current master
+                    continue
+                refused = exc if _refused_by_replica(exc) else as_refusal(exc)
+                if refused is None:
                     raise
-                resent = True
+                # the script did not run: wait while the refusal may last
+                pause = _wait_or_raise(refused, exc, deadline, pause)
             except BaseException:
                 conn.disconnect()
                 raise

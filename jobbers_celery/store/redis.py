@@ -18,14 +18,15 @@ from importlib import resources
 from typing import Any, NamedTuple, cast
 
 import redis
+from redis.commands.core import Script
 
 from jobbers_celery.records import ErrorInfo, TaskRecord, Transition, from_ms
 from jobbers_celery.states import RESUBMITTABLE, TERMINAL, TaskState, allowed_from
 from jobbers_celery.store.base import Claimed, Heartbeat, ResultWrite, StepResult
-from jobbers_celery.store.fastcall import FastScript
+from jobbers_celery.store.fastcall import FastScript, WritesRefused, as_refusal, without_shebang
 from jobbers_celery.store.keys import STATE_ORDER, Keys
 
-__all__ = ["RedisStore"]
+__all__ = ["UNREACHABLE", "RedisStore", "WritesRefused", "is_outage"]
 
 log = logging.getLogger("jobbers.store")
 
@@ -38,10 +39,34 @@ _PURGE_BATCH = 500
 _MAX_EXAMINED = 10_000
 
 
+#: Script flags (Redis >= 7) of the scripts that must run when Redis refuses writes:
+#: ``prune`` only deletes, so it keeps freeing memory under ``maxmemory``.
+_SCRIPT_FLAGS = {"prune": "allow-oom"}
+
+
 @cache
 def _script_source(name: str) -> str:
+    """``_lib.lua`` then ``{name}.lua``, under a ``#!lua`` shebang: on Redis 7 a script so
+    declared is refused as a whole, before it runs, when Redis refuses writes (``OOM`` under
+    ``maxmemory``, ``MISCONF``, ``READONLY``, ``NOREPLICAS``), never stopped half-way.
+    Redis < 7 cannot compile it: the line is dropped there (see ``without_shebang``)."""
     lua = resources.files("jobbers_celery.store").joinpath("lua")
-    return lua.joinpath("_lib.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
+    flags = _SCRIPT_FLAGS.get(name)
+    shebang = f"#!lua flags={flags}" if flags else "#!lua"
+    return (shebang + "\n" + lua.joinpath("_lib.lua").read_text() + "\n"
+            + lua.joinpath(f"{name}.lua").read_text())
+
+
+class _Script(Script):
+    """redis-py's ``Script`` that drops the shebang on a Redis < 7 (see ``without_shebang``)."""
+
+    def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        try:
+            return super().__call__(keys, args, client)
+        except redis.ResponseError as exc:
+            if not without_shebang(self, exc):
+                raise
+            return super().__call__(keys, args, client)
 
 
 def _json(value: Any) -> str:
@@ -61,8 +86,23 @@ def _int(raw: str | None, default: int = 0) -> int:
     return int(raw) if raw not in (None, "") else default
 
 
-#: What a store call raises when Redis cannot be reached (or went away during the call).
-UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+#: What a store call raises when Redis cannot be reached (or went away during the call), or
+#: refuses writes for now: ``OOM`` (``maxmemory`` reached), ``READONLY`` (a replica),
+#: ``MASTERDOWN`` (a replica cut off from its master), ``MISCONF``/``NOREPLICAS``/``BUSY``
+#: (``WritesRefused``: the lifecycle steps, heartbeats and liveness refreshes raise it, other
+#: calls redis-py's plain ``ResponseError``; :func:`is_outage` tells those too). A script
+#: refused so wrote nothing: all of them are a store outage, never a task's failure.
+UNREACHABLE: tuple[type[Exception], ...] = (
+    redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError, WritesRefused,
+)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """``exc`` means the store cannot be reached or take writes for now (see UNREACHABLE),
+    whichever call raised it (redis-py's own calls raise ``MISCONF`` and the like as a
+    plain ``ResponseError``)."""
+    return isinstance(exc, UNREACHABLE) or as_refusal(exc) is not None
 
 
 class Alive(NamedTuple):
@@ -89,7 +129,7 @@ class RedisStore:
         #: (pid, worker incarnation) whose start entered it in the workers set
         self._registered: tuple[int, str] | None = None
         self._scripts = {
-            name: client.register_script(_script_source(name))
+            name: _Script(client, _script_source(name))
             for name in ("transition", "complete", "claim", "prune", "heartbeat", "cancel",
                          "alive", "cleaner_due", "stall")
         }
@@ -106,9 +146,11 @@ class RedisStore:
 
     def wait_out_outages(self, seconds: float) -> None:
         """Make the lifecycle steps (not heartbeats nor liveness refreshes, which have their
-        own retries) keep trying for up to ``seconds`` while Redis cannot be reached, rather
-        than fail: a worker's steps, so that a store restart or failover does not fail the
-        tasks that start or finish meanwhile (nothing was sent, so nothing is applied twice).
+        own retries) keep trying for up to ``seconds`` while Redis cannot be reached or
+        refuses writes (``OOM``, ``MISCONF``...), rather than fail: a worker's steps, so that
+        a store restart, a failover or full memory does not fail the tasks that start or
+        finish meanwhile (nothing was sent, or the script was refused before it wrote
+        anything, so nothing is applied twice).
         """
         self._transition.outage_wait_s = self._complete.outage_wait_s = float(seconds)
 
@@ -329,9 +371,10 @@ class RedisStore:
                 [k.task(task_id), k.heartbeat_due, k.concurrency(name or ""), k.stats],
                 [_json(spec)],
             )
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            # best effort: a Redis blip must not kill a long task; the cleaner allows for
-            # outages (see the clock tick), and the next heartbeat carries what this one had
+        except UNREACHABLE as exc:
+            # best effort: a Redis blip (or a refusal of writes, OOM) must not kill a long
+            # task; the cleaner allows for outages (see the clock tick), and the next
+            # heartbeat carries what this one had
             log.warning("heartbeat of task %s not delivered: %s", task_id, exc)
             return Heartbeat(accepted=False, cancel_requested=False, now_ms=0,
                              delivered=False)
@@ -592,6 +635,23 @@ class RedisStore:
     def try_lock(self, name: str, ttl_ms: int) -> bool:
         """Take a best-effort lock that expires by itself (efficiency only, never safety)."""
         return bool(self.client.set(self.keys.lock(name), "1", nx=True, px=ttl_ms))
+
+    def maxmemory_policy(self) -> str | None:
+        """The server's ``maxmemory-policy``: ``CONFIG GET`` or, where that is refused (an
+        ACL, a managed Redis), the ``maxmemory_policy`` field of ``INFO memory``; ``None``
+        if both are refused."""
+        try:
+            got = cast("dict[str, str]", self.client.config_get("maxmemory-policy"))
+            if got.get("maxmemory-policy"):
+                return got["maxmemory-policy"]
+        except redis.RedisError:
+            pass
+        try:
+            info = self.client.info("memory")
+        except redis.RedisError:
+            return None
+        policy = info.get("maxmemory_policy")
+        return str(policy) if policy else None
 
     def now_ms(self) -> int:
         sec, usec = self.client.time()
