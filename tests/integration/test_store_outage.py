@@ -172,11 +172,12 @@ def _redis_layout(store: RestartableRedis, broker: RestartableRedis, name: str,
 
 
 def _rabbit_layout(store: RestartableRedis, results: RestartableRedis, rabbitmq: RabbitVhost,
-                   name: str, acks_late: bool) -> tuple[Celery, dict[str, str]]:
-    app = fault_proj.build(rabbitmq.url, store=store.url(), name=name,
+                   name: str, acks_late: bool, query: str = "") -> tuple[Celery, dict[str, str]]:
+    url = store.url() + query
+    app = fault_proj.build(rabbitmq.url, store=url, name=name,
                            backend=results.url(), lost_after=LOST_AFTER_S,
                            acks_late=acks_late)
-    return app, {"FAULT_PROJ_BROKER": rabbitmq.url, "FAULT_PROJ_STORE": store.url(),
+    return app, {"FAULT_PROJ_BROKER": rabbitmq.url, "FAULT_PROJ_STORE": url,
                  "FAULT_PROJ_BACKEND": results.url(), "FAULT_PROJ_NAME": name,
                  "FAULT_PROJ_ACKS_LATE": "1" if acks_late else ""}
 
@@ -224,16 +225,21 @@ def test_store_killed_and_restarted_rabbitmq_broker(tmp_path: Path, rabbitmq: Ra
 
 
 @pytest.mark.rabbitmq
-def test_store_paused_rabbitmq_broker(tmp_path: Path, rabbitmq: RabbitVhost) -> None:
+@pytest.mark.parametrize("socket_timeout", [None, 1], ids=["no_timeout", "socket_timeout"])
+def test_store_paused_rabbitmq_broker(tmp_path: Path, rabbitmq: RabbitVhost,
+                                      socket_timeout: int | None) -> None:
     rabbitmq.reset()
     try:
         with restartable_redis() as store, restartable_redis() as results:
-            app, env = _rabbit_layout(store, results, rabbitmq, "outrpause", False)
+            query = f"?socket_timeout={socket_timeout}" if socket_timeout else ""
+            app, env = _rabbit_layout(store, results, rabbitmq,
+                                      f"outrpause{socket_timeout or 0}", False, query)
             figures = run(tmp_path, app, env, pause(store))
     finally:
         rabbitmq.reset()
-    print("\n" + figures.line(f"RabbitMQ broker, store paused {OUTAGE_S:g} s"))
-    check(figures, killed=False)
+    print("\n" + figures.line(f"RabbitMQ broker, store paused {OUTAGE_S:g} s, "
+                              f"socket_timeout={socket_timeout}"))
+    check(figures, killed=False, logged=socket_timeout is not None)
 
 
 # ---------------------------------------------------------------- a start recorded after all
