@@ -94,6 +94,16 @@ def build(broker: str, master_name: str | None = None, store: str | None = None,
     return app
 
 
+if os.environ.get("FAULT_PROJ_OOM_IS_OUTAGE") == "1":
+    # Redis refusing writes for want of memory counted as an outage by the worker's task
+    # steps, as jobbers_celery.store.UNREACHABLE does once it lists the refusal (issue 17)
+    import redis.exceptions
+
+    import jobbers_celery.task as _task
+
+    if redis.exceptions.OutOfMemoryError not in _task.UNREACHABLE:
+        _task.UNREACHABLE = (*_task.UNREACHABLE, redis.exceptions.OutOfMemoryError)
+
 if "FAULT_PROJ_BROKER" in os.environ:
     app = build(os.environ["FAULT_PROJ_BROKER"], os.environ.get("FAULT_PROJ_MASTER") or None,
                 os.environ.get("FAULT_PROJ_STORE") or None,

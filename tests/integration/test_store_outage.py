@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from celery import Celery
 
 from jobbers_celery import TaskState, get_jobbers, install, lifecycle
@@ -205,6 +206,33 @@ def test_store_paused_redis_broker(tmp_path: Path, socket_timeout: int | None) -
     print("\n" + figures.line(f"Redis broker, store paused {OUTAGE_S:g} s, "
                               f"socket_timeout={socket_timeout}"))
     check(figures, killed=False, logged=socket_timeout is not None)
+
+
+def out_of_memory(store: RestartableRedis) -> Callable[[Callable[[], list[str]]], None]:
+    def fault(publish: Callable[[], list[str]]) -> None:
+        started = time.monotonic()
+        client = redis.Redis(port=store.port)
+        try:
+            client.config_set("maxmemory", 1)  # noeviction: every write refused with OOM
+            publish()  # their submissions cannot be recorded: the worker records them
+            time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - started)))
+            client.config_set("maxmemory", 0)
+        finally:
+            client.close()
+
+    return fault
+
+
+def test_store_out_of_memory_redis_broker(tmp_path: Path) -> None:
+    """The store refusing writes (``maxmemory``, ``noeviction``): the worker's task steps
+    count the refusal as an outage (``FAULT_PROJ_OOM_IS_OUTAGE``, what
+    ``jobbers_celery.store.UNREACHABLE`` does once it lists it)."""
+    with restartable_redis() as store, restartable_redis() as broker:
+        app, env = _redis_layout(store, broker, "outoom", False)
+        figures = run(tmp_path, app, {**env, "FAULT_PROJ_OOM_IS_OUTAGE": "1"},
+                      out_of_memory(store))
+    print("\n" + figures.line(f"Redis broker, store out of memory {OUTAGE_S:g} s"))
+    check(figures, killed=False)
 
 
 @pytest.mark.rabbitmq
