@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from celery import bootsteps, signals
 
 from jobbers_celery import lifecycle, liveness, metrics, payload
+from jobbers_celery.store import UNREACHABLE
 
 if TYPE_CHECKING:
     from jobbers_celery.jobbers import Jobbers
@@ -128,6 +129,7 @@ class Scheduler:
 
     def _loop(self) -> None:
         interval = self.jobbers.config.scheduler_interval
+        outage = liveness.OutageLog(log, "jobbers scheduler pass")
         while not self._stop.is_set():
             wait = interval
             try:
@@ -142,9 +144,14 @@ class Scheduler:
                     if time.monotonic() - self._last_catch_up_check > every:
                         self._last_catch_up_check = time.monotonic()
                         self.jobbers.cleaner.catch_up(by=f"catch-up in {self.worker_name}")
+            except UNREACHABLE as exc:
+                outage.failed(exc)
+                wait = max(interval, 1.0)
             except Exception:
                 log.exception("jobbers scheduler pass failed; retrying")
                 wait = max(interval, 1.0)
+            else:
+                outage.succeeded()
             self._stop.wait(wait)
 
     def start(self) -> None:

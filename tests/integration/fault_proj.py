@@ -95,14 +95,18 @@ def build(broker: str, master_name: str | None = None, store: str | None = None,
 
 
 if os.environ.get("FAULT_PROJ_OOM_IS_OUTAGE") == "1":
-    # Redis refusing writes for want of memory counted as an outage by the worker's task
-    # steps, as jobbers_celery.store.UNREACHABLE does once it lists the refusal (issue 17)
+    # Redis refusing writes for want of memory counted as an outage by the worker (task
+    # steps, liveness refresh, scheduler pass), as jobbers_celery.store.UNREACHABLE does
+    # once it lists the refusal (issue 17)
     import redis.exceptions
 
-    import jobbers_celery.task as _task
+    import jobbers_celery.liveness
+    import jobbers_celery.scheduler
+    import jobbers_celery.task
 
-    if redis.exceptions.OutOfMemoryError not in _task.UNREACHABLE:
-        _task.UNREACHABLE = (*_task.UNREACHABLE, redis.exceptions.OutOfMemoryError)
+    for _module in (jobbers_celery.task, jobbers_celery.liveness, jobbers_celery.scheduler):
+        if redis.exceptions.OutOfMemoryError not in _module.UNREACHABLE:
+            _module.UNREACHABLE = (*_module.UNREACHABLE, redis.exceptions.OutOfMemoryError)
 
 if "FAULT_PROJ_BROKER" in os.environ:
     app = build(os.environ["FAULT_PROJ_BROKER"], os.environ.get("FAULT_PROJ_MASTER") or None,

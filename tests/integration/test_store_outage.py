@@ -46,7 +46,7 @@ OUTAGE_S = LOST_AFTER_S + 3.0
 #: Each test's app has task names of its own: a publish is recorded by the first installed
 #: app that knows the task's name (see fault_proj.build).
 #: What a worker process logs once when it finds the store away.
-OUTAGE_LINE = "the jobbers state store cannot be reached"
+OUTAGE_LINE = "the jobbers state store cannot be reached: until it answers"
 ACKS = pytest.mark.parametrize("acks_late", [False, True], ids=["early_ack", "acks_late"])
 
 
@@ -62,13 +62,20 @@ class Figures:
     #: saved (AOF, fsync every second): not the outage's doing, the data loss's
     lost_ends: int = 0
     outage_logs: int = 0
+    #: lines the worker's main process logged about the outage (liveness refresh and
+    #: scheduler: once each when it begins, once each when it ends), and failures it
+    #: logged in full ("... failed; retrying")
+    main_logs: int = 0
+    main_failures: int = 0
     seconds: float = 0.0
 
     def line(self, what: str) -> str:
         return (f"{what}: published {self.published}, completed {self.completed}, other "
                 f"terminal {self.other_terminal}, lost {self.lost}, ran twice "
                 f"{self.ran_twice}, stalled {self.stalled} (end lost {self.lost_ends}); "
-                f"outage logged {self.outage_logs}x by {CONCURRENCY} pool processes; all "
+                f"outage logged {self.outage_logs}x by {CONCURRENCY} pool processes, "
+                f"{self.main_logs} lines by the main process ({self.main_failures} failures "
+                f"in full); all "
                 f"terminal {self.seconds:.1f} s after the fault began")
 
 
@@ -125,7 +132,11 @@ def run(tmp_path: Path, app: Celery, env: dict[str, str],
     stalls = [t.reason or "" for i in ids for t in jobbers.history(i) if t.to_state is S.STALLED]
     figures.stalled = len(stalls)
     figures.lost_ends = sum(1 for r in stalls if "its end was not recorded" in r)
-    figures.outage_logs = worker.log_path.read_text(errors="replace").count(OUTAGE_LINE)
+    text = worker.log_path.read_text(errors="replace")
+    figures.outage_logs = text.count(OUTAGE_LINE)
+    figures.main_logs = sum(text.count(f"{what}: the jobbers state store")
+                            for what in ("liveness refresh", "scheduler pass"))
+    figures.main_failures = text.count("failed; retrying")
     return figures
 
 
@@ -138,6 +149,8 @@ def check(figures: Figures, killed: bool, logged: bool = True) -> None:
     if not killed:
         assert figures.lost_ends == 0, figures
     assert (1 if logged else 0) <= figures.outage_logs <= CONCURRENCY, figures
+    assert figures.main_logs <= 4, figures
+    assert figures.main_failures == 0, figures
 
 
 def kill_and_restart(store: RestartableRedis) -> Callable[[Callable[[], list[str]]], None]:
