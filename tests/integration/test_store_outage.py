@@ -41,8 +41,10 @@ S = TaskState
 CONCURRENCY = 4
 #: Tasks published before the fault, and while the store is away (kill only).
 LOAD, DURING = 240, 60
-LOST_AFTER_S = 2.0
-OUTAGE_S = LOST_AFTER_S + 3.0
+#: A step waits out an outage this long, then as long again to learn whether a step that
+#: may have been sent was applied; the outage lasts longer than both.
+LOST_AFTER_S = 1.0
+OUTAGE_S = 5.0
 #: Each test's app has task names of its own: a publish is recorded by the first installed
 #: app that knows the task's name (see fault_proj.build).
 #: What a worker process logs once when it finds the store away.
@@ -61,6 +63,8 @@ class Figures:
     #: stalled because their end was lost with the writes the killed Redis had not yet
     #: saved (AOF, fsync every second): not the outage's doing, the data loss's
     lost_ends: int = 0
+    #: deliveries given back (published again) for want of the store
+    given_back: int = 0
     outage_logs: int = 0
     #: lines the worker's main process logged about the outage (liveness refresh and
     #: scheduler: once each when it begins, once each when it ends), and failures it
@@ -73,6 +77,7 @@ class Figures:
         return (f"{what}: published {self.published}, completed {self.completed}, other "
                 f"terminal {self.other_terminal}, lost {self.lost}, ran twice "
                 f"{self.ran_twice}, stalled {self.stalled} (end lost {self.lost_ends}); "
+                f"{self.given_back} deliveries given back; "
                 f"outage logged {self.outage_logs}x by {CONCURRENCY} pool processes, "
                 f"{self.main_logs} lines by the main process ({self.main_failures} failures "
                 f"in full); all "
@@ -80,8 +85,10 @@ class Figures:
 
 
 def run(tmp_path: Path, app: Celery, env: dict[str, str],
-        fault: Callable[[Callable[[], list[str]]], None]) -> Figures:
-    """Publish ``LOAD`` short tasks to a real prefork worker; once a quarter finished, run
+        fault: Callable[[Callable[[], list[str]]], None], idle: bool = False) -> Figures:
+    """Publish ``LOAD`` short tasks to a real prefork worker; once a quarter finished (all
+    of them with ``idle``: then the pool processes meet the outage starting tasks, not
+    ending them), run
     ``fault(publish)`` (``publish()`` sends ``DURING`` more); wait until all are terminal."""
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -108,8 +115,8 @@ def run(tmp_path: Path, app: Celery, env: dict[str, str],
                 ids.extend(more)
                 return more
 
-            wait_for(lambda: finished() >= LOAD // 4, timeout=30, interval=0.1,
-                     message="a quarter of the load to finish")
+            wait_for(lambda: finished() >= (LOAD if idle else LOAD // 4), timeout=30,
+                     interval=0.1, message="the load to be under way")
             began = time.monotonic()
             fault(publish)
             wait_for(lambda: finished() == len(ids), timeout=60, interval=0.25,
@@ -134,13 +141,15 @@ def run(tmp_path: Path, app: Celery, env: dict[str, str],
     figures.lost_ends = sum(1 for r in stalls if "its end was not recorded" in r)
     text = worker.log_path.read_text(errors="replace")
     figures.outage_logs = text.count(OUTAGE_LINE)
+    figures.given_back = text.count(" received\n") - figures.published
     figures.main_logs = sum(text.count(f"{what}: the jobbers state store")
                             for what in ("liveness refresh", "scheduler pass"))
     figures.main_failures = text.count("failed; retrying")
     return figures
 
 
-def check(figures: Figures, killed: bool, logged: bool = True) -> None:
+def check(figures: Figures, killed: bool, logged: bool = True,
+          gave_back: bool = True) -> None:
     assert figures.lost == 0, figures
     assert figures.ran_twice == 0, figures
     # a kill may lose the last second of writes (AOF fsync every second): an end lost so is
@@ -150,6 +159,8 @@ def check(figures: Figures, killed: bool, logged: bool = True) -> None:
         assert figures.lost_ends == 0, figures
     assert (1 if logged else 0) <= figures.outage_logs <= CONCURRENCY, figures
     assert figures.main_logs <= 4, figures
+    if gave_back:
+        assert figures.given_back > 0, figures
     assert figures.main_failures == 0, figures
 
 
@@ -196,14 +207,23 @@ def _rabbit_layout(store: RestartableRedis, results: RestartableRedis, rabbitmq:
                  "FAULT_PROJ_ACKS_LATE": "1" if acks_late else ""}
 
 
+#: When the fault begins: under load (the pool processes meet it mostly as their tasks end:
+#: they hold the outcomes), or with the worker idle (the tasks published meanwhile meet it
+#: as they start: they are given back).
+WHEN = pytest.mark.parametrize("idle", [False, True], ids=["busy", "idle"])
+
+
+@WHEN
 @ACKS
-def test_store_killed_and_restarted_redis_broker(tmp_path: Path, acks_late: bool) -> None:
+def test_store_killed_and_restarted_redis_broker(tmp_path: Path, acks_late: bool,
+                                                 idle: bool) -> None:
     with restartable_redis() as store, restartable_redis() as broker:
-        app, env = _redis_layout(store, broker, f"outkill{int(acks_late)}", acks_late)
-        figures = run(tmp_path, app, env, kill_and_restart(store))
+        app, env = _redis_layout(store, broker, f"outkill{int(acks_late)}{int(idle)}",
+                                 acks_late)
+        figures = run(tmp_path, app, env, kill_and_restart(store), idle)
     print("\n" + figures.line(f"Redis broker, store killed {OUTAGE_S:g} s, "
-                              f"acks_late={acks_late}"))
-    check(figures, killed=True)
+                              f"acks_late={acks_late}, {'idle' if idle else 'busy'}"))
+    check(figures, killed=True, gave_back=idle)
 
 
 @pytest.mark.parametrize("socket_timeout", [None, 1], ids=["no_timeout", "socket_timeout"])
@@ -218,7 +238,7 @@ def test_store_paused_redis_broker(tmp_path: Path, socket_timeout: int | None) -
         figures = run(tmp_path, app, env, pause(store))
     print("\n" + figures.line(f"Redis broker, store paused {OUTAGE_S:g} s, "
                               f"socket_timeout={socket_timeout}"))
-    check(figures, killed=False, logged=socket_timeout is not None)
+    check(figures, killed=False, logged=socket_timeout is not None, gave_back=False)
 
 
 def out_of_memory(store: RestartableRedis) -> Callable[[Callable[[], list[str]]], None]:
@@ -249,20 +269,21 @@ def test_store_out_of_memory_redis_broker(tmp_path: Path) -> None:
 
 
 @pytest.mark.rabbitmq
+@WHEN
 @ACKS
 def test_store_killed_and_restarted_rabbitmq_broker(tmp_path: Path, rabbitmq: RabbitVhost,
-                                                    acks_late: bool) -> None:
+                                                    acks_late: bool, idle: bool) -> None:
     rabbitmq.reset()
     try:
         with restartable_redis() as store, restartable_redis() as results:
-            app, env = _rabbit_layout(store, results, rabbitmq, f"outrkill{int(acks_late)}",
-                                     acks_late)
-            figures = run(tmp_path, app, env, kill_and_restart(store))
+            app, env = _rabbit_layout(store, results, rabbitmq,
+                                      f"outrkill{int(acks_late)}{int(idle)}", acks_late)
+            figures = run(tmp_path, app, env, kill_and_restart(store), idle)
     finally:
         rabbitmq.reset()
     print("\n" + figures.line(f"RabbitMQ broker, store killed {OUTAGE_S:g} s, "
-                              f"acks_late={acks_late}"))
-    check(figures, killed=True)
+                              f"acks_late={acks_late}, {'idle' if idle else 'busy'}"))
+    check(figures, killed=True, gave_back=idle)
 
 
 @pytest.mark.rabbitmq
@@ -280,7 +301,7 @@ def test_store_paused_rabbitmq_broker(tmp_path: Path, rabbitmq: RabbitVhost,
         rabbitmq.reset()
     print("\n" + figures.line(f"RabbitMQ broker, store paused {OUTAGE_S:g} s, "
                               f"socket_timeout={socket_timeout}"))
-    check(figures, killed=False, logged=socket_timeout is not None)
+    check(figures, killed=False, logged=socket_timeout is not None, gave_back=False)
 
 
 # ---------------------------------------------------------------- a start recorded after all
