@@ -745,12 +745,12 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         reason = f"retry {n}" + (f" of {limit}" if limit is not None else "")
         if delay > 0:
             data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
-            res = store.step(
+            res = self._terminal(lambda: store.step(
                 req.id, S.SCHEDULED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason=reason, delay_ms=round(delay * 1000),
                 set_fields={**err, "msg": payload.dumps(data), "retries": str(n)},
                 wid=liveness.worker_id(), name=self.name, cancellable=True,
-            )
+            ))
             self._retried(res)
             when: Any = datetime.now(UTC) + timedelta(seconds=delay)
         else:
@@ -762,12 +762,12 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 pass  # not JSON: the record keeps the payload it had
             # the publish lease: should this process die before publishing, a scheduler
             # publishes the recorded payload once the lease expires
-            res = store.step(
+            res = self._terminal(lambda: store.step(
                 req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason=reason, set_fields=fields,
                 wid=liveness.worker_id(), name=self.name, cancellable=True,
                 lease_ms=self._publish_lease_ms(_jobbers(self)),
-            )
+            ))
             self._retried(res)
             if res.applied and res.state is S.UNSUBMITTED:
                 sig.apply_async()  # records unsubmitted -> submitted on publish

@@ -40,9 +40,9 @@ def build(broker: str, master_name: str | None = None, store: str | None = None,
           acks_late: bool = False) -> Celery:
     """The app, with results in the broker's Redis (over Sentinel too) and short
     thresholds; the state store is the broker's Redis unless ``store`` is given. Its tasks
-    are ``<name>.beating``, ``<name>.quiet`` and ``<name>.short``: each test uses its own
-    name, since a publish is recorded by the first installed app that knows the task's
-    name. ``backend``: the result backend (default: the broker, which must then be Redis);
+    are ``<name>.beating``, ``<name>.quiet``, ``<name>.short`` and ``<name>.retrying``:
+    each test uses its own name, since a publish is recorded by the first installed app that
+    knows the task's name. ``backend``: the result backend (default: the broker, which must then be Redis);
     ``lost_after``: ``jobbers_worker_lost_after`` (how long a step waits out an outage)."""
     # not the test process's current app: publishes of names no app knows stay with it
     app = Celery(name, broker=broker, backend=backend or broker, set_as_current=False)
@@ -89,6 +89,17 @@ def build(broker: str, master_name: str | None = None, store: str | None = None,
         """Sleeps ``seconds``: one of a load of a few hundred."""
         _mark(self)
         time.sleep(seconds)
+        return "done"
+
+    @app.task(base=JobbersTask, bind=True, name=f"{name}.retrying", shared=False,
+              expected_exceptions=(LookupError,), max_retries=1)
+    def retrying(self: JobbersTask, seconds: float) -> str:
+        """Sleeps ``seconds``, then its first attempt raises an expected exception (an
+        immediate retry); the second returns."""
+        _mark(self)
+        time.sleep(seconds)
+        if self.attempt == 1:
+            raise LookupError("first attempt")
         return "done"
 
     return app

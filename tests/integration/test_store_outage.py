@@ -75,7 +75,7 @@ class Figures:
 
     def line(self, what: str) -> str:
         return (f"{what}: published {self.published}, completed {self.completed}, other "
-                f"terminal {self.other_terminal}, lost {self.lost}, ran twice "
+                f"terminal {self.other_terminal}, lost {self.lost}, ran once too often "
                 f"{self.ran_twice}, stalled {self.stalled} (end lost {self.lost_ends}); "
                 f"{self.given_back} deliveries given back; "
                 f"outage logged {self.outage_logs}x by {CONCURRENCY} pool processes, "
@@ -85,7 +85,8 @@ class Figures:
 
 
 def run(tmp_path: Path, app: Celery, env: dict[str, str],
-        fault: Callable[[Callable[[], list[str]]], None], idle: bool = False) -> Figures:
+        fault: Callable[[Callable[[], list[str]]], None], idle: bool = False,
+        task: str = "short", runs: int = 1) -> Figures:
     """Publish ``LOAD`` short tasks to a real prefork worker; once a quarter finished (all
     of them with ``idle``: then the pool processes meet the outage starting tasks, not
     ending them), run
@@ -93,7 +94,7 @@ def run(tmp_path: Path, app: Celery, env: dict[str, str],
     marks = tmp_path / "marks"
     marks.mkdir()
     jobbers = install(app)
-    short = app.tasks[f"{app.main}.short"]
+    short = app.tasks[f"{app.main}.{task}"]
     figures = Figures()
     worker = start_worker(app, "tests.integration.fault_proj", tmp_path,
                           concurrency=CONCURRENCY,
@@ -134,14 +135,15 @@ def run(tmp_path: Path, app: Celery, env: dict[str, str],
             key = record.state.value
             figures.other_terminal[key] = figures.other_terminal.get(key, 0) + 1
     counts = executions(marks)
-    figures.lost = sum(1 for i in ids if counts.get(i, 0) == 0)
-    figures.ran_twice = sum(1 for i in ids if counts.get(i, 0) > 1)
+    # ``runs``: executions each task needs (2 for one that retries once)
+    figures.lost = sum(1 for i in ids if counts.get(i, 0) < runs)
+    figures.ran_twice = sum(1 for i in ids if counts.get(i, 0) > runs)
     stalls = [t.reason or "" for i in ids for t in jobbers.history(i) if t.to_state is S.STALLED]
     figures.stalled = len(stalls)
     figures.lost_ends = sum(1 for r in stalls if "its end was not recorded" in r)
     text = worker.log_path.read_text(errors="replace")
     figures.outage_logs = text.count(OUTAGE_LINE)
-    figures.given_back = text.count(" received\n") - figures.published
+    figures.given_back = text.count(" received\n") - figures.published * runs
     figures.main_logs = sum(text.count(f"{what}: the jobbers state store")
                             for what in ("liveness refresh", "scheduler pass"))
     figures.main_failures = text.count("failed; retrying")
@@ -254,6 +256,18 @@ def out_of_memory(store: RestartableRedis) -> Callable[[Callable[[], list[str]]]
             client.close()
 
     return fault
+
+
+@WHEN
+def test_store_killed_and_restarted_under_retries(tmp_path: Path, idle: bool) -> None:
+    """Tasks that retry once (an immediate retry: ``started -> unsubmitted``, then a new
+    message): a retry step the store cannot take is held like an end, not lost."""
+    with restartable_redis() as store, restartable_redis() as broker:
+        app, env = _redis_layout(store, broker, f"outretry{int(idle)}", False)
+        figures = run(tmp_path, app, env, kill_and_restart(store), idle, "retrying", runs=2)
+    print("\n" + figures.line(f"Redis broker, store killed {OUTAGE_S:g} s, tasks retrying "
+                              f"once, {'idle' if idle else 'busy'}"))
+    check(figures, killed=True, gave_back=idle)
 
 
 def test_store_out_of_memory_redis_broker(tmp_path: Path) -> None:
