@@ -27,6 +27,7 @@ __all__ = [
     "error_fields",
     "internal_publish",
     "on_publish",
+    "unrecorded_publish",
 ]
 
 log = logging.getLogger("jobbers.lifecycle")
@@ -45,6 +46,20 @@ def internal_publish(now_ms: int) -> Iterator[None]:
         yield
     finally:
         _internal.reset(token)
+
+
+#: Set while a worker gives a message back by publishing it again because the state store
+#: is unreachable: the publish neither records nor asks the store anything.
+_unrecorded: ContextVar[bool] = ContextVar("jobbers_unrecorded_publish", default=False)
+
+
+@contextmanager
+def unrecorded_publish() -> Iterator[None]:
+    token = _unrecorded.set(True)
+    try:
+        yield
+    finally:
+        _unrecorded.reset(token)
 
 
 def on_publish(
@@ -72,6 +87,8 @@ def on_publish(
         headers.setdefault(pl.HEADER_VERSION, version)
     if dead_letter:
         headers[pl.HEADER_DEAD_LETTER] = 1
+    if _unrecorded.get():
+        return  # the store is away: the message keeps the headers it was published with
     now = _internal.get()
     epoch: str | None = None
     if now is None:

@@ -20,6 +20,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from jobbers_celery.store import is_outage
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from jobbers_celery.config import JobbersConfig
     from jobbers_celery.jobbers import Jobbers
 
-__all__ = ["Liveness", "gaps", "refresh_period", "worker_id"]
+__all__ = ["Liveness", "OutageLog", "gaps", "refresh_period", "worker_id"]
 
 log = logging.getLogger("jobbers.liveness")
 
@@ -68,6 +69,33 @@ def _snapshot(requests: Any) -> list[Any]:
         except RuntimeError:  # changed size during iteration: try again
             continue
     return []
+
+
+class OutageLog:
+    """The store outages a loop of the worker's main process (liveness refresh, scheduler
+    pass) meets: logged once per outage (a warning when it begins, one when the store
+    answers again), not at every pass; the loop logs other failures in full."""
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        self.logger = logger
+        self.what = what
+        self.since: float | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        """The store could not be reached (``UNREACHABLE``)."""
+        if self.since is None:
+            self.since = time.monotonic()
+            self.logger.warning("%s: the jobbers state store cannot be reached (%s); retrying "
+                                "until it answers", self.what, exc)
+        else:
+            self.logger.debug("%s: the jobbers state store still cannot be reached (%s)",
+                              self.what, exc)
+
+    def succeeded(self) -> None:
+        if self.since is not None:
+            self.logger.warning("%s: the jobbers state store answers again (unreachable for "
+                                "%.1f s)", self.what, time.monotonic() - self.since)
+            self.since = None
 
 
 class Liveness:
@@ -129,15 +157,17 @@ class Liveness:
 
     def _loop(self) -> None:
         period = refresh_period(self.jobbers.config.worker_lost_after)
+        outage = OutageLog(log, "jobbers liveness refresh")
         while not self._stop.is_set():
             try:
                 self.refresh()
             except Exception as exc:
-                if not is_outage(exc):
+                if is_outage(exc):  # unreachable, or refusing writes (OOM): an outage
+                    outage.failed(exc)
+                else:
                     log.exception("jobbers liveness refresh failed; retrying")
-                else:  # unreachable, or refusing writes (OOM): the store's outage
-                    log.warning("jobbers liveness refresh failed (store outage: %s); "
-                                "retrying", exc)
+            else:
+                outage.succeeded()
             self._stop.wait(period)
 
     def start(self) -> None:

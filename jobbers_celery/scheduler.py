@@ -129,6 +129,7 @@ class Scheduler:
 
     def _loop(self) -> None:
         interval = self.jobbers.config.scheduler_interval
+        outage = liveness.OutageLog(log, "jobbers scheduler pass")
         while not self._stop.is_set():
             wait = interval
             try:
@@ -144,12 +145,13 @@ class Scheduler:
                         self._last_catch_up_check = time.monotonic()
                         self.jobbers.cleaner.catch_up(by=f"catch-up in {self.worker_name}")
             except Exception as exc:
-                if not is_outage(exc):
+                if is_outage(exc):  # unreachable, or refusing writes (OOM): an outage
+                    outage.failed(exc)
+                else:
                     log.exception("jobbers scheduler pass failed; retrying")
-                else:  # unreachable, or refusing writes (OOM): the store's outage
-                    log.warning("jobbers scheduler pass failed (store outage: %s); "
-                                "retrying", exc)
                 wait = max(interval, 1.0)
+            else:
+                outage.succeeded()
             self._stop.wait(wait)
 
     def start(self) -> None:

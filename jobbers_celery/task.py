@@ -46,6 +46,8 @@ _CHECKPOINT = "jobbers_checkpoint"
 _DONE = "jobbers_outcome_recorded"
 _HB = "jobbers_heartbeat"  # the attempt's heartbeat state, a _Beat
 _METRICS = "jobbers_metrics"  # (queue, start time in Redis ms) of the running attempt
+#: The header of a message a worker gave back during a store outage: "<incarnation>/<retries>".
+HEADER_GIVEN_BACK = "jobbers_given_back"
 
 #: Record fields a completed task no longer needs (the payload, the running attempt's
 #: bookkeeping): dropping them keeps the finished record small.
@@ -61,6 +63,37 @@ HEARTBEAT_MIN_GAP_S = 1.0
 DEFER_RANGE_S = (0.5, 1.5)
 #: Characters of args/kwargs an error message quotes (Celery's argsrepr limit).
 _REPR_MAX = 1024
+#: Pauses between tries of a finished task's outcome while the store is unreachable
+#: (doubling from the first to the last; each try also waits out the outage itself).
+OUTAGE_RESEND_FIRST_PAUSE_S, OUTAGE_RESEND_MAX_PAUSE_S = 0.5, 5.0
+
+
+class _Outage:
+    """Whether this worker process is in a state-store outage: its beginning and its end
+    are logged once each, not once per task."""
+
+    __slots__ = ("since",)
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def began(self) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning("the jobbers state store cannot be reached: until it answers, this "
+                        "worker process gives the tasks it receives back to the broker (not "
+                        "run), and holds the outcomes of the tasks it ran until they are "
+                        "recorded")
+
+    def over(self) -> None:
+        if self.since is not None:
+            log.warning("the jobbers state store answers again (unreachable for %.1f s): "
+                        "tasks start and their outcomes are recorded",
+                        time.monotonic() - self.since)
+            self.since = None
+
+
+_outage = _Outage()
 
 
 def _jobbers(task: Task[Any, Any]) -> Any:
@@ -316,18 +349,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         jobbers = _jobbers(self)
         req = self.request
         try:
-            res = self._start_step(jobbers)
+            res = self._start_recorded(jobbers)
         except UNREACHABLE:
-            res = self._start_reply_lost(jobbers)
-        if not res.applied and res.previous == "missing" and self._record_was_removed(jobbers):
-            log.warning("not running %s[%s]: its record was removed (purged, or older than "
-                        "jobbers_retention) after it was published", self.name, req.id)
-            raise Ignore()
-        if not res.applied and res.previous in ("missing", S.UNSUBMITTED):
-            # Published without a record (Redis was unreachable at publish, or by a client
-            # without jobbers): record the submission now rather than lose track of it.
-            self._record_late_submit(jobbers)
-            res = self._start_step(jobbers)
+            self._give_back()
+        _outage.over()
         if not res.applied:
             if res.previous == S.CANCELLED:
                 log.info("not running %s[%s]: it was cancelled", self.name, req.id)
@@ -350,6 +375,84 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         published = metrics.ms_value(payload.request_header(req, payload.HEADER_PUBLISHED_AT))
         metrics.selected(self.name, queue, metrics.ROLE_WORKER,
                          res.now_ms - published if published is not None else None)
+
+    def _start_recorded(self, jobbers: Any) -> Any:
+        """Record ``started`` (and the submission first, if the message has no record).
+        Raises ``UNREACHABLE`` if the store cannot be reached within the wait: then the
+        start is not recorded (or not known to be), and the task must not run here."""
+        req = self.request
+        res = self._start_once(jobbers)
+        if not res.applied and res.previous == "missing" and self._record_was_removed(jobbers):
+            log.warning("not running %s[%s]: its record was removed (purged, or older than "
+                        "jobbers_retention) after it was published", self.name, req.id)
+            raise Ignore()
+        if not res.applied and res.previous in ("missing", S.UNSUBMITTED):
+            # Published without a record (Redis was unreachable at publish, or by a client
+            # without jobbers): record the submission now rather than lose track of it.
+            self._record_late_submit(jobbers)
+            res = self._start_once(jobbers)
+        if not res.applied and res.previous == S.STARTED \
+                and payload.request_header(req, HEADER_GIVEN_BACK):
+            res = self._take_back(jobbers, res)
+        return res
+
+    def _start_once(self, jobbers: Any) -> Any:
+        try:
+            return self._start_step(jobbers)
+        except UNREACHABLE:
+            return self._start_reply_lost(jobbers)
+
+    def _give_back(self) -> NoReturn:
+        """The store did not answer within ``jobbers_worker_lost_after``: the start is not
+        recorded (or not known to be), so this delivery does not run, and its message is not
+        consumed and dropped either: it is published again, unchanged (same id, arguments,
+        headers and retry count), without asking the store, for this worker or another to
+        run once the store answers, and this delivery ends (acknowledged: early ack already
+        did, ``acks_late`` does now, after the publish). The new message names this worker
+        incarnation (``jobbers_given_back``): should the start have been recorded after all
+        (its reply was lost), the delivery of the new message takes the task back from it.
+        The outage is logged once per worker process, not per task."""
+        req = self.request
+        _outage.began()
+        sig = self.signature_from_request(req)
+        headers = dict(sig.options.get("headers") or {})
+        headers[HEADER_GIVEN_BACK] = f"{liveness.worker_id()}/{int(req.retries or 0)}"
+        sig.options["headers"] = headers
+        with lifecycle.unrecorded_publish():
+            sig.apply_async()
+        log.debug("gave %s[%s] back to the broker (published again): the state store "
+                  "cannot be reached", self.name, req.id)
+        raise Ignore()
+
+    def _take_back(self, jobbers: Any, res: Any) -> Any:
+        """The start of a message given back during an outage (see :meth:`_give_back`) was
+        refused: the task is ``started``. If the worker incarnation that gave it back holds
+        that start (its ``started`` step applied, but its reply was lost, and the task never
+        ran), that attempt is ended (``started -> unsubmitted``, fenced by its attempt and
+        worker) and this delivery records the submission and starts the task. Otherwise
+        the refusal stands. Returns the start's result."""
+        req = self.request
+        given = str(payload.request_header(req, HEADER_GIVEN_BACK) or "")
+        giver, _, retries = given.rpartition("/")
+        if not giver or retries != str(int(req.retries or 0)):
+            return res
+        found = jobbers.store.started_by(req.id, giver)
+        if found is None or found.attempt != res.attempt:
+            return res
+        back = jobbers.store.step(
+            req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=found.attempt,
+            wid_fence=giver, wid=giver, name=self.name, worker=self._worker(),
+            lease_ms=self._publish_lease_ms(jobbers),
+            reason="its start was recorded but never ran: the worker gave the message back "
+                   "(the state store did not answer)",
+        )
+        if not (back.applied and back.state is S.UNSUBMITTED):
+            return res
+        log.info("%s[%s]: its start was recorded during a state store outage but it never "
+                 "ran there; starting it now", self.name, req.id)
+        self._record_late_submit(jobbers)
+        jobbers.store.confirm_published([req.id])
+        return self._start_once(jobbers)
 
     def _start_reply_lost(self, jobbers: Any) -> Any:
         """Redis went away after the ``started`` step was sent: whether it applied is
@@ -436,18 +539,25 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         return res
 
     def _resend_after_outage(self, step: Callable[[], Any]) -> Any:
-        """Redis went away after the step that ends this attempt was sent: send it again
-        once Redis answers (up to ``jobbers_worker_lost_after``). The step is fenced by the
-        attempt, so if the first one applied, this one is refused (the task is already in
-        the end state) and nothing is applied twice."""
-        deadline = time.monotonic() + _jobbers(self).config.worker_lost_after
+        """The step that ends this attempt could not be written: the store is unreachable
+        (each try waits up to ``jobbers_worker_lost_after``). The task's body has finished,
+        so its outcome is held and sent again, with a backoff up to
+        ``OUTAGE_RESEND_MAX_PAUSE_S`` between tries, until the store answers, however long
+        the outage lasts: never recorded failed, never run again because of it. The step
+        is fenced by the attempt, so if an earlier try applied (its reply lost), this one
+        is refused (the task is already in the end state) and nothing is applied twice.
+        Meanwhile this pool slot takes no other task."""
+        _outage.began()
+        pause = OUTAGE_RESEND_FIRST_PAUSE_S
         while True:
             try:
-                return step()
+                res = step()
             except UNREACHABLE:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+                time.sleep(pause)
+                pause = min(2 * pause, OUTAGE_RESEND_MAX_PAUSE_S)
+                continue
+            _outage.over()
+            return res
 
     def _complete(self, retval: Any) -> None:
         """Record ``completed``; with Celery's result write in the same script when it can.
@@ -633,12 +743,12 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         reason = f"retry {n}" + (f" of {limit}" if limit is not None else "")
         if delay > 0:
             data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
-            res = store.step(
+            res = self._terminal(lambda: store.step(
                 req.id, S.SCHEDULED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason=reason, delay_ms=round(delay * 1000),
                 set_fields={**err, "msg": payload.dumps(data), "retries": str(n)},
                 wid=liveness.worker_id(), name=self.name, cancellable=True,
-            )
+            ))
             self._retried(res)
             when: Any = datetime.now(UTC) + timedelta(seconds=delay)
         else:
@@ -650,12 +760,12 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 pass  # not JSON: the record keeps the payload it had
             # the publish lease: should this process die before publishing, a scheduler
             # publishes the recorded payload once the lease expires
-            res = store.step(
+            res = self._terminal(lambda: store.step(
                 req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
                 worker=self._worker(), reason=reason, set_fields=fields,
                 wid=liveness.worker_id(), name=self.name, cancellable=True,
                 lease_ms=self._publish_lease_ms(_jobbers(self)),
-            )
+            ))
             self._retried(res)
             if res.applied and res.state is S.UNSUBMITTED:
                 sig.apply_async()  # records unsubmitted -> submitted on publish

@@ -3,7 +3,10 @@
 
 The worker reads its broker from ``FAULT_PROJ_BROKER`` (``redis://`` or kombu's
 ``sentinel://`` form, with ``FAULT_PROJ_MASTER`` as ``master_name``) and its state store
-from ``FAULT_PROJ_STORE`` (default: the broker), its task names from ``FAULT_PROJ_NAME``;
+from ``FAULT_PROJ_STORE`` (default: the broker), its task names from ``FAULT_PROJ_NAME``,
+its result backend from ``FAULT_PROJ_BACKEND`` (default: the broker),
+``jobbers_worker_lost_after`` from ``FAULT_PROJ_LOST_AFTER`` and ``task_acks_late`` from
+``FAULT_PROJ_ACKS_LATE=1``;
 the test process
 builds the same app with :func:`build`. Each task body writes a marker file into
 ``FAULT_PROJ_MARKS`` when it starts, so executions are counted without the Redis that fails.
@@ -33,13 +36,16 @@ def _mark(task: JobbersTask) -> None:
 
 
 def build(broker: str, master_name: str | None = None, store: str | None = None,
-          name: str = "fault") -> Celery:
+          name: str = "fault", backend: str | None = None, lost_after: float = LOST_AFTER_S,
+          acks_late: bool = False) -> Celery:
     """The app, with results in the broker's Redis (over Sentinel too) and short
     thresholds; the state store is the broker's Redis unless ``store`` is given. Its tasks
-    are ``<name>.beating`` and ``<name>.quiet``: each test uses its own name, since a
-    publish is recorded by the first installed app that knows the task's name."""
+    are ``<name>.beating``, ``<name>.quiet``, ``<name>.short`` and ``<name>.retrying``:
+    each test uses its own name, since a publish is recorded by the first installed app that
+    knows the task's name. ``backend``: the result backend (default: the broker, which must then be Redis);
+    ``lost_after``: ``jobbers_worker_lost_after`` (how long a step waits out an outage)."""
     # not the test process's current app: publishes of names no app knows stay with it
-    app = Celery(name, broker=broker, backend=broker, set_as_current=False)
+    app = Celery(name, broker=broker, backend=backend or broker, set_as_current=False)
     transport = {"master_name": master_name} if master_name else {}
     app.conf.update(
         jobbers_redis_url=store,
@@ -51,7 +57,8 @@ def build(broker: str, master_name: str | None = None, store: str | None = None,
         broker_transport_options=transport,
         result_backend_transport_options=transport,
         jobbers_scheduler_interval=0.2,
-        jobbers_worker_lost_after=LOST_AFTER_S,
+        jobbers_worker_lost_after=lost_after,
+        task_acks_late=acks_late,
         jobbers_cleaner_interval=1,
     )
     install(app)
@@ -77,10 +84,31 @@ def build(broker: str, master_name: str | None = None, store: str | None = None,
         time.sleep(seconds)
         return "done"
 
+    @app.task(base=JobbersTask, bind=True, name=f"{name}.short", shared=False)
+    def short(self: JobbersTask, seconds: float) -> str:
+        """Sleeps ``seconds``: one of a load of a few hundred."""
+        _mark(self)
+        time.sleep(seconds)
+        return "done"
+
+    @app.task(base=JobbersTask, bind=True, name=f"{name}.retrying", shared=False,
+              expected_exceptions=(LookupError,), max_retries=1)
+    def retrying(self: JobbersTask, seconds: float) -> str:
+        """Sleeps ``seconds``, then its first attempt raises an expected exception (an
+        immediate retry); the second returns."""
+        _mark(self)
+        time.sleep(seconds)
+        if self.attempt == 1:
+            raise LookupError("first attempt")
+        return "done"
+
     return app
 
 
 if "FAULT_PROJ_BROKER" in os.environ:
     app = build(os.environ["FAULT_PROJ_BROKER"], os.environ.get("FAULT_PROJ_MASTER") or None,
                 os.environ.get("FAULT_PROJ_STORE") or None,
-                os.environ.get("FAULT_PROJ_NAME") or "fault")
+                os.environ.get("FAULT_PROJ_NAME") or "fault",
+                os.environ.get("FAULT_PROJ_BACKEND") or None,
+                float(os.environ.get("FAULT_PROJ_LOST_AFTER") or LOST_AFTER_S),
+                os.environ.get("FAULT_PROJ_ACKS_LATE") == "1")
