@@ -277,7 +277,9 @@ def test_store_out_of_memory_redis_broker(tmp_path: Path) -> None:
         app, env = _redis_layout(store, broker, "outoom", False)
         figures = run(tmp_path, app, env, out_of_memory(store))
     print("\n" + figures.line(f"Redis broker, store out of memory {OUTAGE_S:g} s"))
-    check(figures, killed=False)
+    # a refused write is known not to have applied, so the steps' own wait may outlast the
+    # refusal: whether a message is given back depends on the timing, not checked here
+    check(figures, killed=False, gave_back=False)
 
 
 @pytest.mark.rabbitmq
