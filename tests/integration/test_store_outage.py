@@ -243,6 +243,18 @@ def test_store_paused_redis_broker(tmp_path: Path, socket_timeout: int | None) -
     check(figures, killed=False, logged=socket_timeout is not None, gave_back=False)
 
 
+def test_one_shared_redis_paused(tmp_path: Path) -> None:
+    """One Redis for the broker, the results and jobbers (the quickstart's layout), paused
+    for ``OUTAGE_S``: Celery's consumer and jobbers' steps meet the same outage. (Killed
+    and restarted, the broker goes with it: kombu's worker does not come back by itself on
+    this machine's kombu, a broker matter, not tested here.)"""
+    with restartable_redis() as shared:
+        app, env = _redis_layout(shared, shared, "outsharedpause", False)
+        figures = run(tmp_path, app, env, pause(shared))
+    print("\n" + figures.line(f"one shared Redis paused {OUTAGE_S:g} s"))
+    check(figures, killed=False, logged=False, gave_back=False)
+
+
 def out_of_memory(store: RestartableRedis) -> Callable[[Callable[[], list[str]]], None]:
     def fault(publish: Callable[[], list[str]]) -> None:
         started = time.monotonic()
