@@ -18,7 +18,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,11 @@ from jobbers_celery.task import HEADER_GIVEN_BACK
 from tests.conftest import start_worker, wait_for
 from tests.integration import fault_proj
 from tests.integration.beat_helpers import Beat
-from tests.integration.topology_servers import RestartableRedis, executions, restartable_redis
+from tests.integration.topology_servers import (
+    BatchOutcome,
+    RestartableRedis,
+    restartable_redis,
+)
 from tests.rabbitmq import RabbitVhost
 
 pytestmark = [pytest.mark.redis, pytest.mark.worker]
@@ -53,16 +57,7 @@ ACKS = pytest.mark.parametrize("acks_late", [False, True], ids=["early_ack", "ac
 
 
 @dataclass
-class Figures:
-    published: int = 0
-    completed: int = 0
-    other_terminal: dict[str, int] = field(default_factory=dict)
-    lost: int = 0
-    ran_twice: int = 0
-    stalled: int = 0
-    #: stalled because their end was lost with the writes the killed Redis had not yet
-    #: saved (AOF, fsync every second): not the outage's doing, the data loss's
-    lost_ends: int = 0
+class Figures(BatchOutcome):
     #: deliveries given back (published again) for want of the store
     given_back: int = 0
     outage_logs: int = 0
@@ -125,22 +120,7 @@ def run(tmp_path: Path, app: Celery, env: dict[str, str],
             figures.seconds = time.monotonic() - began
     finally:
         worker.stop()
-    figures.published = len(ids)
-    for i in ids:
-        record = jobbers.get(i)
-        assert record is not None
-        if record.state is S.COMPLETED:
-            figures.completed += 1
-        else:
-            key = record.state.value
-            figures.other_terminal[key] = figures.other_terminal.get(key, 0) + 1
-    counts = executions(marks)
-    # ``runs``: executions each task needs (2 for one that retries once)
-    figures.lost = sum(1 for i in ids if counts.get(i, 0) < runs)
-    figures.ran_twice = sum(1 for i in ids if counts.get(i, 0) > runs)
-    stalls = [t.reason or "" for i in ids for t in jobbers.history(i) if t.to_state is S.STALLED]
-    figures.stalled = len(stalls)
-    figures.lost_ends = sum(1 for r in stalls if "its end was not recorded" in r)
+    figures.count(jobbers, ids, marks, runs)
     text = worker.log_path.read_text(errors="replace")
     figures.outage_logs = text.count(OUTAGE_LINE)
     figures.given_back = text.count(" received\n") - figures.published * runs

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from tests.integration import fault_proj
 from tests.integration.beat_helpers import Beat
 from tests.integration.topology_servers import (
     MASTER_NAME,
-    executions,
+    BatchOutcome,
     restartable_redis,
     sentinel_set,
 )
@@ -52,18 +52,9 @@ def fault_worker(tmp_path: Path, app: Celery, env: dict[str, str]) -> Iterator[P
 
 
 @dataclass
-class Figures:
-    """What a fault did to a batch."""
+class Figures(BatchOutcome):
+    """What a fault did to a batch, and how long it took to recover."""
 
-    published: int = 0
-    completed: int = 0
-    other_terminal: dict[str, int] = field(default_factory=dict)
-    lost: int = 0
-    ran_twice: int = 0
-    stalled: int = 0
-    #: stalled because the worker no longer ran them and their end was not recorded: the
-    #: fault lost the step that ended the attempt in flight (its rerun is not a false stall)
-    lost_ends: int = 0
     fault_s: float = 0.0
     recovered_s: float = 0.0
     cleaner_errors: int = 0
@@ -116,21 +107,7 @@ def run_batch(tmp_path: Path, app: Celery, env: dict[str, str], fault: Callable[
             raise
         check()
         figures.cleaner_errors = sum(1 for at, _ in beat.errors if at >= began)
-    records = {i: jobbers.get(i) for i in ids}
-    for record in records.values():
-        assert record is not None
-        if record.state is S.COMPLETED:
-            figures.completed += 1
-        else:
-            figures.other_terminal[record.state.value] = (
-                figures.other_terminal.get(record.state.value, 0) + 1)
-    counts = executions(marks)
-    figures.lost = sum(1 for i in ids if counts.get(i, 0) == 0)
-    figures.ran_twice = sum(1 for i in ids if counts.get(i, 0) > 1)
-    stalls = [t.reason or "" for i in ids for t in jobbers.history(i)
-              if t.to_state is S.STALLED]
-    figures.stalled = len(stalls)
-    figures.lost_ends = sum(1 for r in stalls if "its end was not recorded" in r)
+    figures.count(jobbers, ids, marks)
     return figures
 
 

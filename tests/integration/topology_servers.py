@@ -13,8 +13,10 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -227,6 +229,45 @@ def restartable_redis() -> Iterator[RestartableRedis]:
         yield server.start()
     finally:
         server.stop()
+
+
+@dataclass
+class BatchOutcome:
+    """What a fault did to a batch of tasks (the fault tests' figures share these)."""
+
+    published: int = 0
+    completed: int = 0
+    other_terminal: dict[str, int] = field(default_factory=dict)
+    lost: int = 0
+    ran_twice: int = 0
+    stalled: int = 0
+    #: stalled because their end was not recorded: the fault lost the step that ended the
+    #: attempt in flight (unsaved writes of a killed Redis, a failover), so the rerun is not
+    #: a false stall
+    lost_ends: int = 0
+
+    def count(self, jobbers: Any, ids: Sequence[str], marks: Path, runs: int = 1) -> None:
+        """Fill the figures from the records of ``ids`` (all terminal) and the execution
+        markers in ``marks``; ``runs``: executions each task needs (2 for one that retries
+        once)."""
+        from jobbers_celery import TaskState
+
+        self.published = len(ids)
+        for i in ids:
+            record = jobbers.get(i)
+            assert record is not None
+            if record.state is TaskState.COMPLETED:
+                self.completed += 1
+            else:
+                key = record.state.value
+                self.other_terminal[key] = self.other_terminal.get(key, 0) + 1
+        counts = executions(marks)
+        self.lost = sum(1 for i in ids if counts.get(i, 0) < runs)
+        self.ran_twice = sum(1 for i in ids if counts.get(i, 0) > runs)
+        stalls = [t.reason or "" for i in ids for t in jobbers.history(i)
+                  if t.to_state is TaskState.STALLED]
+        self.stalled = len(stalls)
+        self.lost_ends = sum(1 for r in stalls if "its end was not recorded" in r)
 
 
 def executions(directory: Path) -> dict[str, int]:
