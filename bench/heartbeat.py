@@ -30,49 +30,18 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from overhead import PrivateRedis, wait_for  # bench/ is on sys.path: one copy of each
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 TARGET_US = 1.0
-
-
-def free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port != 6379:  # never the machine's shared Redis
-            return port
-
-
-def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
-
-
-def start_redis(binary: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    path = shutil.which(binary)
-    if path is None:
-        raise SystemExit(f"{binary} not found: install redis-server or pass --redis-server")
-    port = free_port()
-    proc = subprocess.Popen(
-        [path, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    return proc, port
 
 
 def start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
@@ -112,7 +81,8 @@ def main() -> int:
         ap.error("-n, --rounds and --tasks must be at least 1")
 
     work = Path(tempfile.mkdtemp(prefix="jobbers-bench-hb-"))
-    redis_proc, port = start_redis(args.redis_server, work)
+    redis_srv = PrivateRedis(args.redis_server)
+    port = redis_srv.port
     worker = None
     try:
         ready = work / "ready"
@@ -180,8 +150,7 @@ def main() -> int:
     finally:
         if worker is not None:
             stop_worker(worker)
-        redis_proc.terminate()
-        redis_proc.wait(10)
+        redis_srv.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     med = statistics.median(beyond["heartbeat"])

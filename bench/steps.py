@@ -17,11 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -31,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import redis
+from overhead import PrivateRedis, wait_for  # bench/ is on sys.path
 
 from jobbers_celery.states import TaskState
 from jobbers_celery.store import RedisStore, ResultWrite
@@ -38,10 +35,11 @@ from jobbers_celery.store import RedisStore, ResultWrite
 S = TaskState
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _pong(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
 
 
 def _stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
@@ -64,26 +62,12 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=5000, help="tasks (default 5000)")
     ap.add_argument("--redis-server", default="redis-server")
     args = ap.parse_args()
-    binary = shutil.which(args.redis_server)
-    if binary is None:
-        raise SystemExit(f"{args.redis_server} not found")
-    port = _free_port()
-    workdir = tempfile.mkdtemp(prefix="jobbers-steps-")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir], stdout=subprocess.DEVNULL)
+    srv = PrivateRedis(args.redis_server)
     try:
-        client = redis.Redis(port=port, decode_responses=True)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        store = RedisStore(redis.Redis(port=port, decode_responses=True, health_check_interval=30))
+        client = redis.Redis(port=srv.port, decode_responses=True)
+        wait_for(lambda: _pong(client), 10, "redis-server to answer")
+        store = RedisStore(redis.Redis(port=srv.port, decode_responses=True,
+                                       health_check_interval=30))
         ids = [str(uuid.uuid4()) for _ in range(args.n)]
         msg = ('{"args":[],"kwargs":{},"options":{"queue":"celery","headers":{}}}')
         wid = "w1-" + uuid.uuid4().hex[:12]
@@ -125,9 +109,7 @@ def main() -> int:
         mem = client.info("memory")["used_memory"]
         print(f"records: {client.dbsize()} keys, used_memory {mem / args.n:.0f} B per task")
     finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(workdir, ignore_errors=True)
+        srv.stop()
     return 0
 
 
