@@ -202,8 +202,13 @@ def test_running_tasks_survive_full_memory(tmp_path: Path, full_s: float) -> Non
                               env=env)
         try:
             with Beat(jobbers, interval=0.5):
-                ids = [app.tasks["oom.beating"].delay(6.0).id for _ in range(4)]
-                ids += [app.tasks["oom.quiet"].delay(1.0).id for _ in range(4)]
+                # results are not read (the records are): ignore_result, so that no
+                # AsyncResult stays subscribed to this test's Redis after it is stopped
+                # (its later garbage collection fails in whichever test runs then)
+                ids = [app.tasks["oom.beating"].apply_async((6.0,), ignore_result=True).id
+                       for _ in range(4)]
+                ids += [app.tasks["oom.quiet"].apply_async((1.0,), ignore_result=True).id
+                        for _ in range(4)]
 
                 def running() -> int:
                     return sum(1 for i in ids if (r := jobbers.get(i)) and r.state is S.STARTED)

@@ -78,8 +78,12 @@ def run_batch(tmp_path: Path, app: Celery, env: dict[str, str], fault: Callable[
     figures = Figures()
     with fault_worker(tmp_path, app, {**env, "FAULT_PROJ_MARKS": str(marks)}), \
             Beat(jobbers, interval=0.5) as beat:
-        ids = [app.tasks[f"{app.main}.beating"].delay(2.0).id for _ in range(BEATING)]
-        ids += [app.tasks[f"{app.main}.quiet"].delay(1.0).id for _ in range(QUIET)]
+        # the records are read, not the results: no AsyncResult stays subscribed to a
+        # Redis the test stops (its later garbage collection fails another test)
+        ids = [app.tasks[f"{app.main}.beating"].apply_async((2.0,), ignore_result=True).id
+               for _ in range(BEATING)]
+        ids += [app.tasks[f"{app.main}.quiet"].apply_async((1.0,), ignore_result=True).id
+                for _ in range(QUIET)]
         figures.published = len(ids)
 
         def finished() -> list[str]:
