@@ -36,7 +36,6 @@ import contextlib
 import functools
 import json
 import logging
-import math
 import os
 import random
 import secrets
@@ -51,11 +50,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
-sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
+from _common import (  # bench/ is on sys.path (the script's directory)
+    Load,
+    PrivateRedis,
+    code_version,
+    distribution,
+    on_sys_path,
+    ping,
+    proc_cpu,
+    verdict,
+    wait_for,
+)
 
-from overhead import PrivateRedis, machine_busy, proc_cpu, wait_for  # after sys.path
+on_sys_path()  # jobbers, from this checkout
 
 #: Targets of issue 3, point 10.
 TARGET_NONE_MS = 50.0
@@ -128,21 +135,6 @@ return #b.recs
 
 
 # =========================================================================== helpers
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    s = sorted(values)
-    return s[max(0, min(len(s) - 1, math.ceil(q * len(s)) - 1))]
-
-
-def stats(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "p95": pct(values, 0.95), "max": max(values),
-            "min": min(values), "n": len(values)}
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 @dataclass(frozen=True)
 class LiveWorker:
     hostname: str
@@ -153,33 +145,6 @@ def make_worker(name: str) -> LiveWorker:
     # liveness.set_worker_id's format: <hostname>:<pid>:<hex6>
     host = f"celery@{name}.prod.example.internal"
     return LiveWorker(host, f"{host}:{random.randint(1000, 65000)}:{secrets.token_hex(3)}")
-
-
-class Load:
-    """CPU used by this process, redis-server and the rest of the machine over a span."""
-
-    def __init__(self, redis_pid: int) -> None:
-        self.redis_pid = redis_pid
-        self.other_cpu = self.wall = 0.0
-
-    @contextlib.contextmanager
-    def span(self) -> Iterator[None]:
-        def sample() -> tuple[float, float]:
-            own = sum(proc_cpu(os.getpid())) + sum(proc_cpu(self.redis_pid))
-            return time.monotonic(), machine_busy() - own
-
-        t0, m0 = sample()
-        try:
-            yield
-        finally:
-            t1, m1 = sample()
-            self.wall += t1 - t0
-            self.other_cpu += max(0.0, m1 - m0)
-
-    @property
-    def share(self) -> float:
-        """Share of all the machine's CPUs used by processes outside the benchmark."""
-        return self.other_cpu / (self.wall * (os.cpu_count() or 1)) if self.wall else 0.0
 
 
 class RoundTrips:
@@ -244,26 +209,6 @@ class Ticker:
         self._thread.join(10)
 
 
-def code_version() -> str:
-    """The commit of the checkout, and the files of jobbers_celery changed since (a shared
-    checkout: the measured code may include someone's uncommitted work)."""
-    import subprocess
-
-    def git(*a: str) -> str:
-        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10, check=False).stdout.rstrip()
-
-    try:
-        head = git("rev-parse", "--short", "HEAD").strip()
-        if not head:
-            return "? (not a git checkout)"
-        dirty = [line[3:] for line in git("status", "--porcelain", "--",
-                                          "jobbers_celery").splitlines()]
-    except (OSError, subprocess.SubprocessError):
-        return "? (no git)"
-    return head + (f" + uncommitted changes in {', '.join(dirty)}" if dirty else " (clean)")
-
-
 # =========================================================================== templates
 @dataclass
 class Template:
@@ -304,7 +249,7 @@ class Bench:
         self.args = args
         self.srv = srv
         self.client = redis.Redis.from_url(srv.url, decode_responses=True)
-        wait_for(self._ping, 10, "redis-server to answer")
+        wait_for(lambda: ping(self.client), 10, "redis-server to answer")
         self.app = Celery("bench_cleaner", broker=srv.url)
         self.app.conf.update(
             jobbers_redis_url=srv.url, jobbers_worker_lost_after=args.lost_after,
@@ -329,17 +274,11 @@ class Bench:
         self.workers = [make_worker(f"worker-{i:02d}") for i in range(args.workers)]
         self.templates: dict[tuple[str, str], Template] = {}
         self.running: dict[str, list[str]] = {FETCH: [], BATCH: []}  # live, not yet stalled
-        self.load = Load(srv.proc.pid)
+        self.load = Load([srv.proc.pid])
         self.rt = RoundTrips()
         self.ticker: Ticker | None = None
         self.results: dict[str, Any] = {"args": vars(args)}
         self._dead = 0
-
-    def _ping(self) -> bool:
-        try:
-            return bool(self.client.ping())
-        except Exception:  # noqa: BLE001 - not up yet
-            return False
 
     def now_ms(self) -> int:
         return self.store.now_ms()
@@ -376,10 +315,11 @@ class Bench:
 
     def _zsets(self) -> list[str]:
         # Template phase only, on this benchmark's private, nearly empty server: discover
-        # which indexes the real code wrote instead of assuming the layout (KEYS is fine
-        # here; the library itself never walks the keyspace).
-        return [k for k in self.client.keys(self.keys.task("").split(":task:")[0] + ":*")
-                if self.client.type(k) == "zset"]
+        # which indexes the real code wrote instead of assuming the layout (SCAN, like
+        # anything that walks a keyspace; the library itself never does).
+        prefix = self.keys.task("").split(":task:")[0]
+        return sorted(set(self.client.scan_iter(match=prefix + ":*", count=1000,
+                                                _type="zset")))
 
     def make_templates(self) -> None:
         w = self.workers[0]
@@ -721,8 +661,16 @@ class Bench:
                 raise RuntimeError(f"a pass with none stalled judged something: {r}")
             runs.append(r)
             time.sleep(0.02)
-        return {"passes": runs, "wall_ms": stats([r["wall_ms"] for r in runs]),
+        return {"passes": runs, "wall_ms": distribution([r["wall_ms"] for r in runs]),
                 "round_trips": statistics.median(r["round_trips"] for r in runs)}
+
+    def _take_running(self, name: str, n: int) -> list[str]:
+        """``n`` of the loaded running tasks of ``name``, at random (no longer live)."""
+        live = self.running[name]
+        if len(live) < n:
+            raise RuntimeError(f"{n:,} {name} tasks to stall, but {len(live):,} are loaded "
+                               "running: raise --running or lower --stalled")
+        return [live.pop(random.randrange(len(live))) for _ in range(n)]
 
     def prepare_stalled(self, variant: str, recover: bool) -> tuple[list[str], str | None]:
         """Make ``--stalled`` of the running tasks stalled. Returns their ids (and the dead wid)."""
@@ -733,8 +681,7 @@ class Bench:
         dead_wid = None
         if variant == "hb":
             # hung tasks on live workers: last heartbeat 2 intervals ago, deadline passed
-            ids = [self.running[FETCH].pop(random.randrange(len(self.running[FETCH])))
-                   for _ in range(n)]
+            ids = self._take_running(FETCH, n)
             old = now - 2 * HB_INTERVAL_S * 1000
             for task_id in ids:
                 pipe.hset(k.task(task_id), mapping={"hb_at": old})
@@ -744,8 +691,7 @@ class Bench:
             self._dead += 1
             dead = make_worker(f"worker-dead-{self._dead:02d}")
             dead_wid = dead.wid
-            ids = [self.running[BATCH].pop(random.randrange(len(self.running[BATCH])))
-                   for _ in range(n)]
+            ids = self._take_running(BATCH, n)
             for task_id, (wid, start) in zip(ids, self.store.fields(ids, ("wid", "start_at")),
                                              strict=True):
                 pipe.zrem(k.worker_tasks(wid or ""), task_id)
@@ -797,7 +743,7 @@ class Bench:
             after = self.timed_pass()  # and the next pass is clean again
             if after["examined"] or after["stalled"]:
                 raise RuntimeError(f"the pass after a {variant} pass judged something: {after}")
-        return {"passes": runs, "wall_ms": stats([r["wall_ms"] for r in runs])}
+        return {"passes": runs, "wall_ms": distribution([r["wall_ms"] for r in runs])}
 
     # ------------------------------------------------------------------ the whole run
     def run(self) -> dict[str, Any]:
@@ -806,7 +752,7 @@ class Bench:
         print(f"private redis-server on port {self.srv.port} (pid {self.srv.proc.pid}); "
               f"{args.records:,} records, {args.running:,} running on {args.workers} live "
               f"workers, {args.stalled:,} stalled; {os.cpu_count()} CPUs", flush=True)
-        res["code"] = code = code_version()
+        res["code"] = code = code_version("jobbers_celery")
         print(f"jobbers_celery at {code}")
         from jobbers_celery.sinks import DeadLetterDispatcher
 

@@ -29,7 +29,6 @@ import contextlib
 import cProfile
 import io
 import json
-import math
 import os
 import pstats
 import random
@@ -42,11 +41,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
-sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
+from _common import (  # bench/ is on sys.path (the script's directory)
+    ROOT,
+    Load,
+    PrivateRedis,
+    code_version,
+    distribution,
+    on_sys_path,
+    verdict,
+)
 
-from overhead import PrivateRedis, machine_busy, proc_cpu  # after sys.path
+on_sys_path()  # jobbers, from this checkout
 
 #: Targets of the issue.
 TARGET_LIST_P95_MS = 50.0
@@ -58,7 +63,7 @@ PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 PROTECTED = frozenset({"test", "jobbers", "test_jobbers", "postgres", "root", "template0",
                        "template1"})
 #: Bump when the generated data changes: a database loaded by another version is reloaded.
-LOADER_VERSION = 3
+LOADER_VERSION = 4
 DAYS = 30
 SEED = 20261122
 LIST_URL = "/jobbers/dead-letter-queue"
@@ -120,7 +125,7 @@ OTHER_KINDS = (
                      "since 2026-11-{n}T{n}:{n}:{n}Z (jobbers_worker_lost_after 60s); last "
                      "heartbeat 2026-11-{n}T{n}:{n}:{n}Z")),
     ("stalled", "", "the worker shut down (on_shutdown=stop)"),
-    ("dropped", "jobbers_celery.errors.VersionMismatch",
+    ("dropped", "jobbers_celery.request.VersionMismatch",
      "message version {n} differs from worker version {n}"),
 )
 GROUPS_PER_TASK = 40
@@ -492,57 +497,6 @@ def groups_consistent() -> int:
 
 
 # =========================================================================== measuring
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    s = sorted(values)
-    return s[max(0, min(len(s) - 1, math.ceil(q * len(s)) - 1))]
-
-
-def dist(values: list[float]) -> dict[str, float]:
-    return {"n": len(values), "min": min(values), "p50": pct(values, 0.50),
-            "p95": pct(values, 0.95), "p99": pct(values, 0.99), "max": max(values),
-            "mean": statistics.fmean(values)}
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
-
-
-class Load:
-    """CPU of the machine outside the benchmark (this process, its PostgreSQL backend and
-    redis-server are ours) over the measured spans."""
-
-    def __init__(self, pids: list[int]) -> None:
-        self.pids = pids
-        self.other = self.wall = 0.0
-        self.phases: dict[str, list[float]] = {}  # label -> [other CPU s, wall s]
-
-    @contextlib.contextmanager
-    def span(self, label: str) -> Iterator[None]:
-        def sample() -> tuple[float, float]:
-            own = sum(sum(proc_cpu(p)) for p in [os.getpid(), *self.pids])
-            return time.monotonic(), machine_busy() - own
-
-        t0, m0 = sample()
-        try:
-            yield
-        finally:
-            t1, m1 = sample()
-            self.wall += t1 - t0
-            self.other += max(0.0, m1 - m0)
-            acc = self.phases.setdefault(label, [0.0, 0.0])
-            acc[0] += max(0.0, m1 - m0)
-            acc[1] += t1 - t0
-
-    @property
-    def share(self) -> float:
-        return self.other / (self.wall * (os.cpu_count() or 1)) if self.wall else 0.0
-
-    def phase_share(self, label: str) -> float:
-        other, wall = self.phases.get(label, [0.0, 0.0])
-        return other / (wall * (os.cpu_count() or 1)) if wall else 0.0
-
-
 class QueryLog:
     """Every SQL statement of the wrapped block, with its time (``execute_wrapper``)."""
 
@@ -671,7 +625,7 @@ class Bench:
                 t0 = time.perf_counter()
                 fn()
                 one = time.perf_counter() - t0
-            out[label] = {"filters": filters, "ms": dist(times), "rows": rows,
+            out[label] = {"filters": filters, "ms": distribution(times), "rows": rows,
                           "queries": len(qlog.queries), "db_ms": 1000 * qlog.seconds,
                           "instrumented_ms": 1000 * one,
                           "sql": [(sql, 1000 * t) for sql, _p, t in qlog.queries],
@@ -771,7 +725,7 @@ class Bench:
         size = len(last.content)
         with QueryLog().capture() as qlog:
             fn()
-        self.res["groups"] = {"ms": dist(times), "queries": len(qlog.queries),
+        self.res["groups"] = {"ms": distribution(times), "queries": len(qlog.queries),
                               "db_ms": 1000 * qlog.seconds, "size": size,
                               "sql": [(sql, 1000 * t) for sql, _p, t in qlog.queries],
                               "explain": self.explain_jobbers(qlog)}
@@ -807,7 +761,7 @@ class Bench:
                 times, _last = timed(fn, n)
             with QueryLog().capture() as qlog:
                 fn()
-            out[label] = {"task_name": names[label], "ms": dist(times),
+            out[label] = {"task_name": names[label], "ms": distribution(times),
                           "queries": len(qlog.queries), "db_ms": 1000 * qlog.seconds}
             d = out[label]["ms"]
             print(f"  admin entry list ?task_name= ({label}): {n} requests, p50 {d['p50']:.1f} "
@@ -1189,19 +1143,6 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> bool:
           f"{res['groups_inconsistent_after_resubmits']} after the resubmits, "
           f"{res['groups_inconsistent_after_restore']} after restoring them")
     return ok_list and ok_groups and ok_res
-
-
-def code_version() -> str:
-    import subprocess
-
-    def git(*a: str) -> str:
-        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10, check=False).stdout.rstrip()
-
-    head = git("log", "-1", "--format=%h %s")[:90]
-    dirty = [ln[3:] for ln in git("status", "--porcelain", "--", "jobbers_celery",
-                                   "jobbers_django").splitlines()]
-    return head + (f" + uncommitted: {', '.join(dirty)}" if dirty else " (clean)")
 
 
 # =========================================================================== main

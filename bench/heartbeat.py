@@ -25,47 +25,30 @@ See bench/README.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from overhead import PrivateRedis, wait_for  # bench/ is on sys.path: one copy of each
+from _common import (  # bench/ is on sys.path (the script's directory)
+    PrivateRedis,
+    Spread,
+    Worker,
+    on_sys_path,
+    ping,
+    subprocess_env,
+    verdict,
+    wait_for,
+)
 
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
 TARGET_US = 1.0
 
 
-def start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "celery", "-A", "heartbeat_app", "worker", "-P", "solo",
-           "-n", f"bench-hb-{os.getpid()}@localhost", "-l", "WARNING",
-           "--without-mingle", "--without-gossip", "--without-heartbeat"]
-    with log_path.open("w") as log:
-        return subprocess.Popen(cmd, cwd=BENCH_DIR, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop_worker(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)  # warm shutdown
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(30)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(10)
-
-
 def _stat(values: list[float]) -> str:
-    return f"{statistics.median(values):6.3f} [{min(values):.3f}-{max(values):.3f}]"
+    return Spread.of(values).cell(".3f", "6.3f")
 
 
 def main() -> int:
@@ -83,29 +66,20 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="jobbers-bench-hb-"))
     redis_srv = PrivateRedis(args.redis_server)
     port = redis_srv.port
-    worker = None
+    worker: Worker | None = None
     try:
         ready = work / "ready"
-        env = {
-            **os.environ, "BENCH_BROKER_URL": f"redis://127.0.0.1:{port}/0",
-            "BENCH_RESULT_URL": f"redis://127.0.0.1:{port}/1", "BENCH_READY_FILE": str(ready),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), str(ROOT),
-                                                        os.environ.get("PYTHONPATH")])),
-        }
+        env = subprocess_env(BENCH_BROKER_URL=f"redis://127.0.0.1:{port}/0",
+                             BENCH_RESULT_URL=f"redis://127.0.0.1:{port}/1",
+                             BENCH_READY_FILE=str(ready))
         os.environ.update({k: env[k] for k in ("BENCH_BROKER_URL", "BENCH_RESULT_URL")})
-        sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
+        on_sys_path()
         import heartbeat_app  # the client side: publishes, reads results and records
 
-        wait_for(lambda: _pong(heartbeat_app.jobbers.store.client), 10, "redis-server")
-        worker = start_worker(env, work / "worker.log")
-
-        def worker_ready() -> bool:
-            if worker is not None and worker.poll() is not None:
-                raise RuntimeError(f"the worker exited ({worker.returncode}):\n"
-                                   + (work / "worker.log").read_text(errors="replace")[-3000:])
-            return ready.exists()
-
-        wait_for(worker_ready, 90, "the worker to be ready")
+        wait_for(lambda: ping(heartbeat_app.jobbers.store.client), 10, "redis-server")
+        worker = Worker("heartbeat_app", "solo", 1, env, work / "worker.log", ready,
+                        name=f"bench-hb-{os.getpid()}@localhost")
+        worker.wait_ready()
         label = '{"done": i}' if args.dict else "i"
         print(f"heartbeat(progress={label}): {args.tasks} "
               f"tasks x {args.rounds} rounds x {args.n:,} calls, solo worker; load average "
@@ -121,8 +95,8 @@ def main() -> int:
             expected: Any = {"done": args.n - 1} if args.dict else args.n - 1
 
             def completed(task_id: str = res.id) -> Any:
-                if worker is not None and worker.poll() is not None:
-                    raise RuntimeError(f"the worker died ({worker.returncode})")
+                if worker is not None:
+                    worker.check_alive()
                 record = heartbeat_app.jobbers.get(task_id)
                 return record if record is not None and record.state == "completed" else None
 
@@ -149,7 +123,7 @@ def main() -> int:
                              "sent": out["sent"], "progress": record.progress, "ok": ok})
     finally:
         if worker is not None:
-            stop_worker(worker)
+            worker.stop()
         redis_srv.stop()
         shutil.rmtree(work, ignore_errors=True)
 
@@ -161,8 +135,8 @@ def main() -> int:
     print(f"  heartbeat(), beyond a no-op call   {_stat(beyond['hb_vs_noop'])} us")
     print(f"  heartbeats sent to Redis per loop of {args.n:,}: {sends} "
           f"(the first call of a task sends, then at most one a second)")
-    verdict = "met" if med < TARGET_US else "NOT met"
-    print(f"target: under {TARGET_US:g} us per call beyond the loop: {verdict} "
+    print(f"target: under {TARGET_US:g} us per call beyond the loop: "
+          f"{verdict(med < TARGET_US)} "
           f"(median {med:.3f} us)")
     for f in failures:
         print(f"FAILED: {f}")
@@ -173,13 +147,6 @@ def main() -> int:
     if failures:
         return 1
     return 0 if med < TARGET_US else 2
-
-
-def _pong(client: Any) -> bool:
-    try:
-        return bool(client.ping())
-    except Exception:  # noqa: BLE001 - not up yet
-        return False
 
 
 if __name__ == "__main__":

@@ -33,13 +33,9 @@ See bench/README.md for the method and how to read the output.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import glob
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,10 +45,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-NCPU = os.cpu_count() or 1
+from _common import (  # bench/ is on sys.path (the script's directory)
+    BENCH_DIR,
+    NCPU,
+    PrivateRedis,
+    Spread,
+    Worker,
+    child_pids,
+    commandstats,
+    machine_busy,
+    ping,
+    proc_cpu,
+    subprocess_env,
+    verdict,
+    wait_for,
+)
+
 #: Commands only this script sends; left out of the totals.
 OWN_COMMANDS = frozenset({"info", "flushall", "ping"})
 EVAL_COMMANDS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
@@ -85,103 +93,12 @@ def variants(result_url: str) -> dict[str, Variant]:
     )}
 
 
-# =========================================================================== processes
-def free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port != 6379:  # never the machine's shared Redis
-            return port
-
-
-def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
-
-
-class PrivateRedis:
-    """A ``redis-server`` of our own on a free loopback port, persistence off."""
-
-    def __init__(self, binary: str) -> None:
-        path = shutil.which(binary)
-        if path is None:
-            raise SystemExit(f"{binary} not found: install redis-server (apt-get install "
-                             "redis-server) or pass --redis-server PATH")
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="jobbers-bench-redis-")
-        self.proc = subprocess.Popen(
-            [path, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 # =========================================================================== measurements
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return raw[raw.rindex(")") + 2:].split()  # fields from 3 (state) on
-
-
-def proc_cpu(pid: int) -> tuple[float, float]:
-    """(own user+sys seconds, reaped children's user+sys seconds) of ``pid``."""
-    f = _stat_fields(pid)
-    if f is None:
-        return 0.0, 0.0
-    # stat fields 14-17: utime stime cutime cstime; f[0] is field 3
-    return (int(f[11]) + int(f[12])) / CLK_TCK, (int(f[13]) + int(f[14])) / CLK_TCK
-
-
-def child_pids(ppid: int) -> list[int]:
-    out = []
-    for path in glob.glob("/proc/[0-9]*/stat"):
-        pid = int(path.split("/")[2])
-        f = _stat_fields(pid)
-        if f is not None and int(f[1]) == ppid:
-            out.append(pid)
-    return out
-
-
-
-def machine_busy() -> float:
-    """CPU seconds all CPUs of the machine spent busy since boot (/proc/stat)."""
-    f = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f[:8])
-    return (user + nice + system + irq + softirq + steal) / CLK_TCK
-
-
-def commandstats(client: Any) -> dict[str, tuple[int, int]]:
-    """(calls, usec) per command name, from ``INFO commandstats``."""
-    stats = client.info("commandstats")
-    return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
-            for k, v in stats.items()}
-
-
 def read_worker_round_trips(directory: Path) -> dict[int, tuple[str, int]]:
     out = {}
-    for path in glob.glob(str(directory / "*.json")):
+    for path in directory.glob("*.json"):
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         out[int(data["pid"])] = (str(data["role"]), int(data["round_trips"]))
@@ -189,54 +106,6 @@ def read_worker_round_trips(directory: Path) -> dict[int, tuple[str, int]]:
 
 
 # =========================================================================== one round
-class Worker:
-    """``celery -A <module> worker -P <pool>`` in its own session, ready when it says so."""
-
-    def __init__(self, module: str, pool: str, concurrency: int, env: dict[str, str],
-                 log_path: Path, ready_file: Path) -> None:
-        self.name = f"bench-{os.getpid()}-{time.monotonic_ns() % 10**6}@localhost"
-        self.log_path = log_path
-        self.ready_file = ready_file
-        cmd = [sys.executable, "-m", "celery", "-A", module, "worker", "-P", pool,
-               "-n", self.name, "-l", "WARNING",
-               "--without-mingle", "--without-gossip", "--without-heartbeat"]
-        if pool == "prefork":
-            cmd += ["-c", str(concurrency)]
-        with log_path.open("w") as log:
-            self.proc = subprocess.Popen(cmd, cwd=BENCH_DIR, env=env, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-        self.pid = self.proc.pid
-
-    def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def wait_ready(self, timeout: float = 90) -> None:
-        def ready() -> bool:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker exited early ({self.proc.returncode}):\n"
-                                   + self.log_tail())
-            return self.ready_file.exists()
-
-        wait_for(ready, timeout, "the worker to be ready", interval=0.05)
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"worker died ({self.proc.returncode}):\n" + self.log_tail())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # warm shutdown
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(30)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)  # leftover pool children of our session
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(10)
-
-
 class Client:
     """``overhead_client.py``: a fresh process per round, driven line by line."""
 
@@ -354,12 +223,9 @@ class Bench:
         self.broker_url = f"redis://127.0.0.1:{redis_srv.port}/0"
         self.result_url = f"redis://127.0.0.1:{redis_srv.port}/1"
         self.variants = variants(self.result_url)
-        self.base_env = {
-            **os.environ, "BENCH_BROKER_URL": self.broker_url,
-            "BENCH_RESULT_URL": self.result_url, "BENCH_STORE_MODE": args.store_mode,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), str(ROOT),
-                                                        os.environ.get("PYTHONPATH")])),
-        }
+        self.base_env = subprocess_env(
+            BENCH_BROKER_URL=self.broker_url, BENCH_RESULT_URL=self.result_url,
+            BENCH_STORE_MODE=args.store_mode)
         self.seq = 0
 
     def snapshot(self, worker: Worker) -> Snapshot:
@@ -505,29 +371,18 @@ RATIO_ROWS = ("throughput", "enqueue_rate", "cpu_all_ms", "cpu_client_ms", "cpu_
               "cpu_redis_us", "redis_cmd_us", "redis_commands", "redis_requests", "latency_ms")
 
 
-@dataclass
-class Stat:
-    median: float
-    lo: float
-    hi: float
-
-    @classmethod
-    def of(cls, values: list[float]) -> Stat:
-        return cls(statistics.median(values), min(values), max(values))
-
-
 def summarise(runs: list[Run], pools: list[str], names: list[str]) -> dict[str, Any]:
     """Per pool and variant: median/min/max of every metric; ratios to plain."""
     out: dict[str, Any] = {}
     for pool in pools:
-        per: dict[str, dict[str, Stat]] = {}
+        per: dict[str, dict[str, Spread]] = {}
         by_round: dict[str, dict[int, dict[str, float]]] = {}
         for name in names:
             mine = [r for r in runs if r.pool == pool and r.variant == name]
             ms = [r.metrics() for r in mine]
-            per[name] = {k: Stat.of([m[k] for m in ms]) for k in ms[0]}
+            per[name] = {k: Spread.of([m[k] for m in ms]) for k in ms[0]}
             by_round[name] = {r.round: m for r, m in zip(mine, ms, strict=True)}
-        ratios: dict[str, dict[str, Stat]] = {}
+        ratios: dict[str, dict[str, Spread]] = {}
         for name in names:
             if name == "plain":
                 continue
@@ -537,7 +392,7 @@ def summarise(runs: list[Run], pools: list[str], names: list[str]) -> dict[str, 
                 paired = [m[k] / by_round["plain"][rnd][k]
                           for rnd, m in by_round[name].items()
                           if by_round["plain"].get(rnd, {}).get(k)]
-                ratios[name][k] = Stat(per[name][k].median / base if base else 0.0,
+                ratios[name][k] = Spread(per[name][k].median / base if base else 0.0,
                                        min(paired, default=0.0), max(paired, default=0.0))
         commands: dict[str, dict[str, float]] = {}
         for name in names:
@@ -552,10 +407,6 @@ def summarise(runs: list[Run], pools: list[str], names: list[str]) -> dict[str, 
     return out
 
 
-def _cell(s: Stat, fmt: str) -> str:
-    return f"{s.median:{fmt}} [{s.lo:{fmt}}-{s.hi:{fmt}}]"
-
-
 def print_report(summary: dict[str, Any], names: list[str], args: argparse.Namespace) -> None:
     width = 30 + 24 * len(names)
     for pool, data in summary.items():
@@ -567,14 +418,14 @@ def print_report(summary: dict[str, Any], names: list[str], args: argparse.Names
         print("=" * width)
         print(f"{'':<30}" + "".join(f"{n:>24}" for n in names))
         for key, label, fmt in ROWS:
-            print(f"{label:<30}" + "".join(f"{_cell(per[n][key], fmt):>24}" for n in names))
+            print(f"{label:<30}" + "".join(f"{per[n][key].cell(fmt):>24}" for n in names))
         print("-" * width)
         print(f"{'ratio to plain (paired min-max)':<30}" + f"{'':>24}"
               + "".join(f"{n:>24}" for n in names if n != "plain"))
         for key, label, _fmt in ROWS:
             if key in RATIO_ROWS:
                 print(f"{label:<30}" + f"{'':>24}" + "".join(
-                    f"{_cell(ratios[n][key], '.2f'):>24}" for n in names if n != "plain"))
+                    f"{ratios[n][key].cell('.2f'):>24}" for n in names if n != "plain"))
         print("-" * width)
         print("Redis commands per task by name (all processes; commands run by scripts "
               "are counted too):")
@@ -585,7 +436,7 @@ def print_report(summary: dict[str, Any], names: list[str], args: argparse.Names
             print(f"  {n}: {line}")
 
 
-def verdict(summary: dict[str, Any], names: list[str]) -> tuple[bool, list[dict[str, Any]]]:
+def judge(summary: dict[str, Any], names: list[str]) -> tuple[bool, list[dict[str, Any]]]:
     rows = []
     met_all = True
     print()
@@ -599,10 +450,10 @@ def verdict(summary: dict[str, Any], names: list[str]) -> tuple[bool, list[dict[
                 continue
             r = data["ratios"][n]
             foreign = data["stats"][n]["foreign"]
-            print(f"| {pool} | {n} | {_cell(r['throughput'], '.2f')} | "
-                  f"{_cell(r['cpu_all_ms'], '.2f')} | {_cell(r['redis_cmd_us'], '.2f')} | "
-                  f"{_cell(r['cpu_redis_us'], '.2f')} | "
-                  f"{_cell(r['latency_ms'], '.2f')} | {_cell(r['enqueue_rate'], '.2f')} | "
+            print(f"| {pool} | {n} | {r['throughput'].cell('.2f')} | "
+                  f"{r['cpu_all_ms'].cell('.2f')} | {r['redis_cmd_us'].cell('.2f')} | "
+                  f"{r['cpu_redis_us'].cell('.2f')} | "
+                  f"{r['latency_ms'].cell('.2f')} | {r['enqueue_rate'].cell('.2f')} | "
                   f"{100 * foreign.lo:.0f}-{100 * foreign.hi:.0f} % |")
             if n.startswith("jobbers"):
                 checks = {
@@ -625,9 +476,9 @@ def verdict(summary: dict[str, Any], names: list[str]) -> tuple[bool, list[dict[
     for row in rows:
         c = row["checks"]
         print(f"  {row['pool']:<8} {row['variant']:<15} throughput {row['throughput_ratio']:.2f} "
-              f"{'met' if c['throughput'] else 'NOT met'}; CPU {row['cpu_ratio']:.2f} "
-              f"{'met' if c['cpu'] else 'NOT met'}; Redis command time "
-              f"{row['redis_ratio']:.2f} {'met' if c['redis'] else 'NOT met'} "
+              f"{verdict(c['throughput'])}; CPU {row['cpu_ratio']:.2f} "
+              f"{verdict(c['cpu'])}; Redis command time "
+              f"{row['redis_ratio']:.2f} {verdict(c['redis'])} "
               f"(redis-server CPU {row['redis_cpu_ratio']:.2f})")
     return met_all, rows
 
@@ -679,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         import redis
 
         stats = redis.Redis(host="127.0.0.1", port=redis_srv.port)
-        wait_for(lambda: _ping(stats), 10, "redis-server to answer")
+        wait_for(lambda: ping(stats), 10, "redis-server to answer")
         bench = Bench(args, redis_srv, stats, work)
         print(f"private redis-server on port {redis_srv.port} (pid {redis_srv.proc.pid}); "
               f"{NCPU} CPUs; load average {os.getloadavg()[0]:.2f}; pools {args.pools}; "
@@ -701,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         estimate_inner_usec(runs)
         summary = summarise(runs, args.pools, names)
         print_report(summary, names, args)
-        met, rows = verdict(summary, names)
+        met, rows = judge(summary, names)
         print(f"\ntotal wall time {time.monotonic() - started:.0f}s; load average now "
               f"{os.getloadavg()[0]:.2f}")
         if args.json:
@@ -709,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.json).write_text(json.dumps(
                 {"settings": settings, "summary": summary, "verdict": rows,
                  "runs": [{**asdict(r), "metrics": r.metrics()} for r in runs]},
-                indent=2, default=lambda o: asdict(o) if isinstance(o, Stat) else str(o)))
+                indent=2, default=lambda o: asdict(o) if isinstance(o, Spread) else str(o)))
             print(f"results written to {args.json}")
         return 0 if met else 2
     except RuntimeError as exc:
@@ -718,13 +569,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         redis_srv.stop()
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _ping(client: Any) -> bool:
-    try:
-        return bool(client.ping())
-    except Exception:  # noqa: BLE001 - not up yet
-        return False
 
 
 if __name__ == "__main__":

@@ -23,28 +23,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: jobbers
 
 import redis
-from overhead import PrivateRedis, wait_for  # bench/ is on sys.path
+from _common import PrivateRedis, commandstats, ping, wait_for  # bench/ is on sys.path
 
 from jobbers_celery.states import TaskState
 from jobbers_celery.store import RedisStore, ResultWrite
 
 S = TaskState
-
-
-def _pong(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
-
-
-def _stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
-    raw: dict[str, Any] = client.info("commandstats")
-    return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"])) for k, v in raw.items()}
 
 
 def _delta(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
@@ -65,7 +52,7 @@ def main() -> int:
     srv = PrivateRedis(args.redis_server)
     try:
         client = redis.Redis(port=srv.port, decode_responses=True)
-        wait_for(lambda: _pong(client), 10, "redis-server to answer")
+        wait_for(lambda: ping(client), 10, "redis-server to answer")
         store = RedisStore(redis.Redis(port=srv.port, decode_responses=True,
                                        health_check_interval=30))
         ids = [str(uuid.uuid4()) for _ in range(args.n)]
@@ -92,14 +79,14 @@ def main() -> int:
                               wid=wid, name="bench.noop", set_fields={})
 
         for label, fn in (("submitted", submit), ("started", start), ("completed", complete)):
-            before = _stats(client)
+            before = commandstats(client)
             cpu0 = time.process_time()
             for tid in ids:
                 res = fn(tid)
                 if not res.applied:
                     raise SystemExit(f"{label} refused: {res}")
             cpu = time.process_time() - cpu0
-            d = _delta(before, _stats(client))
+            d = _delta(before, commandstats(client))
             d.pop("info", None)
             script = sum(u for n, (c, u) in d.items() if n in ("evalsha", "eval"))
             inner = ", ".join(f"{n} {c / args.n:g}" for n, (c, u) in sorted(d.items())

@@ -1,0 +1,307 @@
+"""Helpers shared by the benchmarks of ``bench/`` (one copy of each; benchmark scaffolding,
+not library code).
+
+- where things are: ``BENCH_DIR``, ``ROOT``, :func:`on_sys_path`, :func:`subprocess_env`;
+- processes: :func:`free_port`, :class:`PrivateRedis` (a ``redis-server`` of the run's own),
+  :class:`Worker` (a ``celery worker`` in its own session), :func:`stop_process_group`,
+  :func:`wait_for`, :func:`ping`;
+- measuring: CPU from ``/proc`` (:func:`proc_cpu`, :func:`child_pids`,
+  :func:`machine_busy`), :class:`Load` (the CPU the rest of the machine used over the
+  measured spans), :func:`commandstats` (``INFO commandstats``), :func:`code_version`;
+- reading figures: :func:`pct`, :func:`distribution`, :class:`Spread` (median [min-max])
+  and :func:`verdict`, the one word every benchmark prints against a target.
+
+The scripts import it as ``_common`` (``bench/`` is on ``sys.path``: the directory of the
+script run, or :func:`on_sys_path`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import math
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+NCPU = os.cpu_count() or 1
+
+
+# =========================================================================== paths
+def on_sys_path() -> None:
+    """``bench/`` (the apps, this module) and the repository root (jobbers) importable."""
+    for path in (str(ROOT), str(BENCH_DIR)):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """This process's environment with ``bench/`` and the repository root on PYTHONPATH
+    (for the workers and clients a benchmark starts), plus ``extra``."""
+    return {**os.environ, **extra,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), str(ROOT),
+                                                        os.environ.get("PYTHONPATH")]))}
+
+
+# =========================================================================== processes
+def free_port() -> int:
+    """A free loopback port, never 6379 (the machine's shared Redis)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port != 6379:
+            return port
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
+             interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something true (returned); RuntimeError after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def ping(client: Any) -> bool:
+    """Whether the Redis behind ``client`` answers (False while it is starting)."""
+    try:
+        return bool(client.ping())
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
+class PrivateRedis:
+    """A ``redis-server`` of our own on a free loopback port, persistence off."""
+
+    def __init__(self, binary: str) -> None:
+        path = shutil.which(binary)
+        if path is None:
+            raise SystemExit(f"{binary} not found: install redis-server (apt-get install "
+                             "redis-server) or pass --redis-server PATH")
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="jobbers-bench-redis-")
+        self.proc = subprocess.Popen(
+            [path, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def stop_process_group(proc: subprocess.Popen[Any], grace: float = 30) -> None:
+    """SIGTERM (a worker's warm shutdown), then SIGKILL to what is left of the process's
+    session (pool children); ``proc`` must have been started with ``start_new_session``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+
+
+class Worker:
+    """``celery -A <module> worker -P <pool>`` in its own session, run from ``bench/``; ready
+    when it touches ``ready_file`` (the app's ``worker_ready`` hook, given
+    ``BENCH_READY_FILE`` in ``env``)."""
+
+    def __init__(self, module: str, pool: str, concurrency: int, env: dict[str, str],
+                 log_path: Path, ready_file: Path, name: str | None = None) -> None:
+        self.name = name or f"bench-{os.getpid()}-{time.monotonic_ns() % 10**6}@localhost"
+        self.log_path = log_path
+        self.ready_file = ready_file
+        cmd = [sys.executable, "-m", "celery", "-A", module, "worker", "-P", pool,
+               "-n", self.name, "-l", "WARNING",
+               "--without-mingle", "--without-gossip", "--without-heartbeat"]
+        if pool == "prefork":
+            cmd += ["-c", str(concurrency)]
+        with log_path.open("w") as log:
+            self.proc = subprocess.Popen(cmd, cwd=BENCH_DIR, env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.pid = self.proc.pid
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited early ({self.proc.returncode}):\n"
+                                   + self.log_tail())
+            return self.ready_file.exists()
+
+        wait_for(ready, timeout, "the worker to be ready", interval=0.05)
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"worker died ({self.proc.returncode}):\n" + self.log_tail())
+
+    def stop(self) -> None:
+        stop_process_group(self.proc)
+
+
+# =========================================================================== measuring
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2:].split()  # fields from 3 (state) on
+
+
+def proc_cpu(pid: int) -> tuple[float, float]:
+    """(own user+sys seconds, reaped children's user+sys seconds) of ``pid``."""
+    f = _stat_fields(pid)
+    if f is None:
+        return 0.0, 0.0
+    # stat fields 14-17: utime stime cutime cstime; f[0] is field 3
+    return (int(f[11]) + int(f[12])) / CLK_TCK, (int(f[13]) + int(f[14])) / CLK_TCK
+
+
+def child_pids(ppid: int) -> list[int]:
+    out = []
+    for path in glob.glob("/proc/[0-9]*/stat"):
+        pid = int(path.split("/")[2])
+        f = _stat_fields(pid)
+        if f is not None and int(f[1]) == ppid:
+            out.append(pid)
+    return out
+
+
+def machine_busy() -> float:
+    """CPU seconds all CPUs of the machine spent busy since boot (/proc/stat)."""
+    f = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f[:8])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+class Load:
+    """CPU the machine used outside the benchmark (this process and ``pids`` are the
+    benchmark) over the measured spans, in all and per span label."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.other = self.wall = 0.0
+        self.phases: dict[str, list[float]] = {}  # label -> [other CPU s, wall s]
+
+    @contextlib.contextmanager
+    def span(self, label: str = "") -> Iterator[None]:
+        def sample() -> tuple[float, float]:
+            own = sum(sum(proc_cpu(p)) for p in [os.getpid(), *self.pids])
+            return time.monotonic(), machine_busy() - own
+
+        t0, m0 = sample()
+        try:
+            yield
+        finally:
+            t1, m1 = sample()
+            self.wall += t1 - t0
+            self.other += max(0.0, m1 - m0)
+            acc = self.phases.setdefault(label, [0.0, 0.0])
+            acc[0] += max(0.0, m1 - m0)
+            acc[1] += t1 - t0
+
+    @property
+    def share(self) -> float:
+        """Share of all the machine's CPUs used by processes outside the benchmark."""
+        return self.other / (self.wall * NCPU) if self.wall else 0.0
+
+    def phase_share(self, label: str) -> float:
+        other, wall = self.phases.get(label, [0.0, 0.0])
+        return other / (wall * NCPU) if wall else 0.0
+
+
+def commandstats(client: Any) -> dict[str, tuple[int, int]]:
+    """(calls, usec) per command name, from ``INFO commandstats``."""
+    stats = client.info("commandstats")
+    return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+            for k, v in stats.items()}
+
+
+def code_version(*paths: str) -> str:
+    """The commit of the checkout, and which of ``paths`` (default: both packages) have
+    uncommitted changes: a run measures the working tree."""
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10, check=False).stdout.rstrip()
+
+    try:
+        head = git("log", "-1", "--format=%h %s")[:90]
+        if not head:
+            return "? (not a git checkout)"
+        dirty = [line[3:] for line in git("status", "--porcelain", "--", *(
+            paths or ("jobbers_celery", "jobbers_django"))).splitlines()]
+    except (OSError, subprocess.SubprocessError):
+        return "? (no git)"
+    return head + (f" + uncommitted changes in {', '.join(dirty)}" if dirty else " (clean)")
+
+
+# =========================================================================== figures
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile."""
+    s = sorted(values)
+    return s[max(0, min(len(s) - 1, math.ceil(q * len(s)) - 1))]
+
+
+def distribution(values: list[float]) -> dict[str, float]:
+    """n, min, median (also as p50), p95, p99, max and mean of ``values``."""
+    median = statistics.median(values)
+    return {"n": len(values), "min": min(values), "median": median, "p50": pct(values, 0.50),
+            "p95": pct(values, 0.95), "p99": pct(values, 0.99), "max": max(values),
+            "mean": statistics.fmean(values)}
+
+
+@dataclass
+class Spread:
+    """Median and range of a figure over rounds (or of a ratio, paired round by round)."""
+
+    median: float
+    lo: float
+    hi: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values))
+
+    def cell(self, fmt: str, median_fmt: str | None = None) -> str:
+        """``median [min-max]``, e.g. ``1.02 [0.97-1.10]``."""
+        return f"{self.median:{median_fmt or fmt}} [{self.lo:{fmt}}-{self.hi:{fmt}}]"
+
+
+def verdict(ok: bool) -> str:
+    """The word printed after a figure judged against its target."""
+    return "met" if ok else "NOT met"
