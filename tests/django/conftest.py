@@ -1,19 +1,28 @@
 """Fixtures of the jobbers_django tests: PostgreSQL (pytest-django's test database), the
 session's private Redis, the Django-sink Celery app, users with and without permissions,
-and a factory of dead letters written through the real sink.
+a factory of dead letters written through the real sink, and a real worker of the Django-sink
+app (``dj_worker``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from jobbers_celery.records import DeadLetter
+from tests.conftest import ROOT, subprocess_env, wait_for
 
 _clock = itertools.count()
 
@@ -132,3 +141,39 @@ def committed(django_capture_on_commit_callbacks: Any) -> Callable[..., Any]:
         with django_capture_on_commit_callbacks(execute=True):
             return fn(*args, **kwargs)
     return run
+
+
+@pytest.fixture
+def dj_worker(djapp: Any, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """A prefork worker of tests.django.celery_app writing to pytest-django's test database."""
+    name = f"dj-{uuid.uuid4().hex[:8]}@localhost"
+    log_path = tmp_path / "worker.log"
+    env = subprocess_env({"DJANGO_SETTINGS_MODULE": "tests.django.settings",
+                          "JOBBERS_TEST_DB_NAME": connection.settings_dict["NAME"]})
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tests.django.celery_app", "worker",
+             "-P", "prefork", "-c", "1", "-n", name, "-l", "INFO", "--without-mingle",
+             "--without-gossip", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True)
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"worker exited early:\n{log_path.read_text()}")
+        return bool(djapp.app.control.ping(destination=[name], timeout=0.5))
+
+    try:
+        wait_for(ready, timeout=30, interval=0.1, message="the Django-sink worker")
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        if os.environ.get("JOBBERS_SHOW_WORKER_LOG"):
+            print(log_path.read_text())

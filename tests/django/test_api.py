@@ -21,44 +21,15 @@ from django.test import Client
 
 from jobbers_celery import TaskState, payload
 from jobbers_django import views
-from jobbers_django.models import DeadLetterAudit, DeadLetterEntry, Status
+from jobbers_django.models import DeadLetterEntry, Status
 from jobbers_django.sink import write_entry
 from tests.conftest import ROOT, subprocess_env
+from tests.django.api_helpers import API, assert_bad, ids_of, login, post, snapshot
 from tests.django.conftest import dead_letter
 
 pytestmark = pytest.mark.django_db
 
-API = "/jobbers"
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
-
-
-def login(user: Any, **kwargs: Any) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
-
-
-def post(client: Client, path: str, body: Any, **extra: Any) -> Any:
-    return client.post(f"{API}/{path}", json.dumps(body), content_type="application/json",
-                       **extra)
-
-
-def ids_of(response: Any) -> list[str]:
-    return [row["task_id"] for row in response.json()["results"]]
-
-
-def snapshot() -> tuple[Any, ...]:
-    """What an action would change (entry statuses and counters, the audit)."""
-    rows = tuple(DeadLetterEntry.objects.order_by("task_id").values_list(
-        "task_id", "status", "resubmit_count", "publish_pending"))
-    return rows, DeadLetterAudit.objects.count()
-
-
-def assert_bad(response: Any, field: str) -> None:
-    assert response.status_code == 400, response.content
-    body = response.json()
-    assert field in body["errors"], body
-    assert field in body["detail"], body
 
 
 # ---------------------------------------------------------------------- list

@@ -19,7 +19,7 @@ from django.test import Client
 
 from jobbers_celery import TaskState
 from jobbers_django.models import DeadLetterAudit, DeadLetterEntry, Status
-from tests.django.test_api import API, assert_bad, login, post, snapshot
+from tests.django.api_helpers import API, assert_bad, login, post, snapshot
 
 pytestmark = pytest.mark.django_db
 

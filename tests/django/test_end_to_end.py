@@ -4,91 +4,20 @@ resubmitted."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from django.db import connection
 
 from jobbers_celery import TaskState
-from jobbers_django.models import DeadLetterEntry, Status
-from tests.conftest import ROOT, subprocess_env, wait_for
+from jobbers_django.models import DeadLetterEntry
+from tests.conftest import wait_for
+from tests.django.end_to_end_helpers import fail_appear_resubmit_complete
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def dj_worker(djapp: Any, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    """A prefork worker of tests.django.celery_app writing to pytest-django's test database."""
-    name = f"dj-{uuid.uuid4().hex[:8]}@localhost"
-    log_path = tmp_path / "worker.log"
-    env = subprocess_env({"DJANGO_SETTINGS_MODULE": "tests.django.settings",
-                          "JOBBERS_TEST_DB_NAME": connection.settings_dict["NAME"]})
-    with log_path.open("w") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.django.celery_app", "worker",
-             "-P", "prefork", "-c", "1", "-n", name, "-l", "INFO", "--without-mingle",
-             "--without-gossip", "--without-heartbeat"],
-            cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)
-
-    def ready() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"worker exited early:\n{log_path.read_text()}")
-        return bool(djapp.app.control.ping(destination=[name], timeout=0.5))
-
-    try:
-        wait_for(ready, timeout=30, interval=0.1, message="the Django-sink worker")
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-        if os.environ.get("JOBBERS_SHOW_WORKER_LOG"):
-            print(log_path.read_text())
-
-
 def test_fail_appear_resubmit_complete(djapp, jobbers, dj_worker, operator, client):
-    key = f"djproj:e2e:{uuid.uuid4().hex[:8]}"
-    result = djapp.flaky_import.delay(key, password="hunter2")
-
-    entry = wait_for(lambda: DeadLetterEntry.objects.filter(task_id=result.id).first(),
-                     timeout=20, message="the dead-letter entry in PostgreSQL")
-    assert entry.status == Status.DEAD
-    assert entry.exception_type == "ValueError"
-    assert entry.kwargs == {"password": "hunter2"}
-    assert entry.failures.count() == 1
-    assert jobbers.get(result.id).state == TaskState.FAILED
-
-    jobbers.store.client.set(key, "fixed")  # the "deploy the fix" step
-    client.force_login(operator)
-    response = client.post("/jobbers/dead-letter-queue/resubmit",
-                           {"task_ids": [result.id], "reset_retry_count": True},
-                           content_type="application/json")
-    assert response.status_code == 200, response.content
-    assert b"hunter2" not in response.content
-
-    record = wait_for(lambda: (r := jobbers.get(result.id)) and r.state == TaskState.COMPLETED
-                      and r, timeout=20, message="the resubmitted task to complete")
-    assert record.attempt == 2
-    assert result.get(timeout=5) == {"attempt": 2, "checkpoint": None, "password": "hunter2"}
-    path = [(t.from_state, t.to_state) for t in jobbers.history(result.id)]
-    assert (TaskState.FAILED, TaskState.SUBMITTED) in path
-    entry.refresh_from_db()
-    assert (entry.status, entry.resubmit_count, entry.failure_count) == (
-        Status.RESUBMITTED, 1, 1)
+    fail_appear_resubmit_complete(djapp, jobbers, operator, client)
 
 
 def test_a_big_payload_lives_in_the_database_only_and_resubmits_whole(

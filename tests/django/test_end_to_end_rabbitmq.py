@@ -1,6 +1,7 @@
 """The Django dead-letter end to end again, on RabbitMQ (``amqp://`` broker, state in Redis):
 a real worker fails a task into PostgreSQL, the REST API resubmits it through the broker,
-the task completes. The test is test_end_to_end's, unchanged; only the broker differs."""
+the task completes. The test is test_end_to_end's (tests/django/end_to_end_helpers.py),
+unchanged; only the broker differs."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.django import test_end_to_end
-from tests.django.test_end_to_end import dj_worker  # noqa: F401  (the test's worker fixture)
+from tests.django.end_to_end_helpers import fail_appear_resubmit_complete
 from tests.rabbitmq import RabbitVhost, use_broker
 
 pytestmark = [pytest.mark.worker, pytest.mark.rabbitmq, pytest.mark.django_db(transaction=True)]
@@ -26,8 +26,7 @@ def on_rabbitmq(djapp: Any, rabbitmq: RabbitVhost,
     rabbitmq.reset()
 
 
-def test_fail_appear_resubmit_complete(djapp, jobbers, dj_worker, operator, client,  # noqa: F811
+def test_fail_appear_resubmit_complete(djapp, jobbers, dj_worker, operator, client,
                                        tmp_path):
-    test_end_to_end.test_fail_appear_resubmit_complete(djapp, jobbers, dj_worker, operator,
-                                                       client)
+    fail_appear_resubmit_complete(djapp, jobbers, operator, client)
     assert "transport:   amqp://" in (tmp_path / "worker.log").read_text()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from jobbers_celery import TaskState, cleaner
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import wait_state
-from tests.integration.test_stalls import fabricate, ticking
+from tests.integration.stall_helpers import fabricate, ticking
 
 S = TaskState
 

@@ -32,7 +32,7 @@ from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, RedisDeadLetterSink
 from jobbers_celery.store import RedisStore
 from tests.conftest import free_port, wait_for
-from tests.integration.test_stalls import ticking
+from tests.integration.stall_helpers import ticking
 
 pytestmark = pytest.mark.redis
 

@@ -34,7 +34,6 @@ from typing import Any
 import pytest
 
 from tests.integration import test_cancel, test_lifecycle, test_shutdown, test_stalls
-from tests.integration.test_shutdown import r  # noqa: F401  (a fixture of the tests called)
 from tests.rabbitmq import RabbitVhost, use_broker
 
 pytestmark = [pytest.mark.redis, pytest.mark.worker, pytest.mark.rabbitmq]
@@ -103,23 +102,23 @@ def test_killed_worker_task_is_stalled_and_resumed_once(proj, worker_factory, mo
 
 
 @ACKS
-def test_prefork_sigterm_three_policies_at_once(proj, worker_factory, r, acks_late):  # noqa: F811
+def test_prefork_sigterm_three_policies_at_once(proj, worker_factory, r, acks_late):
     # The resubmit task runs 1 s: it is interrupted only if the worker notices the SIGTERM
     # at once (an idle amqp event loop used to sleep up to 10 s: ShutdownStep wakes it).
     test_shutdown.test_prefork_sigterm_three_policies_at_once(proj, worker_factory, r,
                                                               acks_late)
 
 
-def test_prefork_cold_shutdown_acks_late(proj, worker_factory, r):  # noqa: F811
+def test_prefork_cold_shutdown_acks_late(proj, worker_factory, r):
     test_shutdown.test_prefork_cold_shutdown(proj, worker_factory, r, "remap", True)
 
 
-def test_prefork_sigterm_to_the_process_group_acks_late(proj, worker_factory, r):  # noqa: F811
+def test_prefork_sigterm_to_the_process_group_acks_late(proj, worker_factory, r):
     test_shutdown.test_prefork_sigterm_to_the_process_group(proj, worker_factory, r, True)
 
 
 def test_threads_sigterm_applies_the_policy_at_the_next_heartbeat(proj, worker_factory,
-                                                                 r):  # noqa: F811
+                                                                 r):
     test_shutdown.test_cooperative_pools_apply_the_policy_at_the_next_heartbeat(
         proj, worker_factory, r, "threads", ("stop", "continue", "silent"))
 

@@ -81,13 +81,6 @@ def _report(request: pytest.FixtureRequest) -> Iterator[None]:
                     reporter.write_line(line)
 
 
-@pytest.fixture
-def r(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    client.close()
-
-
 @dataclass
 class Job:
     kind: str

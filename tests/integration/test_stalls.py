@@ -23,9 +23,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -33,11 +32,8 @@ import pytest
 
 from jobbers_celery import TaskState, cleaner
 from jobbers_celery.cleaner import CleanReport
-from jobbers_celery.config import JobbersConfig
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.liveness import gaps
 from jobbers_celery.scheduler import Scheduler
-from jobbers_celery.store import RedisStore
 from tests.conftest import ROOT, subprocess_env, wait_for
 from tests.integration.beat_helpers import Beat
 from tests.integration.lifecycle_helpers import (
@@ -50,6 +46,7 @@ from tests.integration.lifecycle_helpers import (
     unique,
     wait_state,
 )
+from tests.integration.stall_helpers import LOST_AFTER_S, fabricate, ticking
 
 T = TypeVar("T")
 
@@ -57,7 +54,6 @@ pytestmark = [pytest.mark.redis, pytest.mark.worker]
 
 S = TaskState
 
-LOST_AFTER_S = 3.0       # proj: jobbers_worker_lost_after
 INTERVAL_S = 1.0         # proj: jobbers_cleaner_interval
 MAX_HB_S = 2.0           # proj.resumable: max_heartbeat_interval
 
@@ -73,48 +69,6 @@ WORKER_REASON = re.compile(
 
 def iso_ms(text: str) -> int:
     return ms(datetime.fromisoformat(text))
-
-
-@contextmanager
-def ticking(store: RedisStore, wid: str = "live:1:tick00", period: float = 0.3) -> Iterator[str]:
-    """A fake live worker: refreshes its liveness entry (and so ticks the clock) until exit,
-    so no pause between cleaner passes looks like a Redis outage."""
-    stop = threading.Event()
-    gap = gaps(JobbersConfig(redis_url="redis://unused", worker_lost_after=LOST_AFTER_S,
-                             cleaner_interval=1))
-
-    def loop() -> None:
-        while not stop.is_set():
-            store.alive(wid, gap, [], int(LOST_AFTER_S * 1000))
-            stop.wait(period)
-
-    store.alive(wid, gap, [], int(LOST_AFTER_S * 1000))
-    thread = threading.Thread(target=loop, name="test-ticker", daemon=True)
-    thread.start()
-    try:
-        yield wid
-    finally:
-        stop.set()
-        thread.join(10)
-
-
-def fabricate(store: RedisStore, ids: list[str], *, wid: str, hb_ms: int | None,
-              srec: int) -> None:
-    """Records of started tasks, built through the store's own steps (as a worker would)."""
-    msg = json.dumps({"args": [1, 2], "kwargs": {}, "options": {}})
-    for task_id in ids:
-        res = store.step(task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,),
-                         create={"name": "proj.add", "queue": "celery", "ver": "1", "dlq": "0"},
-                         set_fields={"msg": msg, "retries": "0"}, reason="published",
-                         name="proj.add")
-        assert res.applied, res
-        fields = {"srec": str(srec)}
-        if hb_ms is not None:
-            fields["hb_iv"] = str(hb_ms)
-        res = store.step(task_id, S.STARTED, start=True, worker="ghost@localhost", wid=wid,
-                         heartbeat_ms=hb_ms, set_fields=fields, name="proj.add")
-        assert res.applied, res
-        assert res.attempt == 1, res
 
 
 def at_once(*calls: Callable[[], T]) -> list[T]:
