@@ -15,6 +15,7 @@ from jobbers_celery.errors import (
     InvalidTaskOption,
     InvalidTransition,
     JobbersError,
+    StoreUnavailable,
     TaskCancelled,
     TaskTimeout,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "PurgeReport",
     "RedisDeadLetterSink",
     "ShutdownPolicy",
+    "StoreUnavailable",
     "TaskCancelled",
     "TaskOptions",
     "TaskRecord",

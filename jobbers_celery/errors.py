@@ -9,6 +9,7 @@ __all__ = [
     "InvalidTaskOption",
     "InvalidTransition",
     "JobbersError",
+    "StoreUnavailable",
     "TaskCancelled",
     "TaskTimeout",
 ]
@@ -33,6 +34,19 @@ class InvalidTransition(JobbersError):
         super().__init__(f"transition {current} -> {target} is not allowed")
         self.current = current
         self.target = target
+
+
+class StoreUnavailable(JobbersError):
+    """Redis, the jobbers store, did not serve a call of :class:`~jobbers_celery.Jobbers`:
+    it cannot be reached, timed out, refused the call (writes refused, an ACL) or failed it.
+
+    Raised by every ``Jobbers`` method that reads or changes the store (``get``, ``history``,
+    ``tasks``, ``scheduled``, ``counts``, ``now``, ``resubmit``, ``resubmit_dead_letters``,
+    ``cancel``, ``clean``, ``cleaner_status``, ``purge``). The instance is also the
+    redis-py (or ``OSError``) exception it stands for, with the same class name, message and
+    attributes, so ``except redis.ConnectionError`` written before it existed still catches
+    it; new code catches this class and needs no redis-py import.
+    """
 
 
 class TaskCancelled(BaseException):  # named by the public API contract

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
+import redis
 from kombu.utils.imports import symbol_by_name
 
 from jobbers_celery import lifecycle, payload
 from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
+from jobbers_celery.errors import StoreUnavailable
 from jobbers_celery.records import DeadLetter, TaskRecord, Transition
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, PayloadDeadLetterSink
 from jobbers_celery.spool import DeadLetterSpool, spool_directory
@@ -26,6 +29,63 @@ if TYPE_CHECKING:
 __all__ = ["Jobbers", "PurgeReport"]
 
 log = logging.getLogger("jobbers")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+#: Per redis-py (or OSError) class, that class made a StoreUnavailable too.
+_UNAVAILABLE: dict[type[BaseException], type[StoreUnavailable]] = {}
+
+
+def _unavailable_type(cls: type[BaseException]) -> type[StoreUnavailable]:
+    """``cls`` that is also a :class:`StoreUnavailable`: same name and module (logs and
+    Celery's exception serialisation read as before), pickled as plain ``cls``."""
+    made = _UNAVAILABLE.get(cls)
+    if made is None:
+        def __reduce__(self: BaseException) -> tuple[Any, ...]:
+            return cls, self.args, self.__dict__ or None
+
+        made = cast("type[StoreUnavailable]", type(
+            cls.__name__, (StoreUnavailable, cls),
+            {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
+             "__reduce__": __reduce__}))
+        made = _UNAVAILABLE.setdefault(cls, made)
+    return made
+
+
+def _as_unavailable(exc: BaseException) -> StoreUnavailable | None:
+    """``exc`` as a :class:`StoreUnavailable` that is still of its own class."""
+    try:
+        kind = _unavailable_type(type(exc))
+        unavailable = kind.__new__(kind, *exc.args)
+    except TypeError:  # a class that cannot be combined (none of redis-py's or OSError's)
+        return None
+    unavailable.__dict__.update(vars(exc))
+    return unavailable
+
+
+def _store_call(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A failing Redis call leaves ``method`` as :class:`StoreUnavailable` (see there)."""
+
+    @functools.wraps(method)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except StoreUnavailable:
+            raise
+        except (redis.RedisError, OSError) as exc:
+            unavailable = _as_unavailable(exc)
+            if unavailable is None:
+                raise
+            try:
+                raise unavailable.with_traceback(exc.__traceback__) from exc.__cause__
+            finally:
+                # the traceback holds this frame: a name left bound to the error would be a
+                # cycle keeping the Jobbers (and its app) alive until the collector runs
+                del unavailable
+
+    return call
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +123,16 @@ class Jobbers:
         self.cleaner = Cleaner(self)
 
     # ------------------------------------------------------------------ reads
+    @_store_call
     def get(self, task_id: str) -> TaskRecord | None:
         return self.store.get(task_id)
 
+    @_store_call
     def history(self, task_id: str) -> list[Transition]:
         """Every transition of the task, oldest first."""
         return self.store.history(task_id)
 
+    @_store_call
     def tasks(
         self,
         state: TaskState | str | None = None,
@@ -81,14 +144,23 @@ class Jobbers:
         return self.store.tasks(TaskState(state) if state is not None else None, name, queue,
                                 limit)
 
+    @_store_call
     def scheduled(self, limit: int = 100) -> list[TaskRecord]:
         """Tasks waiting for a delayed retry, soonest ``run_at`` first."""
         return self.store.scheduled(limit)
 
+    @_store_call
     def counts(self) -> dict[TaskState, int]:
         return self.store.counts()
 
+    @_store_call
+    def now(self) -> datetime:
+        """The Redis clock (aware UTC): every time a record holds was read from it, so an
+        elapsed time measured against this one does not depend on the caller's clock."""
+        return datetime.fromtimestamp(self.store.now_ms() / 1000.0, tz=UTC)
+
     # ------------------------------------------------------------------ actions
+    @_store_call
     def resubmit(self, task_ids: Iterable[str], reset_retry_count: bool = True) -> list[str]:
         """Send failed, stalled, dropped or cancelled tasks back to the broker (same id).
 
@@ -146,6 +218,7 @@ class Jobbers:
         """The sink took ``entries``: their records forget their copies of the payloads."""
         self.store.drop_payloads([(e.task_id, e.attempt) for e in entries])
 
+    @_store_call
     def resubmit_dead_letters(
         self, entries: Iterable[DeadLetter], reset_retry_count: bool = True
     ) -> list[str]:
@@ -224,6 +297,7 @@ class Jobbers:
             return False
         return True
 
+    @_store_call
     def cancel(self, task_id: str, terminate: bool = False) -> bool:
         """Cancel a task durably (it never runs, whichever worker receives it, whenever).
 
@@ -241,13 +315,16 @@ class Jobbers:
             log.info("task %s: cancellation %s (it was %s)", task_id, outcome, previous)
         return outcome != "no"
 
+    @_store_call
     def clean(self) -> CleanReport:
         """Run one cleaner pass now (what the ``jobbers.clean`` beat task does)."""
         return self.cleaner.run(by="clean()")
 
+    @_store_call
     def cleaner_status(self) -> CleanerStatus:
         return self.cleaner.status()
 
+    @_store_call
     def purge(
         self,
         name: str | None = None,

@@ -1,5 +1,8 @@
-"""What the admin and the API do, in one place: neither talks to Redis or to the
-dead-letter tables on its own.
+"""What the admin and the API do, in one place: neither talks to Redis or changes the
+dead-letter tables on its own (both list them with :mod:`jobbers_django.querysets`).
+
+Everything reaching Redis goes through ``jobbers_celery``'s public ``Jobbers`` methods, which
+raise :class:`jobbers_celery.StoreUnavailable` when Redis cannot serve them.
 
 Resubmission: the entries are claimed in one transaction (``SELECT ... FOR UPDATE SKIP
 LOCKED`` where the status is still ``dead``), marked ``resubmitted`` and audited; the
@@ -30,13 +33,12 @@ from jobbers_django.models import (
     Source,
     Status,
 )
+from jobbers_django.querysets import FILTERS, NEWEST_FIRST, filter_entries
 
 if TYPE_CHECKING:
     from celery import Celery
 
-    from jobbers_celery import Jobbers, TaskRecord, Transition
-    from jobbers_celery.cleaner import CleanerStatus
-    from jobbers_celery.records import DeadLetter
+    from jobbers_celery import CleanerStatus, DeadLetter, Jobbers, TaskRecord, Transition
 
 __all__ = [
     "FILTERS",
@@ -58,19 +60,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("jobbers.django")
-
-#: Filter name -> ORM lookup. Values arrive validated (see the API serializers).
-FILTERS: dict[str, str] = {
-    "queue": "queue",
-    "task_name": "task_name",
-    "task_version": "task_version",
-    "exception_type": "exception_type",
-    "fingerprint": "fingerprint",
-    "reason": "reason",
-    "status": "status",
-    "failed_after": "last_failed_at__gte",
-    "failed_before": "last_failed_at__lt",
-}
 
 SAMPLE_SIZE = 10
 
@@ -146,18 +135,13 @@ class Selection:
                 for k, v in self.filters.items()}
 
 
-def filter_entries(qs: QuerySet[DeadLetterEntry], filters: Mapping[str, Any]
-                   ) -> QuerySet[DeadLetterEntry]:
-    return qs.filter(**{FILTERS[name]: value for name, value in filters.items()})
-
-
 def _candidates(selection: Selection) -> QuerySet[DeadLetterEntry]:
     qs = DeadLetterEntry.objects.filter(status=Status.DEAD)
     if selection.task_ids is not None:
-        return qs.filter(task_id__in=selection.task_ids).order_by("-last_failed_at", "-id")
+        return qs.filter(task_id__in=selection.task_ids).order_by(*NEWEST_FIRST)
     filters = dict(selection.filters)
     filters.pop("status", None)  # actions only ever take dead entries
-    return filter_entries(qs, filters).order_by("-last_failed_at", "-id")
+    return filter_entries(qs, filters).order_by(*NEWEST_FIRST)
 
 
 @dataclass
@@ -337,7 +321,7 @@ def discard(selection: Selection, *, user: Any = None, source: str = Source.CODE
 
 def to_dead_letter(row: DeadLetterEntry) -> DeadLetter:
     """The ``jobbers_celery`` entry a row stands for (its last failure)."""
-    from jobbers_celery.records import DeadLetter
+    from jobbers_celery import DeadLetter
 
     return DeadLetter(
         task_id=row.task_id, name=row.task_name, version=row.task_version,
@@ -390,7 +374,6 @@ class LiveOverview:
 
 def live_overview(limit: int = 100) -> LiveOverview:
     from jobbers_celery import TaskState
-    from jobbers_celery.records import from_ms
 
     jobbers = get_jobbers()
     return LiveOverview(
@@ -400,7 +383,7 @@ def live_overview(limit: int = 100) -> LiveOverview:
         scheduled=jobbers.scheduled(limit=limit),
         cleaner=jobbers.cleaner_status(),
         # the task times are Redis times: elapsed is measured on the same clock
-        now=from_ms(jobbers.store.now_ms()) or timezone.now(),
+        now=jobbers.now(),
     )
 
 

@@ -25,7 +25,7 @@ from django.db.models.functions import Greatest, Least
 from jobbers_django.fingerprint import fingerprint
 
 if TYPE_CHECKING:
-    from jobbers_celery.records import DeadLetter
+    from jobbers_celery import DeadLetter
     from jobbers_django.models import DeadLetterEntry
 
 __all__ = ["DjangoDeadLetterSink", "write_entry"]
@@ -35,7 +35,7 @@ _T = TypeVar("_T")
 
 
 class DjangoDeadLetterSink:
-    """Writes :class:`~jobbers_celery.records.DeadLetter` entries as database rows.
+    """Writes :class:`~jobbers_celery.DeadLetter` entries as database rows.
 
     Built by ``jobbers_celery`` with the ``Jobbers`` instance; touches the ORM only when
     writing, so it can be built while Django apps are still loading.

@@ -4,8 +4,9 @@
 Authentication is the project's (DRF's ``DEFAULT_AUTHENTICATION_CLASSES``: session and
 HTTP Basic unless the project says otherwise; a session request needs its CSRF token).
 Permissions are explicit, one rule per endpoint from the ``JOBBERS_*_PERMISSION`` settings
-(:mod:`jobbers_django.permissions`): reading, resubmitting or discarding, cancelling.
-Everything the views do goes through :mod:`jobbers_django.services`, as the admin does.
+(the permission classes of :mod:`jobbers_django.permissions`): reading, resubmitting or
+discarding, cancelling. Everything the views do goes through :mod:`jobbers_django.services`,
+as the admin does; lists are read with :mod:`jobbers_django.querysets`.
 
 Lists never count the whole table: ``count`` stops at :data:`COUNT_CAP` (``count_capped``
 says so) and pages follow a keyset cursor, so a page costs the same at any depth.
@@ -13,15 +14,10 @@ says so) and pages follow a keyset cursor, so a page costs the same at any depth
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
 from django.utils.decorators import method_decorator
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
@@ -34,7 +30,6 @@ from drf_spectacular.utils import (
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import exceptions, serializers, status
 from rest_framework.parsers import BaseParser, JSONParser
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.schemas.inspectors import ViewInspector
@@ -42,9 +37,10 @@ from rest_framework.settings import api_settings
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from jobbers_django import conf, permissions, services
+from jobbers_django import conf, querysets, services
 from jobbers_django import serializers as s
 from jobbers_django.models import DeadLetterEntry, Source
+from jobbers_django.permissions import CanCancel, CanRead, CanResubmit
 
 if TYPE_CHECKING:
     from rest_framework.permissions import _PermissionClass
@@ -64,29 +60,6 @@ __all__ = [
 #: A list's ``count`` stops here (a bounded subquery), so a filter matching a million
 #: entries costs no more than one matching ten thousand.
 COUNT_CAP = 1_000
-
-
-# ---------------------------------------------------------------------- permissions
-class _Rule(BasePermission):
-    which = permissions.READ
-    message = "you may not read the jobbers API (JOBBERS_READ_PERMISSION)"
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return permissions.allowed(request.user, self.which)
-
-
-class CanRead(_Rule):
-    pass
-
-
-class CanResubmit(_Rule):
-    which = permissions.RESUBMIT
-    message = "you may not resubmit or discard dead letters (JOBBERS_RESUBMIT_PERMISSION)"
-
-
-class CanCancel(_Rule):
-    which = permissions.CANCEL
-    message = "you may not cancel tasks (JOBBERS_CANCEL_PERMISSION)"
 
 
 # ---------------------------------------------------------------------- errors
@@ -226,53 +199,6 @@ class JobbersAPIView(_JobbersMixin, APIView):
     parser_classes: Sequence[type[BaseParser]] = (JSONParser,)
 
 
-def _decode_cursor(token: str, ordering: str) -> tuple[Any, int]:
-    field, _ = s.ORDERINGS[ordering]
-    try:
-        raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if not isinstance(raw, dict) or set(raw) != {"o", "v", "i"}:
-            raise ValueError(token)
-        if raw["o"] != ordering:
-            raise _bad("cursor", f"was made for ordering={raw['o']}, not {ordering}")
-        pk = raw["i"]
-        if not isinstance(pk, int) or isinstance(pk, bool):
-            raise TypeError(token)
-        value = raw["v"]
-        if field.endswith("_at"):
-            value = datetime.fromisoformat(value)
-            if value.tzinfo is None:
-                raise ValueError(token)
-        elif field == "failure_count":
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(token)
-        elif not isinstance(value, str):
-            raise TypeError(token)
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise _bad("cursor", "malformed cursor; use a `next` link as given") from None
-    return value, pk
-
-
-def _encode_cursor(row: DeadLetterEntry, ordering: str) -> str:
-    field, _ = s.ORDERINGS[ordering]
-    value = getattr(row, field)
-    raw = {"o": ordering, "v": value.isoformat() if isinstance(value, datetime) else value,
-           "i": row.pk}
-    return base64.urlsafe_b64encode(json.dumps(raw, separators=(",", ":")).encode()
-                                    ).decode().rstrip("=")
-
-
-def _ordered(qs: QuerySet[DeadLetterEntry], ordering: str,
-             after: tuple[Any, int] | None) -> QuerySet[DeadLetterEntry]:
-    field, desc = s.ORDERINGS[ordering]
-    if after is not None:
-        value, pk = after
-        op = "lt" if desc else "gt"
-        qs = qs.filter(Q(**{f"{field}__{op}": value})
-                       | Q(**{field: value, f"pk__{op}": pk}))
-    sign = "-" if desc else ""
-    return qs.order_by(f"{sign}{field}", f"{sign}pk")
-
-
 # ---------------------------------------------------------------------- dead letters
 class DeadLetterListView(JobbersAPIView):
     @_documented(
@@ -288,21 +214,21 @@ class DeadLetterListView(JobbersAPIView):
         query = _query(s.DeadLetterListQuerySerializer, request)
         filters = {k: query[k] for k in (*s.FILTER_FIELDS, "status") if k in query}
         ordering, limit = query["ordering"], query["limit"]
-        after = _decode_cursor(query["cursor"], ordering) if "cursor" in query else None
-        base = services.filter_entries(DeadLetterEntry.objects.all(), filters)
-        count = base.order_by()[: COUNT_CAP + 1].count()
-        # The page's ids first, then their rows: an ids-only query is served by an index-only
-        # scan of (filter, -last_failed_at, -id), where the planner, asked for whole rows,
-        # may walk the newest-first index and filter, which is slow when the filter's
-        # entries are all old (an outage fixed last week: 150 ms instead of 0.4 ms at 1M).
-        ids = list(_ordered(base, ordering, after).values_list("pk", flat=True)[: limit + 1])
-        by_pk = DeadLetterEntry.objects.defer("traceback").in_bulk(ids)
-        rows = [by_pk[pk] for pk in ids if pk in by_pk]
+        field, descending = s.ORDERINGS[ordering]
+        try:
+            after = (querysets.decode_cursor(query["cursor"], ordering, field)
+                     if "cursor" in query else None)
+        except querysets.CursorError as exc:
+            raise _bad("cursor", str(exc)) from None
+        base = querysets.filter_entries(DeadLetterEntry.objects.all(), filters)
+        count = querysets.count_at_most(base, COUNT_CAP + 1)
+        rows = querysets.ids_first(querysets.keyset(base, field, descending, after), 0,
+                                   limit + 1, rows=DeadLetterEntry.objects.defer("traceback"))
         next_url = None
         if len(rows) > limit:
             rows = rows[:limit]
             next_url = replace_query_param(request.build_absolute_uri(), "cursor",
-                                           _encode_cursor(rows[-1], ordering))
+                                           querysets.encode_cursor(rows[-1], ordering, field))
         page = {"count": min(count, COUNT_CAP), "count_capped": count > COUNT_CAP,
                 "next": next_url, "results": rows}
         return Response(s.DeadLetterPageSerializer(page).data)

@@ -1,0 +1,49 @@
+"""The jobbers admin: dead-letter triage and live tasks.
+
+Pages (under the admin site, app ``jobbers``), one module each:
+
+- :mod:`~jobbers_django.admin.entries`: dead-letter entries, a read-only changelist with
+  filters and search, a detail page with the failure history and the task's lifecycle
+  transitions, and the actions resubmit (resetting the retry count or keeping it) and
+  discard, each behind a confirmation page.
+- :mod:`~jobbers_django.admin.groups`: failure groups (entries grouped by fingerprint, with
+  counts; each links to its entries) and the audit of every resubmit, discard and cancel,
+  read-only.
+- :mod:`~jobbers_django.admin.live`: live tasks (``deadletterentry/live/``), counts per state,
+  running, stalled and scheduled tasks from Redis, the cleaner's last pass, and a cancel
+  action.
+
+Their parts: :mod:`~jobbers_django.admin.filters` (list filters),
+:mod:`~jobbers_django.admin.pagination` (the capped paginator),
+:mod:`~jobbers_django.admin.base` (the read-only admin they all are) and
+:mod:`~jobbers_django.admin.display` (how values look).
+
+Presentation only: actions go through :mod:`jobbers_django.services`, the same code the API
+calls, lists are read with :mod:`jobbers_django.querysets`, and who may act is
+:func:`jobbers_django.permissions.allowed`. Everything shown is redacted
+(:func:`jobbers_django.redaction.redact`).
+
+Made for tables of millions of entries: filter choices come from the failure groups (a
+small table) or are text boxes, counts stop at :attr:`BoundedPaginator.cap`, facets are
+off, and the only sortable column is the one the indexes are ordered by.
+"""
+
+from __future__ import annotations
+
+from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
+from jobbers_django.admin.entries import DeadLetterEntryAdmin, summary
+from jobbers_django.admin.groups import DeadLetterAuditAdmin, FailureGroupAdmin
+from jobbers_django.admin.live import LivePagesAdmin, lifecycle
+from jobbers_django.admin.pagination import BoundedPaginator
+
+__all__ = [
+    "STORE_ERRORS",
+    "BoundedPaginator",
+    "DeadLetterAuditAdmin",
+    "DeadLetterEntryAdmin",
+    "FailureGroupAdmin",
+    "LivePagesAdmin",
+    "ReadOnlyAdmin",
+    "lifecycle",
+    "summary",
+]

@@ -1,0 +1,41 @@
+"""What every jobbers admin page shares: read-only model admins with cheap lists, and the
+errors of reading Redis that a page shows as a message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from jobbers_celery import ConfigurationError, StoreUnavailable
+from jobbers_django import conf
+from jobbers_django.admin.pagination import BoundedPaginator
+
+__all__ = ["STORE_ERRORS", "ReadOnlyAdmin"]
+
+#: What reading Redis can raise (Redis cannot serve the call, or jobbers is not installed
+#: on the Celery app): the admin shows these as a message, never as a 500.
+STORE_ERRORS = (StoreUnavailable, ConfigurationError)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Nothing here is added, edited or deleted by hand; lists stay cheap on big tables."""
+
+    paginator = BoundedPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = conf.DEFAULT_PAGE_SIZE
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def admin_context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+        return {**self.admin_site.each_context(request), "opts": self.model._meta,
+                "title": title, **extra}

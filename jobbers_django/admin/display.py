@@ -1,0 +1,53 @@
+"""How values look on the admin pages: redacted JSON, durations, local times."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import dateformat, timezone
+from django.utils.html import format_html
+
+from jobbers_django.redaction import display, redact
+
+__all__ = ["compact_json", "duration", "json_block", "local_time", "since"]
+
+
+def json_block(value: Any) -> str:
+    """A stored JSON value as people see it: redacted, long values cut (with a note)."""
+    shown, cut = display(value)
+    text = json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    if cut:
+        return format_html("<pre class=\"jobbers-json\">{}</pre><p class=\"help\">Cut for "
+                           "display (JOBBERS_DISPLAY_MAX_CHARS); resubmission uses the full "
+                           "value.</p>", text)
+    return format_html("<pre class=\"jobbers-json\">{}</pre>", text)
+
+
+def compact_json(value: Any) -> str:
+    """One line of redacted JSON (``""`` for ``None``)."""
+    if value is None:
+        return ""
+    return json.dumps(redact(value), sort_keys=True, ensure_ascii=False, default=str)
+
+
+def duration(delta: timedelta | None) -> str:
+    """``1h 02m``, ``3m 05s``, ``12s`` (``""`` for ``None``)."""
+    if delta is None:
+        return ""
+    seconds = max(0, int(delta.total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+
+
+def local_time(value: datetime | None) -> str:
+    """A compact local time for list columns (the admin's default is long)."""
+    return dateformat.format(timezone.localtime(value), "Y-m-d H:i:s") if value else "-"
+
+
+def since(now: datetime, then: datetime | None) -> timedelta | None:
+    return now - then if then else None

@@ -1,0 +1,108 @@
+"""The live pages, under the entries admin (``deadletterentry/live/``): counts per state,
+running, stalled and scheduled tasks from Redis, the cleaner's last pass, one task's record
+and transitions, and the cancel action behind a confirmation page. Redis unreachable is a
+message on the page, never a 500."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+
+from jobbers_celery import TaskState
+from jobbers_django import permissions, services
+from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
+from jobbers_django.admin.display import compact_json, duration, since
+from jobbers_django.models import DeadLetterEntry, Source
+
+__all__ = ["LivePagesAdmin", "lifecycle"]
+
+
+class LivePagesAdmin(ReadOnlyAdmin):
+    """A model admin that also serves the live pages (the entries admin is one)."""
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("live/", wrap(self.live_view), name="jobbers_live"),
+            path("live/task/<path:task_id>/", wrap(self.task_view), name="jobbers_task"),
+            path("live/cancel/<path:task_id>/", wrap(self.cancel_view), name="jobbers_cancel"),
+            *super().get_urls(),
+        ]
+
+    def live_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        context = self.admin_context(request, "Live tasks",
+                                     can_cancel=permissions.allowed(request.user,
+                                                                    permissions.CANCEL))
+        try:
+            overview = services.live_overview()
+        except STORE_ERRORS as exc:
+            context["error"] = f"Redis is unreachable: {exc}"
+            return TemplateResponse(request, "jobbers/admin/live.html", context)
+        now = overview.now
+        entries = dict(DeadLetterEntry.objects.filter(
+            task_id__in=[r.task_id for r in overview.stalled]).values_list("task_id", "pk"))
+        context.update(
+            counts=[(state.value, overview.counts.get(state.value, 0)) for state in TaskState],
+            running=[{"record": r, "progress": compact_json(r.progress),
+                      "elapsed": duration(since(now, r.retried_at or r.started_at)),
+                      "heartbeat_ago": duration(since(now, r.heartbeat_at))}
+                     for r in overview.running],
+            stalled=[{"record": r, "entry_pk": entries.get(r.task_id)} for r in overview.stalled],
+            scheduled=[{"record": r, "due_in": duration(since(r.run_at, now))
+                        if r.run_at and r.run_at > now else "due"} for r in overview.scheduled],
+            cleaner=overview.cleaner, now=now,
+        )
+        return TemplateResponse(request, "jobbers/admin/live.html", context)
+
+    def task_view(self, request: HttpRequest, task_id: str) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        entry = DeadLetterEntry.objects.filter(task_id=task_id).first()
+        context = self.admin_context(
+            request, f"Task {task_id}", task_id=task_id, lifecycle=lifecycle(task_id),
+            entry=entry, can_cancel=permissions.allowed(request.user, permissions.CANCEL))
+        return TemplateResponse(request, "jobbers/admin/task.html", context)
+
+    def cancel_view(self, request: HttpRequest, task_id: str) -> HttpResponse:
+        if not permissions.allowed(request.user, permissions.CANCEL):
+            raise PermissionDenied
+        live_url = reverse("admin:jobbers_live")
+        if request.method == "POST":
+            terminate = request.POST.get("terminate") == "1"
+            try:
+                done = services.cancel_task(task_id, terminate=terminate, user=request.user,
+                                            source=Source.ADMIN)
+            except STORE_ERRORS as exc:
+                self.message_user(request, f"Redis is unreachable: {exc}", messages.ERROR)
+                return HttpResponseRedirect(live_url)
+            if done:
+                self.message_user(request, f"Task {task_id}: cancelled, or cancellation "
+                                  "requested (a running task stops at its next heartbeat"
+                                  + (", or is terminated" if terminate else "") + ").")
+            else:
+                self.message_user(request, f"Task {task_id} was not cancelled: it is unknown "
+                                  "or already finished.", messages.WARNING)
+            return HttpResponseRedirect(live_url)
+        context = self.admin_context(request, f"Cancel task {task_id}?", task_id=task_id,
+                                     lifecycle=lifecycle(task_id), live_url=live_url)
+        return TemplateResponse(request, "jobbers/admin/cancel_confirmation.html", context)
+
+
+def lifecycle(task_id: str) -> dict[str, Any]:
+    """The task's Redis record (progress redacted) and transitions, or why there are none."""
+    try:
+        detail = services.task_detail(task_id)
+    except STORE_ERRORS as exc:
+        return {"error": f"Redis is unreachable, so the lifecycle cannot be shown: {exc}"}
+    record = detail.record
+    return {"record": record, "transitions": detail.transitions,
+            "progress": compact_json(record.progress) if record else "",
+            "cancellable": record is not None and record.state in (
+                TaskState.SUBMITTED, TaskState.SCHEDULED, TaskState.STARTED)}
