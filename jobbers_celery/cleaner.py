@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from jobbers_celery import lifecycle, liveness, metrics, payload
+from jobbers_celery import liveness, payload
+from jobbers_celery.publisher import UnpublishablePayload
 from jobbers_celery.records import from_ms
-from jobbers_celery.store import StepResult
 
 if TYPE_CHECKING:
     from jobbers_celery.jobbers import Jobbers
@@ -157,11 +157,10 @@ class Cleaner:
     def _settle(self, outcome: dict[str, Any]) -> tuple[list[str], list[str]]:
         """What follows a stall verdict: each ended attempt's metrics, then the resubmitted
         tasks republished and the others dead-lettered; returns both lists of ids."""
-        for item in (*outcome["recovered"], *outcome["dead"]):
-            metrics.attempt_ended(item.get("name") or "", item.get("queue"), "stalled",
-                                  now_ms=float(item.get("now") or 0),
-                                  started_ms=metrics.ms_value(item.get("started")))
-        return self._publish(outcome["recovered"]), self._dead_letter(outcome["dead"])
+        recorder = self.jobbers.recorder
+        recorder.stalled((*outcome["recovered"], *outcome["dead"]))
+        return (self._publish(outcome["recovered"]),
+                recorder.dead_letter_stalled(outcome["dead"]))
 
     def _publish(self, recovered: list[dict[str, Any]]) -> list[str]:
         """Republish the resubmitted tasks; returns their ids.
@@ -171,6 +170,7 @@ class Cleaner:
         some), which keeps a pass short however many tasks it recovers.
         """
         done: list[str] = []
+        publisher = self.jobbers.publisher
         now_ms = self.jobbers.store.now_ms() if recovered else 0
         deadline = time.monotonic() + PUBLISH_BUDGET_S
         for n, item in enumerate(recovered):
@@ -181,46 +181,16 @@ class Cleaner:
                          "publish", len(rest))
                 break
             try:
-                data: Any = payload.loads(item["msg"]) if item["msg"] else {}
-                if data.get("unserializable") or not item["name"]:
-                    raise ValueError("no JSON payload was recorded")
-                with lifecycle.internal_publish(now_ms):
-                    payload.republish(self.jobbers.app, item["name"], item["id"], data,
-                                      int(item["retries"] or 0))
+                if not item["name"]:
+                    raise UnpublishablePayload("no task name was recorded")
+                publisher.republish(item["id"], item["name"], publisher.payload_of(item["msg"]),
+                                    int(item["retries"] or 0), now_ms)
                 done.append(item["id"])
             except Exception:
                 log.exception("could not publish stalled task %s for recovery; the scheduler "
                               "publishes it again when its lease expires", item["id"])
         self.jobbers.store.confirm_published(done)
         return [item["id"] for item in recovered]
-
-    def _dead_letter(self, dead: list[dict[str, Any]]) -> list[str]:
-        """Build every dead letter of the pass, then send them together (one round trip
-        with a sink that has ``write_many``; a failed batch is written, or parked, entry by
-        entry, see ``DeadLetterDispatcher.send_many``)."""
-        entries, ids = [], []
-        for item in dead:
-            if item.get("dlq") != "1":
-                continue
-            result = StepResult(applied=True, previous="started", now_ms=int(item["now"]),
-                                attempt=int(item["attempt"]))
-            try:
-                entries.append(lifecycle.dead_letter_entry(
-                    task_id=item["id"], name=item["name"], reason="stalled",
-                    result=result, raw=item, message=item["reason"],
-                    worker=item.get("worker") or None,
-                ))
-                ids.append(item["id"])
-            except Exception:
-                log.exception("could not dead-letter stalled task %s", item["id"])
-        if not entries:
-            return []
-        try:
-            self.jobbers.dead_letters.send_many(entries)
-        except Exception:
-            log.exception("could not dead-letter %d stalled task(s): %s", len(ids), ids)
-            return []
-        return ids
 
     # ------------------------------------------------------------------ health
     def status(self) -> CleanerStatus:

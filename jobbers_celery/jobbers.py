@@ -10,9 +10,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from kombu.utils.imports import symbol_by_name
 
-from jobbers_celery import lifecycle, payload
+from jobbers_celery import payload
 from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
+from jobbers_celery.errors import ConfigurationError
+from jobbers_celery.publisher import Publisher
+from jobbers_celery.recorder import Recorder
 from jobbers_celery.records import DeadLetter, TaskRecord, Transition
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, PayloadDeadLetterSink
 from jobbers_celery.spool import DeadLetterSpool, spool_directory
@@ -60,7 +63,19 @@ class Jobbers:
             sink, self.store.client, self.store.keys,
             written=self._drop_record_payloads if self._payload_sink is not None else None,
             spool=spool)
+        self.recorder = Recorder(self.store, self.dead_letters,
+                                 payload_warn_bytes=config.payload_warn_bytes,
+                                 publish_lease_s=config.publish_lease)
+        self.publisher = Publisher(app, self.store)
         self.cleaner = Cleaner(self)
+
+    @classmethod
+    def of(cls, app: Celery) -> Jobbers:
+        """The :class:`Jobbers` that ``install(app)`` returned."""
+        jobbers: Jobbers | None = getattr(app, "_jobbers", None)
+        if jobbers is None:
+            raise ConfigurationError(f"jobbers is not installed on {app!r}: call install(app)")
+        return jobbers
 
     # ------------------------------------------------------------------ reads
     def get(self, task_id: str) -> TaskRecord | None:
@@ -102,7 +117,6 @@ class Jobbers:
         with the payload of its dead-letter entry.
         """
         published: list[str] = []
-        lease_ms = int(self.config.publish_lease * 1000)
         ids = list(dict.fromkeys(task_ids))
         in_sink = self._payloads_in_sink(ids)
         for task_id in ids:
@@ -115,14 +129,7 @@ class Jobbers:
                                                 sources=RESUBMITTABLE, from_dlq=False):
                     published.append(task_id)
                 continue
-            res = self.store.step(
-                task_id, TaskState.SUBMITTED, sources=RESUBMITTABLE, lease_ms=lease_ms,
-                reason=_resubmit_reason(reset_retry_count),
-                set_fields={"retries": "0"} if reset_retry_count else {},
-                ret=("msg", "retries", "name", "ver", "dlq"),
-                # a fresh start also gets its automatic stall recoveries back
-                delete=("stalls",) if reset_retry_count else (),
-            )
+            res = self.recorder.resubmit(task_id, reset_retry_count)
             if not res.applied:
                 continue
             data: Any = payload.loads(res.values["msg"]) if res.values.get("msg") else {}
@@ -180,23 +187,7 @@ class Jobbers:
         headers.pop(payload.HEADER_ENQUEUED_AT, None)
         data = {"args": list(entry.args), "kwargs": dict(entry.kwargs),
                 "options": {**options, "headers": headers}}
-        fields = {"msg": payload.dumps(data),
-                  "retries": "0" if reset_retry_count else str(entry.retry_attempt)}
-        if entry.checkpoint is not None:
-            fields["ckpt"] = payload.dumps(entry.checkpoint)
-        create = {"name": entry.name, "queue": entry.queue or payload.queue_of(options),
-                  "dlq": "1"}
-        if entry.version is not None:
-            create["ver"] = str(entry.version)
-        res = self.store.step(
-            entry.task_id, TaskState.SUBMITTED,
-            sources=sources or RESUBMITTABLE | {TaskState.UNSUBMITTED}, create=create,
-            set_fields=fields, delete=("stalls",) if reset_retry_count else (),
-            lease_ms=int(self.config.publish_lease * 1000), name=entry.name,
-            reason=_resubmit_reason(reset_retry_count)
-            + (" from the dead-letter queue" if from_dlq else ""),
-            ret=("retries", "name", "ver", "dlq"),
-        )
+        res = self.recorder.resubmit_entry(entry, data, reset_retry_count, sources, from_dlq)
         if not res.applied:
             log.info("dead letter %s not resubmitted: the task is %s", entry.task_id,
                      res.previous)
@@ -207,17 +198,10 @@ class Jobbers:
     def _republish(self, task_id: str, name: str, data: dict[str, Any],
                    values: dict[str, str], now_ms: int, producer: Any = None) -> bool:
         """Publish a task whose ``submitted`` step (with a publish lease) just applied."""
-        headers = dict(data.get("options", {}).get("headers") or {})
-        headers.pop(payload.HEADER_ENQUEUED_AT, None)
-        if values.get("ver"):
-            headers[payload.HEADER_VERSION] = int(values["ver"])
-        if values.get("dlq"):
-            headers[payload.HEADER_DEAD_LETTER] = 1
-        data = {**data, "options": {**data.get("options", {}), "headers": headers}}
         try:
-            with lifecycle.internal_publish(now_ms):
-                payload.republish(self.app, name, task_id, data,
-                                  int(values.get("retries") or 0), producer=producer)
+            self.publisher.republish(task_id, name, data, int(values.get("retries") or 0),
+                                     now_ms, resubmit=True, version=values.get("ver") or None,
+                                     dead_letter=bool(values.get("dlq")), producer=producer)
         except Exception:
             log.exception("publishing resubmitted task %s failed; the scheduler will "
                           "publish it again when its lease expires", task_id)
@@ -268,7 +252,3 @@ class Jobbers:
                   else None)
         removed, cancelled, skipped = self.store.purge(name, queue, cutoff)
         return PurgeReport(removed=removed, cancelled=cancelled, skipped=skipped)
-
-
-def _resubmit_reason(reset_retry_count: bool) -> str:
-    return "resubmitted" + (" (retry count reset)" if reset_retry_count else "")

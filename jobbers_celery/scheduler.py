@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps, signals
 
-from jobbers_celery import lifecycle, liveness, metrics, payload
+from jobbers_celery import liveness, metrics
 from jobbers_celery.store import is_outage
 
 if TYPE_CHECKING:
@@ -102,11 +102,9 @@ class Scheduler:
         return published, wait
 
     def _publish(self, item: Claimed, now_ms: int) -> None:
-        data: Any = payload.loads(item.msg) if item.msg else {}
-        if data.get("unserializable"):
-            raise ValueError("its arguments were not JSON-serializable when it was recorded")
-        with lifecycle.internal_publish(now_ms):
-            payload.republish(self.jobbers.app, item.name, item.task_id, data, item.retries)
+        publisher = self.jobbers.publisher
+        publisher.republish(item.task_id, item.name, publisher.payload_of(item.msg),
+                            item.retries, now_ms)
 
     def housekeeping(self) -> int:
         """Retry parked dead letters; prune expired records. Returns records pruned.

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from celery import signals
 from celery._state import get_current_app
 
-from jobbers_celery import lifecycle, liveness, metrics, results, shutdown, sinks
+from jobbers_celery import liveness, metrics, results, shutdown, sinks
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import (
     HEADER_DEAD_LETTER,
@@ -34,7 +34,6 @@ from jobbers_celery.payload import (
     HEADER_TASK,
     request_header,
 )
-from jobbers_celery.states import TaskState
 from jobbers_celery.task import JobbersTask
 
 if TYPE_CHECKING:
@@ -43,8 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["connect", "register"]
 
 log = logging.getLogger("jobbers.signals")
-S = TaskState
-
 _installed: list[weakref.ref[Jobbers]] = []
 
 
@@ -93,8 +90,8 @@ def on_before_publish(
         return
     opts = getattr(task, "jobbers_options", None)
     try:
-        lifecycle.on_publish(
-            jobbers, sender, headers, body, exchange, routing_key, properties or {},
+        jobbers.recorder.publish(
+            sender, headers, body, exchange, routing_key, properties or {},
             version=opts.version if opts else None,
             dead_letter=bool(opts and opts.dead_letter_policy is DeadLetterPolicy.SAVE),
         )
@@ -118,29 +115,14 @@ def on_task_failure(
     if jobbers is None:
         return
     try:
-        wid = liveness.worker_id()
-        res = jobbers.store.step(
-            task_id, S.FAILED, sources=(S.STARTED,), wid_fence=wid, wid=wid, name=sender.name,
-            reason=f"{type(exception).__name__} reported by the worker", cancellable=True,
-            set_fields=lifecycle.error_fields(exception),
-            ret=(*lifecycle.DEAD_LETTER_FIELDS, *metrics.ATTEMPT_FIELDS),
-        )
-        if res.applied:
+        jobbers.recorder.fail_reported(
+            task_id, sender.name, wid=liveness.worker_id(), exc=exception,
+            traceback=str(getattr(einfo, "traceback", "") or "") or None,
+            worker=getattr(sender.request, "hostname", None),
             # the request is on the task's stack for a lost pool child, not in every case
-            metrics.attempt_ended(
-                sender.name, res.values.get("queue"),
-                S.CANCELLED.value if res.state is S.CANCELLED else S.FAILED.value,
-                now_ms=res.now_ms, started_ms=metrics.started_ms(res.values),
-                enqueued_ms=metrics.ms_value(request_header(sender.request, HEADER_ENQUEUED_AT)),
-            )
-        if (res.applied and res.state is S.FAILED
-                and sender.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE):
-            lifecycle.dead_letter(
-                jobbers, task_id=task_id, name=sender.name, reason="failed", result=res,
-                raw=res.values, exc=exception,
-                traceback=str(getattr(einfo, "traceback", "") or "") or None,
-                worker=getattr(sender.request, "hostname", None),
-            )
+            enqueued_ms=metrics.ms_value(request_header(sender.request, HEADER_ENQUEUED_AT)),
+            dead_letter=sender.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE,
+        )
     except Exception:
         log.exception("could not record the failure of %s[%s]", sender.name, task_id)
 
@@ -160,19 +142,11 @@ def on_task_unknown(
         return
     reason = f"no task named {name!r} is registered on this worker"
     try:
-        res = jobbers.store.step(
-            id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason, bump=True,
-            worker=getattr(sender, "hostname", None),
-            set_fields=lifecycle.error_fields(None, reason), ret=lifecycle.DEAD_LETTER_FIELDS,
+        jobbers.recorder.drop(
+            id, name or "", reason=reason, worker=getattr(sender, "hostname", None),
+            enqueued_ms=metrics.ms_value(headers.get(HEADER_ENQUEUED_AT)),
+            dead_letter=bool(headers.get(HEADER_DEAD_LETTER)),
         )
-        if res.applied:
-            metrics.attempt_ended(name or "", res.values.get("queue"), S.DROPPED.value,
-                                  now_ms=res.now_ms,
-                                  enqueued_ms=metrics.ms_value(headers.get(HEADER_ENQUEUED_AT)))
-        if res.applied and headers.get(HEADER_DEAD_LETTER):
-            lifecycle.dead_letter(jobbers, task_id=id, name=name or "", reason="dropped",
-                                  result=res, raw=res.values, message=reason,
-                                  worker=getattr(sender, "hostname", None))
     except Exception:
         log.exception("could not record the drop of unknown task %s[%s]", name, id)
 
@@ -188,13 +162,9 @@ def on_task_prerun(sender: Any = None, task_id: str | None = None, task: Any = N
         return
     reason = f"{task.name} is not a JobbersTask on this worker; it runs untracked"
     try:
-        res = jobbers.store.step(task_id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason,
-                                 bump=True, set_fields=lifecycle.error_fields(None, reason),
-                                 ret=("queue",))
-        if res.applied:
-            metrics.attempt_ended(
-                task.name, res.values.get("queue"), S.DROPPED.value, now_ms=res.now_ms,
-                enqueued_ms=metrics.ms_value(request_header(task.request, HEADER_ENQUEUED_AT)))
+        jobbers.recorder.drop(
+            task_id, task.name, reason=reason,
+            enqueued_ms=metrics.ms_value(request_header(task.request, HEADER_ENQUEUED_AT)))
     except Exception:
         log.exception("could not record %s[%s]", task.name, task_id)
 
@@ -207,23 +177,14 @@ def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = 
     jobbers = _jobbers_of(sender.app)
     if jobbers is None:
         return
-    wid = liveness.worker_id()
+    worker = getattr(request, "hostname", None)
     try:
         if terminated:  # usually recorded already by the task itself, on its way out
-            res = jobbers.store.step(
-                task_id, S.CANCELLED, sources=(S.STARTED,), wid_fence=wid, wid=wid,
-                name=sender.name, reason=f"interrupted by the worker (signal {signum})",
-                worker=getattr(request, "hostname", None), expect_refusal=True,
-                ret=metrics.ATTEMPT_FIELDS)
-            if res.applied:
-                metrics.attempt_ended(
-                    sender.name, res.values.get("queue"), S.CANCELLED.value, now_ms=res.now_ms,
-                    started_ms=metrics.started_ms(res.values),
-                    enqueued_ms=metrics.ms_value(request_header(request, HEADER_ENQUEUED_AT)))
+            jobbers.recorder.interrupted(
+                task_id, sender.name, wid=liveness.worker_id(), signum=signum, worker=worker,
+                enqueued_ms=metrics.ms_value(request_header(request, HEADER_ENQUEUED_AT)))
         else:
-            jobbers.store.step(task_id, S.CANCELLED, sources=(S.SUBMITTED,),
-                               reason="revoked: the worker did not run it",
-                               worker=getattr(request, "hostname", None))
+            jobbers.recorder.revoked(task_id, worker=worker)
     except Exception:
         log.exception("could not record the revoke of %s[%s]", sender.name, task_id)
 

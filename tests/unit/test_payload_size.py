@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jobbers_celery import ConfigurationError, JobbersConfig, TaskState, lifecycle
+from jobbers_celery import ConfigurationError, JobbersConfig, TaskState, recorder
 from jobbers_celery.store import StepResult
 
 NAME = "proj.import_catalog"
@@ -33,11 +33,13 @@ class StepRecorder:
 def _jobbers(**conf: Any) -> Any:
     config = JobbersConfig.from_mapping({f"jobbers_{k}": v for k, v in conf.items()},
                                         "redis://127.0.0.1:1/0")
-    return SimpleNamespace(config=config, store=StepRecorder())
+    store: Any = StepRecorder()
+    return SimpleNamespace(config=config, store=store, recorder=recorder.Recorder(
+        store, SimpleNamespace(), payload_warn_bytes=config.payload_warn_bytes))  # type: ignore[arg-type]
 
 
 def _publish(jobbers: Any, args: list[Any], task_id: str = "t-1", **headers: Any) -> None:
-    lifecycle.on_publish(jobbers, NAME, {"id": task_id, **headers}, (args, {}, {}), "",
+    jobbers.recorder.publish(NAME, {"id": task_id, **headers}, (args, {}, {}), "",
                          "celery", {}, version=None, dead_letter=True)
 
 
@@ -83,7 +85,7 @@ def test_retry_publishes_and_internal_publishes_do_not_warn_again(caplog):
     jobbers = _jobbers(payload_warn_bytes=1000)
     with caplog.at_level(logging.WARNING, logger="jobbers.lifecycle"):
         _publish(jobbers, ["x" * 2000], retries=1)  # an immediate retry's publish
-        with lifecycle.internal_publish(5_000):  # a resubmit or the scheduler
+        with recorder.internal_publish(5_000):  # a resubmit or the scheduler
             _publish(jobbers, ["x" * 2000])
     assert _warnings(caplog) == []
     assert jobbers.store.steps[0]["set_fields"]["retries"] == "1"
@@ -97,11 +99,11 @@ def test_zero_never_warns(caplog):
 
 
 def test_the_record_keeps_a_cut_error_message():
-    short = lifecycle.error_fields(ValueError("bad row"))
-    assert lifecycle.pl.loads(short["err"]) == {"type": "ValueError", "message": "bad row"}
+    short = recorder.error_fields(ValueError("bad row"))
+    assert recorder.pl.loads(short["err"]) == {"type": "ValueError", "message": "bad row"}
     text = "y" * 50_000
-    err = lifecycle.pl.loads(lifecycle.error_fields(ValueError(text))["err"])
-    limit = lifecycle.ERROR_MESSAGE_MAX_CHARS
+    err = recorder.pl.loads(recorder.error_fields(ValueError(text))["err"])
+    limit = recorder.ERROR_MESSAGE_MAX_CHARS
     assert err["message"] == f"{'y' * limit}... [cut: 50000 characters in all]"
-    assert lifecycle.pl.loads(lifecycle.error_fields(None, text)["err"])["message"] == \
+    assert recorder.pl.loads(recorder.error_fields(None, text)["err"])["message"] == \
         err["message"]
