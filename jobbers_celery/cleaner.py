@@ -21,13 +21,16 @@ from jobbers_celery.publisher import UnpublishablePayload
 from jobbers_celery.records import from_ms
 
 if TYPE_CHECKING:
-    from jobbers_celery.jobbers import Jobbers
+    from jobbers_celery.config import JobbersConfig
+    from jobbers_celery.publisher import Publisher
+    from jobbers_celery.recorder import Recorder
+    from jobbers_celery.store import RedisStore
 
 __all__ = ["CleanReport", "Cleaner", "CleanerStatus"]
 
 log = logging.getLogger("jobbers.cleaner")
 
-#: Most index entries of each kind one pass judges; the rest wait for the next pass.
+#: Most index entries one pass judges; the rest wait for the next pass.
 PASS_LIMIT = 1000
 #: How long a pass republishes recovered tasks itself before handing the rest over.
 PUBLISH_BUDGET_S = 0.2
@@ -78,22 +81,39 @@ class CleanerStatus:
 
 
 class Cleaner:
-    def __init__(self, jobbers: Jobbers) -> None:
-        self.jobbers = jobbers
+    """Judges stalled tasks and recovers them: resubmitted through ``publisher`` while
+    ``max_stall_recoveries`` allows, else dead-lettered through ``recorder``.
+
+    ``pass_limit``, ``stall_chunk`` and ``publish_budget_s`` bound one pass (see the module
+    constants of the same names, their defaults).
+    """
+
+    def __init__(self, store: RedisStore, config: JobbersConfig, recorder: Recorder,
+                 publisher: Publisher, *, pass_limit: int = PASS_LIMIT,
+                 stall_chunk: int = STALL_CHUNK,
+                 publish_budget_s: float = PUBLISH_BUDGET_S) -> None:
+        self.store = store
+        self.config = config
+        self.recorder = recorder
+        self.publisher = publisher
+        self.pass_limit = pass_limit
+        self.stall_chunk = stall_chunk
+        self.publish_budget_s = publish_budget_s
 
     def run(self, by: str = "api") -> CleanReport:
         """One pass. Safe to run anywhere, any number at once."""
-        store, config = self.jobbers.store, self.jobbers.config
+        store, config = self.store, self.config
+        pass_limit, stall_chunk = self.pass_limit, self.stall_chunk
         started = time.perf_counter()
         lost_ms = int(config.worker_lost_after * 1000)
-        scan = store.cleaner_due(liveness.gaps(config), lost_ms, PASS_LIMIT)
+        scan = store.cleaner_due(liveness.gaps(config), lost_ms, pass_limit)
         items: list[tuple[str, str, str, str]] = []
         candidates: list[tuple[str, str, str]] = [(i, "hb", "") for i in scan["hb"]]
         dead: list[str] = scan["dead"]
         if dead:
-            # PASS_LIMIT bounds the whole pass, not each dead worker: what is left over is
+            # pass_limit bounds the whole pass, not each dead worker: what is left over is
             # judged next pass (an incarnation is forgotten only once it has no tasks left)
-            room = max(0, PASS_LIMIT - len(candidates))
+            room = max(0, pass_limit - len(candidates))
             for wid, ids in store.worker_tasks(dead, max(room, 1)).items():
                 take = ids[:room]
                 room -= len(take)
@@ -105,7 +125,7 @@ class Cleaner:
         outcome: dict[str, Any] = {"recovered": [], "dead": [], "stalled": 0, "kept": 0}
         lease_ms = int(config.publish_lease * 1000)
         # one script call per chunk, so that Redis is never blocked long by a big pass
-        chunks = [items[i:i + STALL_CHUNK] for i in range(0, len(items), STALL_CHUNK)]
+        chunks = [items[i:i + stall_chunk] for i in range(0, len(items), stall_chunk)]
         if dead and not chunks:
             chunks = [[]]  # only forget dead incarnations that have no tasks left
         for n, chunk in enumerate(chunks):
@@ -137,7 +157,7 @@ class Cleaner:
         does not run (see ``alive.lua``): the step that ended them was lost (a failover or a
         restart lost the write), so their outcome is unknown. Recovered as any stalled
         task: resubmitted while ``max_stall_recoveries`` allows, else dead-lettered."""
-        store, config = self.jobbers.store, self.jobbers.config
+        store, config = self.store, self.config
         started = time.perf_counter()
         names = [name or "" for (name,) in store.fields(ids, ("name",))]
         items = [(i, "gone", wid, name) for i, name in zip(ids, names, strict=True)]
@@ -157,7 +177,7 @@ class Cleaner:
     def _settle(self, outcome: dict[str, Any]) -> tuple[list[str], list[str]]:
         """What follows a stall verdict: each ended attempt's metrics, then the resubmitted
         tasks republished and the others dead-lettered; returns both lists of ids."""
-        recorder = self.jobbers.recorder
+        recorder = self.recorder
         recorder.stalled((*outcome["recovered"], *outcome["dead"]))
         return (self._publish(outcome["recovered"]),
                 recorder.dead_letter_stalled(outcome["dead"]))
@@ -165,18 +185,18 @@ class Cleaner:
     def _publish(self, recovered: list[dict[str, Any]]) -> list[str]:
         """Republish the resubmitted tasks; returns their ids.
 
-        For at most ``PUBLISH_BUDGET_S``: what is left is handed to the in-worker schedulers
+        For at most ``publish_budget_s``: what is left is handed to the in-worker schedulers
         (its publish lease is made due, so every worker's next poll claims and publishes
         some), which keeps a pass short however many tasks it recovers.
         """
         done: list[str] = []
-        publisher = self.jobbers.publisher
-        now_ms = self.jobbers.store.now_ms() if recovered else 0
-        deadline = time.monotonic() + PUBLISH_BUDGET_S
+        publisher = self.publisher
+        now_ms = self.store.now_ms() if recovered else 0
+        deadline = time.monotonic() + self.publish_budget_s
         for n, item in enumerate(recovered):
             if time.monotonic() > deadline:
                 rest = [i["id"] for i in recovered[n:]]
-                self.jobbers.store.release_publish_leases(rest)
+                self.store.release_publish_leases(rest)
                 log.info("cleaner: %d recovered task(s) left for the workers' schedulers to "
                          "publish", len(rest))
                 break
@@ -189,16 +209,16 @@ class Cleaner:
             except Exception:
                 log.exception("could not publish stalled task %s for recovery; the scheduler "
                               "publishes it again when its lease expires", item["id"])
-        self.jobbers.store.confirm_published(done)
+        self.store.confirm_published(done)
         return [item["id"] for item in recovered]
 
     # ------------------------------------------------------------------ health
     def status(self) -> CleanerStatus:
-        clock = self.jobbers.store.clock()
+        clock = self.store.clock()
         last = int(clock["last_at"]) if clock.get("last_at") else None
-        interval_ms = self.jobbers.config.cleaner_interval * 1000
+        interval_ms = self.config.cleaner_interval * 1000
         overdue = (last is None
-                   or self.jobbers.store.now_ms() - last > CATCH_UP_AFTER_INTERVALS * interval_ms)
+                   or self.store.now_ms() - last > CATCH_UP_AFTER_INTERVALS * interval_ms)
         report = payload.loads(clock["report"]) if clock.get("report") else None
         return CleanerStatus(
             last_run_at=from_ms(last) if last else None,
@@ -210,8 +230,8 @@ class Cleaner:
         """Run a pass if beat has not run one for three intervals (one worker at a time)."""
         if not self.status().overdue:
             return None
-        lock_ms = int(self.jobbers.config.cleaner_interval * 1000)
-        if not self.jobbers.store.try_lock("cleaner-catch-up", lock_ms):
+        lock_ms = int(self.config.cleaner_interval * 1000)
+        if not self.store.try_lock("cleaner-catch-up", lock_ms):
             return None
         log.info("cleaner: no pass for %d intervals (is celery beat running?); catching up",
                  CATCH_UP_AFTER_INTERVALS)

@@ -10,7 +10,6 @@ from celery import Celery
 
 from jobbers_celery import metrics, signals
 from jobbers_celery.config import JobbersConfig
-from jobbers_celery.errors import ConfigurationError
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import OPTION_NAMES, validate_options
 from jobbers_celery.scheduler import SchedulerStep
@@ -30,14 +29,13 @@ def install(app: Celery) -> Jobbers:
     options when the decorator runs.
     """
     with _lock:
-        existing: Jobbers | None = getattr(app, "_jobbers", None)
+        existing = Jobbers.find(app)
         if existing is not None:
             return existing
         config = JobbersConfig.from_mapping(app.conf, app.conf.broker_url)
         jobbers = Jobbers(app, config)
-        app._jobbers = jobbers  # type: ignore[attr-defined]
-        signals.register(jobbers)
-        metrics.watch(jobbers)
+        jobbers.register()
+        metrics.watch(Jobbers.installed)
         signals.connect()
         app.steps["worker"].add(SchedulerStep)
         app.steps["worker"].add(ShutdownStep)
@@ -46,12 +44,8 @@ def install(app: Celery) -> Jobbers:
         return jobbers
 
 
-def get_jobbers(app: Celery) -> Jobbers:
-    """The :class:`Jobbers` that ``install(app)`` returned."""
-    jobbers: Jobbers | None = getattr(app, "_jobbers", None)
-    if jobbers is None:
-        raise ConfigurationError(f"jobbers is not installed on {app!r}: call install(app)")
-    return jobbers
+#: The :class:`Jobbers` that ``install(app)`` returned (the public name of ``Jobbers.of``).
+get_jobbers = Jobbers.of
 
 
 #: Name of the cleaner task and of its ``beat_schedule`` entry.
@@ -71,7 +65,7 @@ def _add_cleaner(app: Celery, config: JobbersConfig) -> None:
     @app.task(name=CLEANER_TASK, ignore_result=True, shared=False,
               expires=config.cleaner_interval)
     def clean() -> dict[str, Any]:
-        return get_jobbers(app).cleaner.run(by="beat").as_dict()
+        return Jobbers.of(app).cleaner.run(by="beat").as_dict()
 
     schedule = dict(app.conf.beat_schedule or {})
     schedule.setdefault(CLEANER_TASK, {"task": CLEANER_TASK,

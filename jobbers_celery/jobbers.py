@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from kombu.utils.imports import symbol_by_name
 
@@ -17,6 +19,7 @@ from jobbers_celery.errors import ConfigurationError
 from jobbers_celery.publisher import Publisher
 from jobbers_celery.recorder import Recorder
 from jobbers_celery.records import DeadLetter, TaskRecord, Transition
+from jobbers_celery.scheduler import Scheduler
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, PayloadDeadLetterSink
 from jobbers_celery.spool import DeadLetterSpool, spool_directory
 from jobbers_celery.states import RESUBMITTABLE, TaskState
@@ -44,7 +47,10 @@ class PurgeReport:
 class Jobbers:
     """Reads are index-backed (never a keyspace scan); every change is one atomic step."""
 
+    _count = itertools.count()
+
     def __init__(self, app: Celery, config: JobbersConfig) -> None:
+        self._serial = next(Jobbers._count)
         self.app = app
         self.config = config
         self.store = RedisStore(redis_client(config), config.key_prefix, config.retention)
@@ -67,15 +73,42 @@ class Jobbers:
                                  payload_warn_bytes=config.payload_warn_bytes,
                                  publish_lease_s=config.publish_lease)
         self.publisher = Publisher(app, self.store)
-        self.cleaner = Cleaner(self)
+        self.cleaner = Cleaner(self.store, config, self.recorder, self.publisher)
+
+    def scheduler(self, worker_name: str | None = None) -> Scheduler:
+        """A scheduler of this namespace (a worker runs one, see :mod:`runtime`)."""
+        return Scheduler(self.store, self.config, self.publisher, self.dead_letters,
+                         self.cleaner, worker_name)
+
+    # ------------------------------------------------------------------ the registry
+    # The one registry of installed instances: each app holds its own (``app._jobbers``,
+    # one attribute read on the task's hot path), and this weak set lists them all (the
+    # publish signal, which may not know the app, and the metric gauges read it).
+    _installed: ClassVar[weakref.WeakSet[Jobbers]] = weakref.WeakSet()
+
+    def register(self) -> None:
+        """Make this the instance of its app (``install`` calls it)."""
+        self.app._jobbers = self  # type: ignore[attr-defined]
+        Jobbers._installed.add(self)
+
+    @classmethod
+    def find(cls, app: Any) -> Jobbers | None:
+        """The instance installed on ``app``, ``None`` if there is none."""
+        found: Jobbers | None = getattr(app, "_jobbers", None)
+        return found
 
     @classmethod
     def of(cls, app: Celery) -> Jobbers:
-        """The :class:`Jobbers` that ``install(app)`` returned."""
+        """The :class:`Jobbers` that ``install(app)`` returned (``get_jobbers``)."""
         jobbers: Jobbers | None = getattr(app, "_jobbers", None)
         if jobbers is None:
             raise ConfigurationError(f"jobbers is not installed on {app!r}: call install(app)")
         return jobbers
+
+    @classmethod
+    def installed(cls) -> list[Jobbers]:
+        """Every installed instance of this process, oldest first."""
+        return sorted(cls._installed, key=lambda j: j._serial)
 
     # ------------------------------------------------------------------ reads
     def get(self, task_id: str) -> TaskRecord | None:

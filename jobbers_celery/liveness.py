@@ -26,8 +26,11 @@ from typing import TYPE_CHECKING, Any
 from jobbers_celery.store import is_outage
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from jobbers_celery.config import JobbersConfig
-    from jobbers_celery.jobbers import Jobbers
+    from jobbers_celery.options import TaskOptions
+    from jobbers_celery.store import RedisStore
 
 __all__ = ["Liveness", "OutageLog", "gaps", "refresh_period", "worker_id"]
 
@@ -101,8 +104,11 @@ class OutageLog:
 class Liveness:
     """The refresh thread of one worker's main process."""
 
-    def __init__(self, jobbers: Jobbers, wid: str, pool: Any = None) -> None:
-        self.jobbers = jobbers
+    def __init__(self, store: RedisStore, config: JobbersConfig, wid: str, pool: Any = None,
+                 recover_orphans: Callable[[str, list[str]], object] | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.recover_orphans = recover_orphans  # the cleaner's, for the tasks found orphaned
         self.wid = wid
         self.pool = pool
         self._stop = threading.Event()
@@ -113,23 +119,22 @@ class Liveness:
         """One refresh (one round trip); returns the ids it interrupted."""
         from celery.worker import state
 
-        from jobbers_celery.task import JobbersTask
-
-        config = self.jobbers.config
+        config = self.config
         running = {}
         leases = []
         for request in _snapshot(state.active_requests):
-            task = getattr(request, "task", None)
             running[request.id] = request
-            if isinstance(task, JobbersTask) and task.jobbers_options.max_concurrent:
-                leases.append((task.name, request.id))
+            # a jobbers task (JobbersTask, one layer up) states its options
+            opts: TaskOptions | None = getattr(request.task, "jobbers_options", None)
+            if opts is not None and opts.max_concurrent:
+                leases.append((request.task.name, request.id))
         lost_ms = int(config.worker_lost_after * 1000)
-        got = self.jobbers.store.alive(
+        got = self.store.alive(
             self.wid, gaps(config), leases, lost_ms,
             running=list(running), orphan_ms=lost_ms,
         )
-        if got.orphans:
-            self.jobbers.cleaner.recover_orphans(self.wid, got.orphans)
+        if got.orphans and self.recover_orphans is not None:
+            self.recover_orphans(self.wid, got.orphans)
         interrupted = []
         for task_id in got.interrupt:
             request = running.get(task_id)
@@ -156,7 +161,7 @@ class Liveness:
         return False
 
     def _loop(self) -> None:
-        period = refresh_period(self.jobbers.config.worker_lost_after)
+        period = refresh_period(self.config.worker_lost_after)
         outage = OutageLog(log, "jobbers liveness refresh")
         while not self._stop.is_set():
             try:

@@ -14,6 +14,7 @@ from celery.worker.request import Request
 from celery.worker.state import task_ready
 
 from jobbers_celery import metrics
+from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
 
@@ -38,13 +39,11 @@ class JobbersRequest(Request):
         return bool(super().revoked())
 
     def _drop_version_mismatch(self, got: Any, want: Any) -> None:
-        from jobbers_celery.install import get_jobbers
-
         message = f"message version {got} differs from worker version {want}"
         log.warning("dropping %s[%s]: %s", self.task.name, self.id, message)
         exc = VersionMismatch(message)
         try:
-            jobbers = get_jobbers(self.task.app)
+            jobbers = Jobbers.of(self.task.app)
             policy = getattr(self.task, "jobbers_options", None)
             jobbers.recorder.drop(
                 self.id, self.task.name, reason=message, worker=self.hostname, exc=exc,

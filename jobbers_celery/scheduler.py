@@ -25,8 +25,11 @@ from jobbers_celery import liveness, metrics
 from jobbers_celery.store import is_outage
 
 if TYPE_CHECKING:
-    from jobbers_celery.jobbers import Jobbers
-    from jobbers_celery.store import Claimed
+    from jobbers_celery.cleaner import Cleaner
+    from jobbers_celery.config import JobbersConfig
+    from jobbers_celery.publisher import Publisher
+    from jobbers_celery.sinks import DeadLetterDispatcher
+    from jobbers_celery.store import Claimed, RedisStore
 
 __all__ = ["Scheduler", "SchedulerStep"]
 
@@ -63,8 +66,23 @@ os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
 
 
 class Scheduler:
-    def __init__(self, jobbers: Jobbers, worker_name: str | None = None) -> None:
-        self.jobbers = jobbers
+    """Publishes the due retries of one jobbers namespace, and runs its housekeeping.
+
+    ``dead_letters`` (whose parked entries housekeeping retries) and ``cleaner`` (whose
+    catch-up pass it runs when beat runs none) may be left out by a caller that only
+    publishes.
+    """
+
+    def __init__(self, store: RedisStore, config: JobbersConfig, publisher: Publisher,
+                 dead_letters: DeadLetterDispatcher | None = None,
+                 cleaner: Cleaner | None = None, worker_name: str | None = None, *,
+                 batch: int = _BATCH) -> None:
+        self.store = store
+        self.config = config
+        self.publisher = publisher
+        self.dead_letters = dead_letters
+        self.cleaner = cleaner
+        self.batch = batch
         self.worker_name = worker_name
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -75,11 +93,11 @@ class Scheduler:
 
     def run_once(self) -> tuple[int, float | None]:
         """Claim and publish what is due. Returns (published, seconds until the next run_at)."""
-        store = self.jobbers.store
-        ids, next_ms = store.due(_BATCH)
+        store = self.store
+        ids, next_ms = store.due(self.batch)
         published = 0
         if ids:
-            lease_ms = int(self.jobbers.config.publish_lease * 1000)
+            lease_ms = int(self.config.publish_lease * 1000)
             claimed = store.claim(ids, lease_ms, self.worker_name)
             done = []
             now_ms = store.now_ms()
@@ -102,7 +120,7 @@ class Scheduler:
         return published, wait
 
     def _publish(self, item: Claimed, now_ms: int) -> None:
-        publisher = self.jobbers.publisher
+        publisher = self.publisher
         publisher.republish(item.task_id, item.name, publisher.payload_of(item.msg),
                             item.retries, now_ms)
 
@@ -113,8 +131,9 @@ class Scheduler:
         duplicate work). Pruning drains in batches until nothing is left or the time budget is
         spent, so index entries never pile up faster than they are removed.
         """
-        self.jobbers.dead_letters.retry_pending()
-        store = self.jobbers.store
+        if self.dead_letters is not None:
+            self.dead_letters.retry_pending()
+        store = self.store
         if not store.try_lock("housekeeping", int(_HOUSEKEEPING_EVERY_S * 1000)):
             return 0
         pruned, started = 0, time.monotonic()
@@ -126,7 +145,7 @@ class Scheduler:
         return pruned
 
     def _loop(self) -> None:
-        interval = self.jobbers.config.scheduler_interval
+        interval = self.config.scheduler_interval
         outage = liveness.OutageLog(log, "jobbers scheduler pass")
         while not self._stop.is_set():
             wait = interval
@@ -138,10 +157,11 @@ class Scheduler:
                     if time.monotonic() - self._last_housekeeping > _HOUSEKEEPING_EVERY_S:
                         self._last_housekeeping = time.monotonic()
                         self.housekeeping()
-                    every = self.jobbers.config.cleaner_interval
-                    if time.monotonic() - self._last_catch_up_check > every:
+                    every = self.config.cleaner_interval
+                    if (self.cleaner is not None
+                            and time.monotonic() - self._last_catch_up_check > every):
                         self._last_catch_up_check = time.monotonic()
-                        self.jobbers.cleaner.catch_up(by=f"catch-up in {self.worker_name}")
+                        self.cleaner.catch_up(by=f"catch-up in {self.worker_name}")
             except Exception as exc:
                 if is_outage(exc):  # unreachable, or refusing writes (OOM): an outage
                     outage.failed(exc)
@@ -188,12 +208,13 @@ class SchedulerStep(bootsteps.StartStopStep):
         self.liveness: liveness.Liveness | None = None
 
     def start(self, parent: Any) -> None:
-        from jobbers_celery.install import get_jobbers
+        from jobbers_celery.jobbers import Jobbers
 
-        jobbers = get_jobbers(parent.app)
+        jobbers = Jobbers.of(parent.app)
         hostname = getattr(parent, "hostname", None)
-        self.liveness = liveness.Liveness(jobbers, liveness.worker_id(),
-                                          getattr(parent, "pool", None))
+        self.liveness = liveness.Liveness(jobbers.store, jobbers.config, liveness.worker_id(),
+                                          getattr(parent, "pool", None),
+                                          jobbers.cleaner.recover_orphans)
         self.liveness.start()
         stop_liveness = self.liveness.stop
 
@@ -202,7 +223,7 @@ class SchedulerStep(bootsteps.StartStopStep):
 
         signals.worker_shutdown.connect(_on_shutdown, weak=False,
                                         dispatch_uid=f"jobbers.liveness.{id(self)}")
-        self.scheduler = Scheduler(jobbers, hostname)
+        self.scheduler = jobbers.scheduler(hostname)
         self.scheduler.start()
 
     def stop(self, parent: Any) -> None:

@@ -20,13 +20,13 @@ that changes a task's outcome is made here (those live in :class:`JobbersTask`).
 from __future__ import annotations
 
 import logging
-import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from celery import signals
 from celery._state import get_current_app
 
 from jobbers_celery import liveness, metrics, results, shutdown, sinks
+from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import (
     HEADER_DEAD_LETTER,
@@ -36,32 +36,12 @@ from jobbers_celery.payload import (
 )
 from jobbers_celery.task import JobbersTask
 
-if TYPE_CHECKING:
-    from jobbers_celery.jobbers import Jobbers
-
-__all__ = ["connect", "register"]
+__all__ = ["connect"]
 
 log = logging.getLogger("jobbers.signals")
-_installed: list[weakref.ref[Jobbers]] = []
-
-
-def register(jobbers: Jobbers) -> None:
-    _installed[:] = [r for r in _installed if r() is not None]
-    _installed.append(weakref.ref(jobbers))
-
-
-def _all() -> list[Jobbers]:
-    return [j for j in (r() for r in _installed) if j is not None]
-
-
-def _jobbers_of(app: Any) -> Jobbers | None:
-    found = getattr(app, "_jobbers", None)
-    return found if found is not None and found in _all() else None
-
-
 def _for_publish(name: str) -> tuple[Jobbers | None, Any]:
     """Which installed jobbers records a publish of ``name``, and the task if known."""
-    candidates = _all()
+    candidates = Jobbers.installed()
     for jobbers in candidates:
         task = jobbers.app.tasks.get(name)
         if task is not None:
@@ -111,7 +91,7 @@ def on_task_failure(
         return
     if getattr(sender.request, "jobbers_outcome_recorded", False):
         return  # recorded by the task itself, in the pool
-    jobbers = _jobbers_of(sender.app)
+    jobbers = Jobbers.find(sender.app)
     if jobbers is None:
         return
     try:
@@ -137,7 +117,7 @@ def on_task_unknown(
     headers = getattr(message, "headers", None) or {}
     if not id or HEADER_TASK not in headers:
         return
-    jobbers = _jobbers_of(getattr(sender, "app", None))
+    jobbers = Jobbers.find(getattr(sender, "app", None))
     if jobbers is None:
         return
     reason = f"no task named {name!r} is registered on this worker"
@@ -157,7 +137,7 @@ def on_task_prerun(sender: Any = None, task_id: str | None = None, task: Any = N
         return
     if task.request.get(HEADER_TASK) is None:
         return
-    jobbers = _jobbers_of(task.app)
+    jobbers = Jobbers.find(task.app)
     if jobbers is None:
         return
     reason = f"{task.name} is not a JobbersTask on this worker; it runs untracked"
@@ -174,7 +154,7 @@ def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = 
     task_id = getattr(request, "id", None)
     if not isinstance(sender, JobbersTask) or not task_id:
         return
-    jobbers = _jobbers_of(sender.app)
+    jobbers = Jobbers.find(sender.app)
     if jobbers is None:
         return
     worker = getattr(request, "hostname", None)
@@ -191,7 +171,7 @@ def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = 
 
 def on_worker_init(sender: Any = None, **_: Any) -> None:
     liveness.set_worker_id(getattr(sender, "hostname", None))
-    jobbers = getattr(getattr(sender, "app", None), "_jobbers", None)
+    jobbers = Jobbers.find(getattr(sender, "app", None))
     if jobbers is not None:
         # a step waits for the store as long as the worker's liveness may be silent
         jobbers.store.wait_out_outages(jobbers.config.worker_lost_after)
@@ -208,7 +188,7 @@ def on_process_exit(**_: Any) -> None:
 def on_worker_after_setup(sender: Any = None, instance: Any = None, **_: Any) -> None:
     """Once the worker's logging is set up (``worker_init`` comes before it): warn if the
     store evicts."""
-    jobbers = getattr(getattr(instance, "app", None), "_jobbers", None)
+    jobbers = Jobbers.find(getattr(instance, "app", None))
     if jobbers is not None:
         check_eviction(jobbers.store)
 

@@ -151,7 +151,8 @@ def test_a_fork_waits_for_the_running_scheduler_pass(proj):
         def housekeeping(self) -> int:
             return 0
 
-    scheduler = SlowPass(proj.jobbers, "test")
+    jobbers = proj.jobbers
+    scheduler = SlowPass(jobbers.store, jobbers.config, jobbers.publisher, worker_name="test")
     scheduler.start()
     try:
         assert entered.wait(5)
