@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from jobbers_celery import liveness, payload
 from jobbers_celery.publisher import UnpublishablePayload
 from jobbers_celery.records import from_ms
+from jobbers_celery.store import StallVerdict
 
 if TYPE_CHECKING:
     from jobbers_celery.config import JobbersConfig
@@ -108,8 +109,8 @@ class Cleaner:
         lost_ms = int(config.worker_lost_after * 1000)
         scan = store.cleaner_due(liveness.gaps(config), lost_ms, pass_limit)
         items: list[tuple[str, str, str, str]] = []
-        candidates: list[tuple[str, str, str]] = [(i, "hb", "") for i in scan["hb"]]
-        dead: list[str] = scan["dead"]
+        candidates: list[tuple[str, str, str]] = [(i, "hb", "") for i in scan.hb]
+        dead = scan.dead
         if dead:
             # pass_limit bounds the whole pass, not each dead worker: what is left over is
             # judged next pass (an incarnation is forgotten only once it has no tasks left)
@@ -122,7 +123,9 @@ class Cleaner:
             meta = store.fields([c[0] for c in candidates], ("wid", "name"))
             for (task_id, kind, wid), (rec_wid, name) in zip(candidates, meta, strict=True):
                 items.append((task_id, kind, wid or rec_wid or "", name or ""))
-        outcome: dict[str, Any] = {"recovered": [], "dead": [], "stalled": 0, "kept": 0}
+        recovered_items: list[dict[str, str]] = []
+        dead_items: list[dict[str, str]] = []
+        stalled = kept = 0
         lease_ms = int(config.publish_lease * 1000)
         # one script call per chunk, so that Redis is never blocked long by a big pass
         chunks = [items[i:i + stall_chunk] for i in range(0, len(items), stall_chunk)]
@@ -131,22 +134,23 @@ class Cleaner:
         for n, chunk in enumerate(chunks):
             last = n == len(chunks) - 1
             part = store.stall(chunk, lost_ms, lease_ms, dead if last else ())
-            for key in ("recovered", "dead"):
-                outcome[key] += part[key]
-            outcome["stalled"] += int(part["stalled"])
-            outcome["kept"] += int(part["kept"])
-        recovered, dead_lettered = self._settle(outcome)
-        if scan["cancel"]:
-            store.tidy_cancelling(scan["cancel"])
+            recovered_items += part.recovered
+            dead_items += part.dead
+            stalled += part.stalled
+            kept += part.kept
+        recovered, dead_lettered = self._settle(StallVerdict(recovered_items, dead_items,
+                                                             stalled, kept))
+        if scan.cancel:
+            store.tidy_cancelling(scan.cancel)
         duration = (time.perf_counter() - started) * 1000
-        resumed = int(scan.get("resumed_at") or 0)
+        resumed = scan.resumed_at_ms
         report = CleanReport(
-            at=from_ms(scan["now"]),  # type: ignore[arg-type]
+            at=from_ms(scan.now_ms),  # type: ignore[arg-type]
             duration_ms=duration, by=by, examined=len(items),
-            stalled=int(outcome["stalled"]), recovered=recovered, dead_lettered=dead_lettered,
-            kept=int(outcome["kept"]), resumed_at=from_ms(resumed) if resumed else None,
+            stalled=stalled, recovered=recovered, dead_lettered=dead_lettered,
+            kept=kept, resumed_at=from_ms(resumed) if resumed else None,
         )
-        store.record_pass(int(scan["now"]), duration, by, report.as_dict(max_ids=20))
+        store.record_pass(scan.now_ms, duration, by, report.as_dict(max_ids=20))
         if report.stalled:
             log.warning("cleaner: %d stalled task(s), %d resubmitted, %d dead-lettered",
                         report.stalled, len(recovered), len(dead_lettered))
@@ -164,25 +168,25 @@ class Cleaner:
         part = store.stall(items, int(config.worker_lost_after * 1000),
                            int(config.publish_lease * 1000))
         recovered, dead_lettered = self._settle(part)
-        if part["stalled"]:
+        if part.stalled:
             log.warning("worker %s does not run %d task(s) recorded as running there (their "
                         "end was lost): %d resubmitted, %d dead-lettered", wid,
-                        int(part["stalled"]), len(recovered), len(dead_lettered))
+                        part.stalled, len(recovered), len(dead_lettered))
         return CleanReport(at=from_ms(store.now_ms()) or datetime.now(UTC),
                            duration_ms=(time.perf_counter() - started) * 1000,
                            by=f"liveness {wid}", examined=len(items),
-                           stalled=int(part["stalled"]), recovered=recovered,
-                           dead_lettered=dead_lettered, kept=int(part["kept"]))
+                           stalled=part.stalled, recovered=recovered,
+                           dead_lettered=dead_lettered, kept=part.kept)
 
-    def _settle(self, outcome: dict[str, Any]) -> tuple[list[str], list[str]]:
+    def _settle(self, verdict: StallVerdict) -> tuple[list[str], list[str]]:
         """What follows a stall verdict: each ended attempt's metrics, then the resubmitted
         tasks republished and the others dead-lettered; returns both lists of ids."""
         recorder = self.recorder
-        recorder.stalled((*outcome["recovered"], *outcome["dead"]))
-        return (self._publish(outcome["recovered"]),
-                recorder.dead_letter_stalled(outcome["dead"]))
+        recorder.stalled((*verdict.recovered, *verdict.dead))
+        return (self._publish(verdict.recovered),
+                recorder.dead_letter_stalled(verdict.dead))
 
-    def _publish(self, recovered: list[dict[str, Any]]) -> list[str]:
+    def _publish(self, recovered: list[dict[str, str]]) -> list[str]:
         """Republish the resubmitted tasks; returns their ids.
 
         For at most ``publish_budget_s``: what is left is handed to the in-worker schedulers

@@ -252,11 +252,11 @@ class Jobbers:
         already finished.
         """
         grace = int(self.config.cancel_grace * 1000) if terminate else None
-        outcome, previous = self.store.cancel(task_id, "cancelled by request",
-                                              terminate_ms=grace)
-        if outcome != "no":
-            log.info("task %s: cancellation %s (it was %s)", task_id, outcome, previous)
-        return outcome != "no"
+        done = self.store.cancel(task_id, "cancelled by request", terminate_ms=grace)
+        if done.outcome != "no":
+            log.info("task %s: cancellation %s (it was %s)", task_id, done.outcome,
+                     done.previous)
+        return done.outcome != "no"
 
     def clean(self) -> CleanReport:
         """Run one cleaner pass now (what the ``jobbers.clean`` beat task does)."""

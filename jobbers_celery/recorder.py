@@ -42,6 +42,7 @@ __all__ = [
 log = logging.getLogger("jobbers.lifecycle")
 
 S = TaskState
+_FROM_UNSUBMITTED = (S.UNSUBMITTED,)
 
 #: Record fields a failing step returns, for the dead letter.
 DEAD_LETTER_FIELDS = ("msg", "ver", "queue", "retries", "ckpt", "dlq", "name")
@@ -176,10 +177,8 @@ class Recorder:
                 create["dlq"] = "1"
             if version is not None:
                 create["ver"] = str(version)
-            result = self.store.step(
-                task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,), create=create,
-                set_fields=fields, reason="published", name=name,
-            )
+            result = self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
+                                       fields=fields, reason="published", name=name)
             now, epoch = result.now_ms, result.epoch  # epoch: None if refused (not recorded)
         else:
             epoch = self.store.epoch(max_age=10.0)
@@ -191,11 +190,11 @@ class Recorder:
     def late_submit(self, task_id: str, name: str, version: int, queue: str, dead_letter: bool,
                     msg: str, retries: int) -> StepResult:
         """A worker records the submission of a message published without a record."""
-        return self.store.step(
-            task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,),
+        return self.store.submit(
+            task_id, sources=_FROM_UNSUBMITTED,
             create={"name": name, "ver": str(version), "queue": queue,
                     "dlq": "1" if dead_letter else "0"},
-            set_fields={"msg": msg, "retries": str(retries)},
+            fields={"msg": msg, "retries": str(retries)},
             reason="recorded by the worker: no submission record", name=name,
         )
 
@@ -204,10 +203,9 @@ class Recorder:
               heartbeat_ms: int | None, cap: int | None, lease_cap_ms: int, defer_ms: int,
               fields: dict[str, str]) -> StepResult:
         """``submitted -> started`` (or ``scheduled`` past ``cap``, or ``cancelled``)."""
-        return self.store.step(
-            task_id, S.STARTED, start=True, worker=worker, wid=wid, heartbeat_ms=heartbeat_ms,
-            cap=cap, lease_cap_ms=lease_cap_ms, defer_ms=defer_ms, cancellable=True,
-            set_fields=fields, ret=("ckpt", "queue"), name=name,
+        return self.store.start(
+            task_id, name=name, worker=worker, wid=wid, heartbeat_ms=heartbeat_ms, cap=cap,
+            lease_cap_ms=lease_cap_ms, defer_ms=defer_ms, fields=fields,
         )
 
     def running(self, res: StepResult, task_id: str, name: str, worker: str | None, wid: str,
@@ -222,9 +220,9 @@ class Recorder:
                   worker: str | None) -> StepResult:
         """End the start a worker incarnation ``giver`` recorded but never ran (it gave the
         message back in a store outage): ``started -> unsubmitted``."""
-        return self.store.step(
-            task_id, S.UNSUBMITTED, sources=(S.STARTED,), fence=attempt, wid_fence=giver,
-            wid=giver, name=name, worker=worker, lease_ms=self.publish_lease_ms,
+        return self.store.end(
+            task_id, S.UNSUBMITTED, fence=attempt, wid_fence=giver, wid=giver, name=name,
+            worker=worker, lease_ms=self.publish_lease_ms,
             reason="its start was recorded but never ran: the worker gave the message back "
                    "(the state store did not answer)",
         )
@@ -242,10 +240,9 @@ class Recorder:
                  write: ResultWrite | None, guard: Guard = _direct) -> StepResult:
         """``started -> completed`` (with Celery's result written by the same script)."""
         store = self.store
-        res = guard(lambda: store.step(
-            run.task_id, S.COMPLETED, sources=(S.STARTED,), fence=run.attempt,
-            worker=run.worker, delete=drop, write_result=write, wid=run.wid, name=run.name,
-            set_fields=fields,
+        res = guard(lambda: store.complete(
+            run.task_id, run.attempt, name=run.name, worker=run.worker, wid=run.wid,
+            fields=fields, delete=drop, write_result=write,
         ))
         self._ended(run, res, S.COMPLETED.value)
         return res
@@ -255,10 +252,10 @@ class Recorder:
         """``started -> failed`` (``cancelled`` if cancellation was pending), then its dead
         letter when the task saves them."""
         store = self.store
-        res = guard(lambda: store.step(
-            run.task_id, S.FAILED, sources=(S.STARTED,), fence=run.attempt, worker=run.worker,
-            reason=reason, set_fields={**fields, **error_fields(exc)}, ret=DEAD_LETTER_FIELDS,
-            wid=run.wid, name=run.name, cancellable=True,
+        res = guard(lambda: store.end(
+            run.task_id, S.FAILED, fence=run.attempt, worker=run.worker, reason=reason,
+            fields={**fields, **error_fields(exc)}, ret=DEAD_LETTER_FIELDS, wid=run.wid,
+            name=run.name, cancellable=True,
         ))
         self._ended(run, res, S.FAILED.value)
         if dead_letter and res.applied and res.state is S.FAILED:
@@ -268,9 +265,9 @@ class Recorder:
     def cancel(self, run: Run, *, reason: str, guard: Guard = _direct) -> StepResult:
         """``started -> cancelled``: the task honoured its cancellation."""
         store = self.store
-        res = guard(lambda: store.step(
-            run.task_id, S.CANCELLED, sources=(S.STARTED,), fence=run.attempt,
-            worker=run.worker, reason=reason, wid=run.wid, name=run.name,
+        res = guard(lambda: store.end(
+            run.task_id, S.CANCELLED, fence=run.attempt, worker=run.worker, reason=reason,
+            wid=run.wid, name=run.name,
         ))
         self._ended(run, res, S.CANCELLED.value)
         return res
@@ -279,10 +276,9 @@ class Recorder:
                     version: int | None, guard: Guard = _direct) -> StepResult:
         """``started -> scheduled``: the retry waits ``delay_ms`` in the store."""
         store = self.store
-        res = guard(lambda: store.step(
-            run.task_id, S.SCHEDULED, sources=(S.STARTED,), fence=run.attempt,
-            worker=run.worker, reason=reason, delay_ms=delay_ms, set_fields=fields,
-            wid=run.wid, name=run.name, cancellable=True,
+        res = guard(lambda: store.end(
+            run.task_id, S.SCHEDULED, fence=run.attempt, worker=run.worker, reason=reason,
+            delay_ms=delay_ms, fields=fields, wid=run.wid, name=run.name, cancellable=True,
         ))
         self._retried(run, res, version)
         return res
@@ -315,20 +311,19 @@ class Recorder:
                       lease_ms: int | None, cancellable: bool, cancel_reason: str | None,
                       guard: Guard) -> StepResult:
         store = self.store
-        return guard(lambda: store.step(
-            run.task_id, S.UNSUBMITTED, sources=(S.STARTED,), fence=run.attempt,
-            worker=run.worker, reason=reason, set_fields=fields, wid=run.wid, name=run.name,
-            cancellable=cancellable, cancel_reason=cancel_reason, lease_ms=lease_ms,
+        return guard(lambda: store.end(
+            run.task_id, S.UNSUBMITTED, fence=run.attempt, worker=run.worker, reason=reason,
+            fields=fields, wid=run.wid, name=run.name, cancellable=cancellable,
+            cancel_reason=cancel_reason, lease_ms=lease_ms,
         ))
 
     def stop(self, run: Run, *, reason: str, fields: dict[str, str], cancel_reason: str,
              dead_letter: bool) -> StepResult:
         """``started -> stalled``: the worker shut down under ``on_shutdown=stop``."""
-        res = self.store.step(
-            run.task_id, S.STALLED, sources=(S.STARTED,), fence=run.attempt,
-            worker=run.worker, reason=reason, set_fields={**fields, **error_fields(None, reason)},
-            ret=DEAD_LETTER_FIELDS, wid=run.wid, name=run.name, cancellable=True,
-            cancel_reason=cancel_reason,
+        res = self.store.end(
+            run.task_id, S.STALLED, fence=run.attempt, worker=run.worker, reason=reason,
+            fields={**fields, **error_fields(None, reason)}, ret=DEAD_LETTER_FIELDS,
+            wid=run.wid, name=run.name, cancellable=True, cancel_reason=cancel_reason,
         )
         self._ended(run, res, S.STALLED.value)
         if dead_letter and res.applied and res.state is S.STALLED:
@@ -342,10 +337,10 @@ class Recorder:
                       dead_letter: bool) -> StepResult:
         """A failure the worker's main process reports (a lost pool child, a hard time
         limit): ``started -> failed``, fenced by the worker incarnation."""
-        res = self.store.step(
-            task_id, S.FAILED, sources=(S.STARTED,), wid_fence=wid, wid=wid, name=name,
+        res = self.store.end(
+            task_id, S.FAILED, wid_fence=wid, wid=wid, name=name, worker=None,
             reason=f"{type(exc).__name__} reported by the worker", cancellable=True,
-            set_fields=error_fields(exc), ret=(*DEAD_LETTER_FIELDS, *metrics.ATTEMPT_FIELDS),
+            fields=error_fields(exc), ret=(*DEAD_LETTER_FIELDS, *metrics.ATTEMPT_FIELDS),
         )
         if res.applied:
             metrics.attempt_ended(
@@ -362,8 +357,8 @@ class Recorder:
                     worker: str | None, enqueued_ms: float | None) -> StepResult:
         """``started -> cancelled``: the worker interrupted the task (usually recorded
         already by the task itself, on its way out: a refusal is routine)."""
-        res = self.store.step(
-            task_id, S.CANCELLED, sources=(S.STARTED,), wid_fence=wid, wid=wid, name=name,
+        res = self.store.end(
+            task_id, S.CANCELLED, wid_fence=wid, wid=wid, name=name,
             reason=f"interrupted by the worker (signal {signum})", worker=worker,
             expect_refusal=True, ret=metrics.ATTEMPT_FIELDS)
         if res.applied:
@@ -374,8 +369,8 @@ class Recorder:
 
     def revoked(self, task_id: str, *, worker: str | None) -> StepResult:
         """``submitted -> cancelled``: Celery's revoke reached the worker before the task ran."""
-        return self.store.step(task_id, S.CANCELLED, sources=(S.SUBMITTED,),
-                               reason="revoked: the worker did not run it", worker=worker)
+        return self.store.unstarted(task_id, S.CANCELLED,
+                                    reason="revoked: the worker did not run it", worker=worker)
 
     def drop(self, task_id: str, name: str, *, reason: str, worker: str | None = None,
              exc: BaseException | None = None, enqueued_ms: float | None = None,
@@ -383,9 +378,9 @@ class Recorder:
         """``submitted -> dropped``: the message is not run here (unknown task, not a
         jobbers task, another version); counts an attempt, so that its dead letter has its
         own attempt number."""
-        res = self.store.step(
-            task_id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason, bump=True, worker=worker,
-            set_fields=error_fields(exc, None if exc is not None else reason),
+        res = self.store.unstarted(
+            task_id, S.DROPPED, reason=reason, worker=worker,
+            fields=error_fields(exc, None if exc is not None else reason),
             ret=DEAD_LETTER_FIELDS if dead_letter else ("queue",),
         )
         if res.applied:
@@ -400,10 +395,10 @@ class Recorder:
     def resubmit(self, task_id: str, reset_retry_count: bool) -> StepResult:
         """A failed, stalled, dropped or cancelled task back to ``submitted`` (with a
         publish lease), its payload returned for the publisher."""
-        return self.store.step(
-            task_id, S.SUBMITTED, sources=RESUBMITTABLE, lease_ms=self.publish_lease_ms,
+        return self.store.submit(
+            task_id, sources=RESUBMITTABLE, lease_ms=self.publish_lease_ms,
             reason=_resubmit_reason(reset_retry_count),
-            set_fields={"retries": "0"} if reset_retry_count else {},
+            fields={"retries": "0"} if reset_retry_count else {},
             ret=("msg", "retries", "name", "ver", "dlq"),
             # a fresh start also gets its automatic stall recoveries back
             delete=("stalls",) if reset_retry_count else (),
@@ -421,10 +416,9 @@ class Recorder:
                   "dlq": "1"}
         if entry.version is not None:
             create["ver"] = str(entry.version)
-        return self.store.step(
-            entry.task_id, S.SUBMITTED,
-            sources=sources or RESUBMITTABLE | {S.UNSUBMITTED}, create=create,
-            set_fields=fields, delete=("stalls",) if reset_retry_count else (),
+        return self.store.submit(
+            entry.task_id, sources=sources or RESUBMITTABLE | {S.UNSUBMITTED}, create=create,
+            fields=fields, delete=("stalls",) if reset_retry_count else (),
             lease_ms=self.publish_lease_ms, name=entry.name,
             reason=_resubmit_reason(reset_retry_count)
             + (" from the dead-letter queue" if from_dlq else ""),

@@ -21,10 +21,10 @@ class StepRecorder:
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
 
-    def step(self, task_id: str, to: TaskState, **kwargs: Any) -> StepResult:
-        self.steps.append({"task_id": task_id, "to": to, **kwargs})
+    def submit(self, task_id: str, **kwargs: Any) -> StepResult:
+        self.steps.append({"task_id": task_id, "to": TaskState.SUBMITTED, **kwargs})
         return StepResult(applied=True, previous="missing", now_ms=1_000, attempt=0,
-                          state=to, epoch="e1")
+                          state=TaskState.SUBMITTED, epoch="e1")
 
     def epoch(self, max_age: float = 0.0) -> str:
         return "e1"
@@ -63,7 +63,7 @@ def test_a_payload_above_the_threshold_warns_once_naming_task_size_and_setting(c
     with caplog.at_level(logging.WARNING, logger="jobbers.lifecycle"):
         _publish(jobbers, ["x" * 2000])
     [message] = _warnings(caplog)
-    stored = jobbers.store.steps[0]["set_fields"]["msg"]
+    stored = jobbers.store.steps[0]["fields"]["msg"]
     assert f"task {NAME}[t-1]" in message
     assert f"is {len(stored)} bytes as JSON" in message
     assert "above jobbers_payload_warn_bytes=1000" in message
@@ -74,10 +74,10 @@ def test_a_payload_at_the_threshold_does_not_warn(caplog):
     jobbers = _jobbers(payload_warn_bytes=1000)
     probe = _jobbers(payload_warn_bytes=1000)
     _publish(probe, [""])
-    overhead = len(probe.store.steps[0]["set_fields"]["msg"])  # the JSON around the argument
+    overhead = len(probe.store.steps[0]["fields"]["msg"])  # the JSON around the argument
     with caplog.at_level(logging.WARNING, logger="jobbers.lifecycle"):
         _publish(jobbers, ["x" * (1000 - overhead)])
-    assert len(jobbers.store.steps[0]["set_fields"]["msg"]) == 1000
+    assert len(jobbers.store.steps[0]["fields"]["msg"]) == 1000
     assert _warnings(caplog) == []
 
 
@@ -88,7 +88,7 @@ def test_retry_publishes_and_internal_publishes_do_not_warn_again(caplog):
         with recorder.internal_publish(5_000):  # a resubmit or the scheduler
             _publish(jobbers, ["x" * 2000])
     assert _warnings(caplog) == []
-    assert jobbers.store.steps[0]["set_fields"]["retries"] == "1"
+    assert jobbers.store.steps[0]["fields"]["retries"] == "1"
 
 
 def test_zero_never_warns(caplog):
