@@ -12,8 +12,7 @@ from jobbers_celery import metrics, signals
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import OPTION_NAMES, validate_options
-from jobbers_celery.scheduler import SchedulerStep
-from jobbers_celery.shutdown import ShutdownStep
+from jobbers_celery.runtime import ShutdownStep, WorkerStep
 
 __all__ = ["get_jobbers", "install"]
 
@@ -37,7 +36,7 @@ def install(app: Celery) -> Jobbers:
         jobbers.register()
         metrics.watch(Jobbers.installed)
         signals.connect()
-        app.steps["worker"].add(SchedulerStep)
+        app.steps["worker"].add(WorkerStep)
         app.steps["worker"].add(ShutdownStep)
         _add_cleaner(app, config)
         _validate_on_declaration(app)
