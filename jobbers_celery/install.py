@@ -1,4 +1,9 @@
-"""install(app): wire jobbers into a Celery app, once."""
+"""install(app): wire jobbers into a Celery app, once.
+
+It builds the app's :class:`~jobbers_celery.jobbers.Jobbers` (the composition root), registers
+it, connects the signal handlers and adds the worker runtime's bootsteps; the Celery adapter
+modules (task, request, signals, runtime) reach the services through it, never the other way.
+"""
 
 from __future__ import annotations
 
@@ -43,8 +48,9 @@ def install(app: Celery) -> Jobbers:
         return jobbers
 
 
-#: The :class:`Jobbers` that ``install(app)`` returned (the public name of ``Jobbers.of``).
-get_jobbers = Jobbers.of
+def get_jobbers(app: Celery) -> Jobbers:
+    """The :class:`Jobbers` that ``install(app)`` returned (:meth:`Jobbers.of`)."""
+    return Jobbers.of(app)
 
 
 #: Name of the cleaner task and of its ``beat_schedule`` entry.

@@ -1,4 +1,12 @@
-"""Jobbers: one app's lifecycle store, dead-letter queue and read API (``install(app)``)."""
+"""Jobbers: one app's lifecycle store, dead-letter queue and read API (``install(app)``).
+
+``Jobbers`` is the one composition root of jobbers_celery: it builds the store, the
+dead-letter dispatcher, the recorder, the publisher and the cleaner (and a worker's
+scheduler), handing each what it uses and nothing more, so that the services below it never
+import it back (``tests/unit/test_layers.py``). It also keeps the one registry of installed
+instances (:meth:`Jobbers.of`, the public ``get_jobbers``) and serves the public reads and
+actions.
+"""
 
 from __future__ import annotations
 

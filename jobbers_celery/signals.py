@@ -34,12 +34,13 @@ from jobbers_celery.payload import (
     HEADER_TASK,
     request_header,
 )
+from jobbers_celery.store import RedisStore
 from jobbers_celery.task import JobbersTask
 
 __all__ = ["connect"]
 
 log = logging.getLogger("jobbers.signals")
-def _for_publish(name: str) -> tuple[Jobbers | None, Any]:
+def _for_publish(name: str) -> tuple[Jobbers | None, JobbersTask | None]:
     """Which installed jobbers records a publish of ``name``, and the task if known."""
     candidates = Jobbers.installed()
     for jobbers in candidates:
@@ -193,7 +194,7 @@ def on_worker_after_setup(sender: Any = None, instance: Any = None, **_: Any) ->
         check_eviction(jobbers.store)
 
 
-def check_eviction(store: Any) -> str | None:
+def check_eviction(store: RedisStore) -> str | None:
     """Warn (once, at worker start) if the store's ``maxmemory-policy`` evicts keys: an
     evicted record loses its task's state and history (and an evicted index entry hides the
     task from the cleaner). Returns the warning, ``None`` if the policy is ``noeviction`` or

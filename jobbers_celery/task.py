@@ -1,5 +1,9 @@
 """JobbersTask: the Celery task base class. Outcome decisions (retry, fail, drop) live here.
 
+The task decides (which outcome, which delay, what to do in a store outage); the recorder
+(:mod:`jobbers_celery.recorder`) records the decided outcome with its metrics and dead letter,
+and the publisher republishes, so this class never writes a store step itself.
+
 The lifecycle runs inside ``__call__``, which Celery's tracer calls with the request already
 pushed: one round trip to start (the attempt number it returns fences everything after),
 one to complete. ``retry()`` is replaced so that delays wait in Redis, not in ETA messages.
@@ -8,9 +12,7 @@ one to complete. ``retry()`` is replaced so that delays wait in Redis, not in ET
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
-import math
 import random
 import time
 from collections.abc import Callable
@@ -23,7 +25,18 @@ from celery.utils.saferepr import saferepr
 
 from jobbers_celery import liveness, metrics, payload, results, shutdown, softlimit
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
-from jobbers_celery.errors import AttemptSuperseded, CheckpointTooLarge, TaskCancelled, TaskTimeout
+from jobbers_celery.beat import (
+    CHECKPOINT_MAX_BYTES,
+    IMMUTABLE,
+    PROGRESS_MAX_BYTES,
+    Beat,
+    Encoded,
+    encode,
+    encoded,
+    request_getter,
+    snapshot,
+)
+from jobbers_celery.errors import AttemptSuperseded, TaskCancelled, TaskTimeout
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import (
     OPTION_NAMES,
@@ -37,7 +50,10 @@ from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.states import TaskState
 from jobbers_celery.store import UNREACHABLE, StepResult
 
-__all__ = ["JobbersTask"]
+__all__ = ["CHECKPOINT_MAX_BYTES", "PROGRESS_MAX_BYTES", "JobbersTask"]
+
+#: The request reader ``heartbeat()`` uses (its tests reach it here).
+_request_getter = request_getter
 
 log = logging.getLogger("jobbers.task")
 S = TaskState
@@ -46,7 +62,7 @@ S = TaskState
 _ATTEMPT = "jobbers_attempt"
 _CHECKPOINT = "jobbers_checkpoint"
 _DONE = "jobbers_outcome_recorded"
-_HB = "jobbers_heartbeat"  # the attempt's heartbeat state, a _Beat
+_HB = "jobbers_heartbeat"  # the attempt's heartbeat state, a beat.Beat
 _RUN = "jobbers_run"  # the running attempt, a recorder.Run
 #: The header of a message a worker gave back during a store outage: "<incarnation>/<retries>".
 HEADER_GIVEN_BACK = "jobbers_given_back"
@@ -55,9 +71,6 @@ HEADER_GIVEN_BACK = "jobbers_given_back"
 #: bookkeeping): dropping them keeps the finished record small.
 _DROP_ON_COMPLETION = ("msg", "wid", "hb_iv", "srec")
 
-#: Encoded size limits of what ``heartbeat()`` stores on the record.
-CHECKPOINT_MAX_BYTES = 64 * 1024
-PROGRESS_MAX_BYTES = 16 * 1024
 #: A heartbeat is sent at most this often per task (more often only if
 #: ``max_heartbeat_interval`` is short: then four times per interval).
 HEARTBEAT_MIN_GAP_S = 1.0
@@ -181,11 +194,11 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if (beat is not None and time.monotonic() < beat.due
                 and not (beat.stops and shutdown.draining())):
             if progress is not None:
-                beat.progress = (progress if type(progress) in _IMMUTABLE
-                                 else _snapshot("progress", progress, PROGRESS_MAX_BYTES))
+                beat.progress = (progress if type(progress) in IMMUTABLE
+                                 else snapshot("progress", progress, PROGRESS_MAX_BYTES))
             if checkpoint is not None:
-                beat.ckpt = (checkpoint if type(checkpoint) in _IMMUTABLE
-                             else _snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES))
+                beat.ckpt = (checkpoint if type(checkpoint) in IMMUTABLE
+                             else snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES))
                 setattr(req, _CHECKPOINT, checkpoint)
             return
         self._send_heartbeat(progress, checkpoint)
@@ -194,7 +207,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
     def _request_top(self) -> Callable[[], Any]:
         """This task's current request in this thread, or ``None``: ``self.request`` for
         the heartbeat's hot path, without its cost (see :func:`_request_getter`)."""
-        return _request_getter(self.request_stack)
+        return request_getter(self.request_stack)
 
     def _send_heartbeat(self, progress: Any, checkpoint: Any) -> None:
         """``heartbeat()`` past the throttle: the first call of an attempt, the first one
@@ -202,9 +215,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if not self._tracked():
             # every call checks here: task code tested outside a worker meets the errors
             if progress is not None:
-                _encode("progress", progress, PROGRESS_MAX_BYTES)
+                encode("progress", progress, PROGRESS_MAX_BYTES)
             if checkpoint is not None:
-                _encode("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
+                encode("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
             return
         req = self.request
         opts = self.jobbers_options
@@ -213,7 +226,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             gap = HEARTBEAT_MIN_GAP_S
             if opts.max_heartbeat_interval:
                 gap = min(gap, opts.max_heartbeat_interval / 4)
-            beat = _Beat(gap, stops=opts.on_shutdown is not ShutdownPolicy.CONTINUE)
+            beat = Beat(gap, stops=opts.on_shutdown is not ShutdownPolicy.CONTINUE)
             setattr(req, _HB, beat)
             if self._request_top() is not req:  # never seen: then the public, slower way
                 stack = self.request_stack
@@ -221,9 +234,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if beat.stops and shutdown.draining():
             raise WorkerShuttingDown(f"the worker is shutting down (on_shutdown={opts.on_shutdown})")
         if progress is not None:
-            beat.progress = _snapshot("progress", progress, PROGRESS_MAX_BYTES)
+            beat.progress = snapshot("progress", progress, PROGRESS_MAX_BYTES)
         if checkpoint is not None:
-            beat.ckpt = _snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
+            beat.ckpt = snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
         now = time.monotonic()
         if now < beat.due:
             if checkpoint is not None:
@@ -233,13 +246,13 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         encoded_progress = encoded_ckpt = None
         if beat.progress is not None:
             try:
-                encoded_progress = _encoded("progress", beat.progress, PROGRESS_MAX_BYTES)
+                encoded_progress = encoded("progress", beat.progress, PROGRESS_MAX_BYTES)
             except (TypeError, ValueError):
                 beat.progress = None
                 raise
         if beat.ckpt is not None:
             try:
-                encoded_ckpt = _encoded("checkpoint", beat.ckpt, CHECKPOINT_MAX_BYTES)
+                encoded_ckpt = encoded("checkpoint", beat.ckpt, CHECKPOINT_MAX_BYTES)
             except (TypeError, ValueError):
                 beat.ckpt = None
                 raise
@@ -279,7 +292,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             if value is None:
                 continue
             try:
-                text = _encoded(what, value, limit)
+                text = encoded(what, value, limit)
             except (TypeError, ValueError) as exc:
                 setattr(beat, attr, None)
                 log.error("%s[%s] attempt %s: the %s its last heartbeat() left unsent is not "
@@ -287,7 +300,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                           exc)
                 continue
             fields[attr] = text  # the record's fields: progress, ckpt
-            setattr(beat, attr, _Encoded(text))  # the step may be sent again: encode once
+            setattr(beat, attr, Encoded(text))  # the step may be sent again: encode once
         return fields
 
     def _lease_ms(self, jobbers: Jobbers) -> int:
@@ -733,96 +746,3 @@ def _id(req: Any) -> str:
     """The id of a tracked task's request (always set: see ``_tracked``)."""
     task_id: str = req.id
     return task_id
-
-
-class _Beat:
-    """The heartbeat state of one running attempt, kept on its request: when the next
-    heartbeat may be sent, and the values throttled calls left to send with it."""
-
-    __slots__ = ("ckpt", "due", "gap", "progress", "stops")
-
-    def __init__(self, gap: float, stops: bool) -> None:
-        self.due = -math.inf  # calls before this monotonic time are throttled: not the first
-        self.gap = gap
-        self.stops = stops  # on_shutdown is stop or resubmit: a shutdown raises at a call
-        self.progress: Any = None  # pending, not sent yet: see _snapshot; None: nothing
-        self.ckpt: Any = None
-
-
-class _Encoded:
-    """A pending heartbeat value already encoded as JSON (to tell it from a string value)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
-#: Types whose values cannot change after ``heartbeat()`` returns: kept as passed.
-_IMMUTABLE = frozenset({int, float, str, bool, type(None)})
-
-
-def _snapshot(what: str, value: Any, limit: int) -> Any:
-    """The value ``heartbeat()`` keeps until it is sent: the value as passed, even if the
-    task changes it after the call. A number, string or ``None`` is kept as it is; a dict,
-    list or tuple of those is copied (one level, cheap); anything else is encoded now (and
-    so checked now)."""
-    kind = type(value)
-    if kind is dict or kind is list or kind is tuple:
-        for item in value.values() if kind is dict else value:
-            if type(item) not in _IMMUTABLE:
-                break
-        else:  # numbers and strings only: a shallow copy is the value as passed
-            return value if kind is tuple else value.copy()
-    elif kind in _IMMUTABLE:
-        return value
-    return _Encoded(_encode(what, value, limit))
-
-
-def _encoded(what: str, value: Any, limit: int) -> str:
-    """A pending value (not ``None``) as JSON."""
-    if type(value) is _Encoded:
-        return value.text
-    return _encode(what, value, limit)
-
-
-def _request_getter(stack: Any) -> Callable[[], Any]:
-    """A function returning the top of Celery's request ``stack`` in this thread (the
-    request the task runs under), or ``None``: ``stack.top``, at a fraction of its cost.
-
-    ``Task.request`` reads the stack through ``celery.utils.threads.Local``, whose every
-    read costs ~0.7 us (a failed attribute lookup, then ``__getattr__``): more than the
-    whole throttled heartbeat. For the stack Celery uses by default this reads the same
-    storage directly. With any other stack (``USE_FAST_LOCALS``, another Celery version)
-    it is the public ``stack.top``. ``heartbeat()`` checks the result against
-    ``self.request`` once per attempt and falls back to ``stack.top`` should they differ.
-    """
-    threads = importlib.import_module("celery.utils.threads")
-    local = getattr(stack, "_local", None)
-    storage = getattr(local, "__storage__", None) if local is not None else None
-    ident = getattr(local, "__ident_func__", None) if local is not None else None
-    if (type(stack) is getattr(threads, "_LocalStack", None)
-            and type(local) is getattr(threads, "Local", None)
-            and type(storage) is dict and callable(ident)):
-
-        def top() -> Any:
-            try:
-                return storage[ident()]["stack"][-1]
-            except (KeyError, IndexError):
-                return None
-
-        return top
-    return lambda: stack.top
-
-
-def _encode(what: str, value: Any, limit: int) -> str:
-    try:
-        text = payload.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"heartbeat {what} must be JSON-serializable: {exc}") from exc
-    size = len(text.encode())
-    if size > limit:
-        raise CheckpointTooLarge(
-            f"heartbeat {what} is {size} bytes as JSON; the limit is {limit} bytes: store "
-            f"large state elsewhere and checkpoint a reference to it")
-    return text
