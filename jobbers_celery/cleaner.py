@@ -16,18 +16,22 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from jobbers_celery import lifecycle, liveness, metrics, payload
+from jobbers_celery import liveness, payload
+from jobbers_celery.publisher import UnpublishablePayload
 from jobbers_celery.records import from_ms
-from jobbers_celery.store import StepResult
+from jobbers_celery.store import StallVerdict
 
 if TYPE_CHECKING:
-    from jobbers_celery.jobbers import Jobbers
+    from jobbers_celery.config import JobbersConfig
+    from jobbers_celery.publisher import Publisher
+    from jobbers_celery.recorder import Recorder
+    from jobbers_celery.store import RedisStore
 
 __all__ = ["CleanReport", "Cleaner", "CleanerStatus"]
 
 log = logging.getLogger("jobbers.cleaner")
 
-#: Most index entries of each kind one pass judges; the rest wait for the next pass.
+#: Most index entries one pass judges; the rest wait for the next pass.
 PASS_LIMIT = 1000
 #: How long a pass republishes recovered tasks itself before handing the rest over.
 PUBLISH_BUDGET_S = 0.2
@@ -78,22 +82,39 @@ class CleanerStatus:
 
 
 class Cleaner:
-    def __init__(self, jobbers: Jobbers) -> None:
-        self.jobbers = jobbers
+    """Judges stalled tasks and recovers them: resubmitted through ``publisher`` while
+    ``max_stall_recoveries`` allows, else dead-lettered through ``recorder``.
+
+    ``pass_limit``, ``stall_chunk`` and ``publish_budget_s`` bound one pass (see the module
+    constants of the same names, their defaults).
+    """
+
+    def __init__(self, store: RedisStore, config: JobbersConfig, recorder: Recorder,
+                 publisher: Publisher, *, pass_limit: int = PASS_LIMIT,
+                 stall_chunk: int = STALL_CHUNK,
+                 publish_budget_s: float = PUBLISH_BUDGET_S) -> None:
+        self.store = store
+        self.config = config
+        self.recorder = recorder
+        self.publisher = publisher
+        self.pass_limit = pass_limit
+        self.stall_chunk = stall_chunk
+        self.publish_budget_s = publish_budget_s
 
     def run(self, by: str = "api") -> CleanReport:
         """One pass. Safe to run anywhere, any number at once."""
-        store, config = self.jobbers.store, self.jobbers.config
+        store, config = self.store, self.config
+        pass_limit, stall_chunk = self.pass_limit, self.stall_chunk
         started = time.perf_counter()
         lost_ms = int(config.worker_lost_after * 1000)
-        scan = store.cleaner_due(liveness.gaps(config), lost_ms, PASS_LIMIT)
+        scan = store.cleaner_due(liveness.gaps(config), lost_ms, pass_limit)
         items: list[tuple[str, str, str, str]] = []
-        candidates: list[tuple[str, str, str]] = [(i, "hb", "") for i in scan["hb"]]
-        dead: list[str] = scan["dead"]
+        candidates: list[tuple[str, str, str]] = [(i, "hb", "") for i in scan.hb]
+        dead = scan.dead
         if dead:
-            # PASS_LIMIT bounds the whole pass, not each dead worker: what is left over is
+            # pass_limit bounds the whole pass, not each dead worker: what is left over is
             # judged next pass (an incarnation is forgotten only once it has no tasks left)
-            room = max(0, PASS_LIMIT - len(candidates))
+            room = max(0, pass_limit - len(candidates))
             for wid, ids in store.worker_tasks(dead, max(room, 1)).items():
                 take = ids[:room]
                 room -= len(take)
@@ -102,31 +123,34 @@ class Cleaner:
             meta = store.fields([c[0] for c in candidates], ("wid", "name"))
             for (task_id, kind, wid), (rec_wid, name) in zip(candidates, meta, strict=True):
                 items.append((task_id, kind, wid or rec_wid or "", name or ""))
-        outcome: dict[str, Any] = {"recovered": [], "dead": [], "stalled": 0, "kept": 0}
+        recovered_items: list[dict[str, str]] = []
+        dead_items: list[dict[str, str]] = []
+        stalled = kept = 0
         lease_ms = int(config.publish_lease * 1000)
         # one script call per chunk, so that Redis is never blocked long by a big pass
-        chunks = [items[i:i + STALL_CHUNK] for i in range(0, len(items), STALL_CHUNK)]
+        chunks = [items[i:i + stall_chunk] for i in range(0, len(items), stall_chunk)]
         if dead and not chunks:
             chunks = [[]]  # only forget dead incarnations that have no tasks left
         for n, chunk in enumerate(chunks):
             last = n == len(chunks) - 1
             part = store.stall(chunk, lost_ms, lease_ms, dead if last else ())
-            for key in ("recovered", "dead"):
-                outcome[key] += part[key]
-            outcome["stalled"] += int(part["stalled"])
-            outcome["kept"] += int(part["kept"])
-        recovered, dead_lettered = self._settle(outcome)
-        if scan["cancel"]:
-            store.tidy_cancelling(scan["cancel"])
+            recovered_items += part.recovered
+            dead_items += part.dead
+            stalled += part.stalled
+            kept += part.kept
+        recovered, dead_lettered = self._settle(StallVerdict(recovered_items, dead_items,
+                                                             stalled, kept))
+        if scan.cancel:
+            store.tidy_cancelling(scan.cancel)
         duration = (time.perf_counter() - started) * 1000
-        resumed = int(scan.get("resumed_at") or 0)
+        resumed = scan.resumed_at_ms
         report = CleanReport(
-            at=from_ms(scan["now"]),  # type: ignore[arg-type]
+            at=from_ms(scan.now_ms),  # type: ignore[arg-type]
             duration_ms=duration, by=by, examined=len(items),
-            stalled=int(outcome["stalled"]), recovered=recovered, dead_lettered=dead_lettered,
-            kept=int(outcome["kept"]), resumed_at=from_ms(resumed) if resumed else None,
+            stalled=stalled, recovered=recovered, dead_lettered=dead_lettered,
+            kept=kept, resumed_at=from_ms(resumed) if resumed else None,
         )
-        store.record_pass(int(scan["now"]), duration, by, report.as_dict(max_ids=20))
+        store.record_pass(scan.now_ms, duration, by, report.as_dict(max_ids=20))
         if report.stalled:
             log.warning("cleaner: %d stalled task(s), %d resubmitted, %d dead-lettered",
                         report.stalled, len(recovered), len(dead_lettered))
@@ -137,98 +161,68 @@ class Cleaner:
         does not run (see ``alive.lua``): the step that ended them was lost (a failover or a
         restart lost the write), so their outcome is unknown. Recovered as any stalled
         task: resubmitted while ``max_stall_recoveries`` allows, else dead-lettered."""
-        store, config = self.jobbers.store, self.jobbers.config
+        store, config = self.store, self.config
         started = time.perf_counter()
         names = [name or "" for (name,) in store.fields(ids, ("name",))]
         items = [(i, "gone", wid, name) for i, name in zip(ids, names, strict=True)]
         part = store.stall(items, int(config.worker_lost_after * 1000),
                            int(config.publish_lease * 1000))
         recovered, dead_lettered = self._settle(part)
-        if part["stalled"]:
+        if part.stalled:
             log.warning("worker %s does not run %d task(s) recorded as running there (their "
                         "end was lost): %d resubmitted, %d dead-lettered", wid,
-                        int(part["stalled"]), len(recovered), len(dead_lettered))
+                        part.stalled, len(recovered), len(dead_lettered))
         return CleanReport(at=from_ms(store.now_ms()) or datetime.now(UTC),
                            duration_ms=(time.perf_counter() - started) * 1000,
                            by=f"liveness {wid}", examined=len(items),
-                           stalled=int(part["stalled"]), recovered=recovered,
-                           dead_lettered=dead_lettered, kept=int(part["kept"]))
+                           stalled=part.stalled, recovered=recovered,
+                           dead_lettered=dead_lettered, kept=part.kept)
 
-    def _settle(self, outcome: dict[str, Any]) -> tuple[list[str], list[str]]:
+    def _settle(self, verdict: StallVerdict) -> tuple[list[str], list[str]]:
         """What follows a stall verdict: each ended attempt's metrics, then the resubmitted
         tasks republished and the others dead-lettered; returns both lists of ids."""
-        for item in (*outcome["recovered"], *outcome["dead"]):
-            metrics.attempt_ended(item.get("name") or "", item.get("queue"), "stalled",
-                                  now_ms=float(item.get("now") or 0),
-                                  started_ms=metrics.ms_value(item.get("started")))
-        return self._publish(outcome["recovered"]), self._dead_letter(outcome["dead"])
+        recorder = self.recorder
+        recorder.stalled((*verdict.recovered, *verdict.dead))
+        return (self._publish(verdict.recovered),
+                recorder.dead_letter_stalled(verdict.dead))
 
-    def _publish(self, recovered: list[dict[str, Any]]) -> list[str]:
+    def _publish(self, recovered: list[dict[str, str]]) -> list[str]:
         """Republish the resubmitted tasks; returns their ids.
 
-        For at most ``PUBLISH_BUDGET_S``: what is left is handed to the in-worker schedulers
+        For at most ``publish_budget_s``: what is left is handed to the in-worker schedulers
         (its publish lease is made due, so every worker's next poll claims and publishes
         some), which keeps a pass short however many tasks it recovers.
         """
         done: list[str] = []
-        now_ms = self.jobbers.store.now_ms() if recovered else 0
-        deadline = time.monotonic() + PUBLISH_BUDGET_S
+        publisher = self.publisher
+        now_ms = self.store.now_ms() if recovered else 0
+        deadline = time.monotonic() + self.publish_budget_s
         for n, item in enumerate(recovered):
             if time.monotonic() > deadline:
                 rest = [i["id"] for i in recovered[n:]]
-                self.jobbers.store.release_publish_leases(rest)
+                self.store.release_publish_leases(rest)
                 log.info("cleaner: %d recovered task(s) left for the workers' schedulers to "
                          "publish", len(rest))
                 break
             try:
-                data: Any = payload.loads(item["msg"]) if item["msg"] else {}
-                if data.get("unserializable") or not item["name"]:
-                    raise ValueError("no JSON payload was recorded")
-                with lifecycle.internal_publish(now_ms):
-                    payload.republish(self.jobbers.app, item["name"], item["id"], data,
-                                      int(item["retries"] or 0))
+                if not item["name"]:
+                    raise UnpublishablePayload("no task name was recorded")
+                publisher.republish(item["id"], item["name"], publisher.payload_of(item["msg"]),
+                                    int(item["retries"] or 0), now_ms)
                 done.append(item["id"])
             except Exception:
                 log.exception("could not publish stalled task %s for recovery; the scheduler "
                               "publishes it again when its lease expires", item["id"])
-        self.jobbers.store.confirm_published(done)
+        self.store.confirm_published(done)
         return [item["id"] for item in recovered]
-
-    def _dead_letter(self, dead: list[dict[str, Any]]) -> list[str]:
-        """Build every dead letter of the pass, then send them together (one round trip
-        with a sink that has ``write_many``; a failed batch is written, or parked, entry by
-        entry, see ``DeadLetterDispatcher.send_many``)."""
-        entries, ids = [], []
-        for item in dead:
-            if item.get("dlq") != "1":
-                continue
-            result = StepResult(applied=True, previous="started", now_ms=int(item["now"]),
-                                attempt=int(item["attempt"]))
-            try:
-                entries.append(lifecycle.dead_letter_entry(
-                    task_id=item["id"], name=item["name"], reason="stalled",
-                    result=result, raw=item, message=item["reason"],
-                    worker=item.get("worker") or None,
-                ))
-                ids.append(item["id"])
-            except Exception:
-                log.exception("could not dead-letter stalled task %s", item["id"])
-        if not entries:
-            return []
-        try:
-            self.jobbers.dead_letters.send_many(entries)
-        except Exception:
-            log.exception("could not dead-letter %d stalled task(s): %s", len(ids), ids)
-            return []
-        return ids
 
     # ------------------------------------------------------------------ health
     def status(self) -> CleanerStatus:
-        clock = self.jobbers.store.clock()
+        clock = self.store.clock()
         last = int(clock["last_at"]) if clock.get("last_at") else None
-        interval_ms = self.jobbers.config.cleaner_interval * 1000
+        interval_ms = self.config.cleaner_interval * 1000
         overdue = (last is None
-                   or self.jobbers.store.now_ms() - last > CATCH_UP_AFTER_INTERVALS * interval_ms)
+                   or self.store.now_ms() - last > CATCH_UP_AFTER_INTERVALS * interval_ms)
         report = payload.loads(clock["report"]) if clock.get("report") else None
         return CleanerStatus(
             last_run_at=from_ms(last) if last else None,
@@ -240,8 +234,8 @@ class Cleaner:
         """Run a pass if beat has not run one for three intervals (one worker at a time)."""
         if not self.status().overdue:
             return None
-        lock_ms = int(self.jobbers.config.cleaner_interval * 1000)
-        if not self.jobbers.store.try_lock("cleaner-catch-up", lock_ms):
+        lock_ms = int(self.config.cleaner_interval * 1000)
+        if not self.store.try_lock("cleaner-catch-up", lock_ms):
             return None
         log.info("cleaner: no pass for %d intervals (is celery beat running?); catching up",
                  CATCH_UP_AFTER_INTERVALS)

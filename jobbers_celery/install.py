@@ -1,4 +1,9 @@
-"""install(app): wire jobbers into a Celery app, once."""
+"""install(app): wire jobbers into a Celery app, once.
+
+It builds the app's :class:`~jobbers_celery.jobbers.Jobbers` (the composition root), registers
+it, connects the signal handlers and adds the worker runtime's bootsteps; the Celery adapter
+modules (task, request, signals, runtime) reach the services through it, never the other way.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,9 @@ from celery import Celery
 
 from jobbers_celery import metrics, signals
 from jobbers_celery.config import JobbersConfig
-from jobbers_celery.errors import ConfigurationError
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import OPTION_NAMES, validate_options
-from jobbers_celery.scheduler import SchedulerStep
-from jobbers_celery.shutdown import ShutdownStep
+from jobbers_celery.runtime import ShutdownStep, WorkerStep
 
 __all__ = ["get_jobbers", "install"]
 
@@ -30,16 +33,15 @@ def install(app: Celery) -> Jobbers:
     options when the decorator runs.
     """
     with _lock:
-        existing: Jobbers | None = getattr(app, "_jobbers", None)
+        existing = Jobbers.find(app)
         if existing is not None:
             return existing
         config = JobbersConfig.from_mapping(app.conf, app.conf.broker_url)
         jobbers = Jobbers(app, config)
-        app._jobbers = jobbers  # type: ignore[attr-defined]
-        signals.register(jobbers)
-        metrics.watch(jobbers)
+        jobbers.register()
+        metrics.watch(Jobbers.installed)
         signals.connect()
-        app.steps["worker"].add(SchedulerStep)
+        app.steps["worker"].add(WorkerStep)
         app.steps["worker"].add(ShutdownStep)
         _add_cleaner(app, config)
         _validate_on_declaration(app)
@@ -47,11 +49,8 @@ def install(app: Celery) -> Jobbers:
 
 
 def get_jobbers(app: Celery) -> Jobbers:
-    """The :class:`Jobbers` that ``install(app)`` returned."""
-    jobbers: Jobbers | None = getattr(app, "_jobbers", None)
-    if jobbers is None:
-        raise ConfigurationError(f"jobbers is not installed on {app!r}: call install(app)")
-    return jobbers
+    """The :class:`Jobbers` that ``install(app)`` returned (:meth:`Jobbers.of`)."""
+    return Jobbers.of(app)
 
 
 #: Name of the cleaner task and of its ``beat_schedule`` entry.
@@ -71,7 +70,7 @@ def _add_cleaner(app: Celery, config: JobbersConfig) -> None:
     @app.task(name=CLEANER_TASK, ignore_result=True, shared=False,
               expires=config.cleaner_interval)
     def clean() -> dict[str, Any]:
-        return get_jobbers(app).cleaner.run(by="beat").as_dict()
+        return Jobbers.of(app).cleaner.run(by="beat").as_dict()
 
     schedule = dict(app.conf.beat_schedule or {})
     schedule.setdefault(CLEANER_TASK, {"task": CLEANER_TASK,

@@ -1,22 +1,35 @@
-"""Jobbers: one app's lifecycle store, dead-letter queue and read API (``install(app)``)."""
+"""Jobbers: one app's lifecycle store, dead-letter queue and read API (``install(app)``).
+
+``Jobbers`` is the one composition root of jobbers_celery: it builds the store, the
+dead-letter dispatcher, the recorder, the publisher and the cleaner (and a worker's
+scheduler), handing each what it uses and nothing more, so that the services below it never
+import it back (``tests/unit/test_layers.py``). It also keeps the one registry of installed
+instances (:meth:`Jobbers.of`, the public ``get_jobbers``) and serves the public reads and
+actions.
+"""
 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, cast
 
 import redis
 from kombu.utils.imports import symbol_by_name
 
-from jobbers_celery import lifecycle, payload
+from jobbers_celery import payload
 from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
-from jobbers_celery.errors import StoreUnavailable
+from jobbers_celery.errors import ConfigurationError, StoreUnavailable
+from jobbers_celery.publisher import Publisher
+from jobbers_celery.recorder import Recorder
 from jobbers_celery.records import DeadLetter, TaskRecord, Transition
+from jobbers_celery.scheduler import Scheduler
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, PayloadDeadLetterSink
 from jobbers_celery.spool import DeadLetterSpool, spool_directory
 from jobbers_celery.states import RESUBMITTABLE, TaskState
@@ -101,7 +114,10 @@ class PurgeReport:
 class Jobbers:
     """Reads are index-backed (never a keyspace scan); every change is one atomic step."""
 
+    _count = itertools.count()
+
     def __init__(self, app: Celery, config: JobbersConfig) -> None:
+        self._serial = next(Jobbers._count)
         self.app = app
         self.config = config
         self.store = RedisStore(redis_client(config), config.key_prefix, config.retention)
@@ -120,7 +136,46 @@ class Jobbers:
             sink, self.store.client, self.store.keys,
             written=self._drop_record_payloads if self._payload_sink is not None else None,
             spool=spool)
-        self.cleaner = Cleaner(self)
+        self.recorder = Recorder(self.store, self.dead_letters,
+                                 payload_warn_bytes=config.payload_warn_bytes,
+                                 publish_lease_s=config.publish_lease)
+        self.publisher = Publisher(app, self.store)
+        self.cleaner = Cleaner(self.store, config, self.recorder, self.publisher)
+
+    def scheduler(self, worker_name: str | None = None) -> Scheduler:
+        """A scheduler of this namespace (a worker runs one, see :mod:`runtime`)."""
+        return Scheduler(self.store, self.config, self.publisher, self.dead_letters,
+                         self.cleaner, worker_name)
+
+    # ------------------------------------------------------------------ the registry
+    # The one registry of installed instances: each app holds its own (``app._jobbers``,
+    # one attribute read on the task's hot path), and this weak set lists them all (the
+    # publish signal, which may not know the app, and the metric gauges read it).
+    _installed: ClassVar[weakref.WeakSet[Jobbers]] = weakref.WeakSet()
+
+    def register(self) -> None:
+        """Make this the instance of its app (``install`` calls it)."""
+        self.app._jobbers = self  # type: ignore[attr-defined]
+        Jobbers._installed.add(self)
+
+    @classmethod
+    def find(cls, app: Any) -> Jobbers | None:
+        """The instance installed on ``app``, ``None`` if there is none."""
+        found: Jobbers | None = getattr(app, "_jobbers", None)
+        return found
+
+    @classmethod
+    def of(cls, app: Celery) -> Jobbers:
+        """The :class:`Jobbers` that ``install(app)`` returned (``get_jobbers``)."""
+        jobbers: Jobbers | None = getattr(app, "_jobbers", None)
+        if jobbers is None:
+            raise ConfigurationError(f"jobbers is not installed on {app!r}: call install(app)")
+        return jobbers
+
+    @classmethod
+    def installed(cls) -> list[Jobbers]:
+        """Every installed instance of this process, oldest first."""
+        return sorted(cls._installed, key=lambda j: j._serial)
 
     # ------------------------------------------------------------------ reads
     @_store_call
@@ -174,7 +229,6 @@ class Jobbers:
         with the payload of its dead-letter entry.
         """
         published: list[str] = []
-        lease_ms = int(self.config.publish_lease * 1000)
         ids = list(dict.fromkeys(task_ids))
         in_sink = self._payloads_in_sink(ids)
         for task_id in ids:
@@ -187,14 +241,7 @@ class Jobbers:
                                                 sources=RESUBMITTABLE, from_dlq=False):
                     published.append(task_id)
                 continue
-            res = self.store.step(
-                task_id, TaskState.SUBMITTED, sources=RESUBMITTABLE, lease_ms=lease_ms,
-                reason=_resubmit_reason(reset_retry_count),
-                set_fields={"retries": "0"} if reset_retry_count else {},
-                ret=("msg", "retries", "name", "ver", "dlq"),
-                # a fresh start also gets its automatic stall recoveries back
-                delete=("stalls",) if reset_retry_count else (),
-            )
+            res = self.recorder.resubmit(task_id, reset_retry_count)
             if not res.applied:
                 continue
             data: Any = payload.loads(res.values["msg"]) if res.values.get("msg") else {}
@@ -253,23 +300,7 @@ class Jobbers:
         headers.pop(payload.HEADER_ENQUEUED_AT, None)
         data = {"args": list(entry.args), "kwargs": dict(entry.kwargs),
                 "options": {**options, "headers": headers}}
-        fields = {"msg": payload.dumps(data),
-                  "retries": "0" if reset_retry_count else str(entry.retry_attempt)}
-        if entry.checkpoint is not None:
-            fields["ckpt"] = payload.dumps(entry.checkpoint)
-        create = {"name": entry.name, "queue": entry.queue or payload.queue_of(options),
-                  "dlq": "1"}
-        if entry.version is not None:
-            create["ver"] = str(entry.version)
-        res = self.store.step(
-            entry.task_id, TaskState.SUBMITTED,
-            sources=sources or RESUBMITTABLE | {TaskState.UNSUBMITTED}, create=create,
-            set_fields=fields, delete=("stalls",) if reset_retry_count else (),
-            lease_ms=int(self.config.publish_lease * 1000), name=entry.name,
-            reason=_resubmit_reason(reset_retry_count)
-            + (" from the dead-letter queue" if from_dlq else ""),
-            ret=("retries", "name", "ver", "dlq"),
-        )
+        res = self.recorder.resubmit_entry(entry, data, reset_retry_count, sources, from_dlq)
         if not res.applied:
             log.info("dead letter %s not resubmitted: the task is %s", entry.task_id,
                      res.previous)
@@ -280,17 +311,10 @@ class Jobbers:
     def _republish(self, task_id: str, name: str, data: dict[str, Any],
                    values: dict[str, str], now_ms: int, producer: Any = None) -> bool:
         """Publish a task whose ``submitted`` step (with a publish lease) just applied."""
-        headers = dict(data.get("options", {}).get("headers") or {})
-        headers.pop(payload.HEADER_ENQUEUED_AT, None)
-        if values.get("ver"):
-            headers[payload.HEADER_VERSION] = int(values["ver"])
-        if values.get("dlq"):
-            headers[payload.HEADER_DEAD_LETTER] = 1
-        data = {**data, "options": {**data.get("options", {}), "headers": headers}}
         try:
-            with lifecycle.internal_publish(now_ms):
-                payload.republish(self.app, name, task_id, data,
-                                  int(values.get("retries") or 0), producer=producer)
+            self.publisher.republish(task_id, name, data, int(values.get("retries") or 0),
+                                     now_ms, resubmit=True, version=values.get("ver") or None,
+                                     dead_letter=bool(values.get("dlq")), producer=producer)
         except Exception:
             log.exception("publishing resubmitted task %s failed; the scheduler will "
                           "publish it again when its lease expires", task_id)
@@ -309,11 +333,11 @@ class Jobbers:
         already finished.
         """
         grace = int(self.config.cancel_grace * 1000) if terminate else None
-        outcome, previous = self.store.cancel(task_id, "cancelled by request",
-                                              terminate_ms=grace)
-        if outcome != "no":
-            log.info("task %s: cancellation %s (it was %s)", task_id, outcome, previous)
-        return outcome != "no"
+        done = self.store.cancel(task_id, "cancelled by request", terminate_ms=grace)
+        if done.outcome != "no":
+            log.info("task %s: cancellation %s (it was %s)", task_id, done.outcome,
+                     done.previous)
+        return done.outcome != "no"
 
     @_store_call
     def clean(self) -> CleanReport:
@@ -345,7 +369,3 @@ class Jobbers:
                   else None)
         removed, cancelled, skipped = self.store.purge(name, queue, cutoff)
         return PurgeReport(removed=removed, cancelled=cancelled, skipped=skipped)
-
-
-def _resubmit_reason(reset_retry_count: bool) -> str:
-    return "resubmitted" + (" (retry count reset)" if reset_retry_count else "")

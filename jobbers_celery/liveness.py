@@ -5,7 +5,7 @@ the tasks of a worker that died whole (SIGKILL, OOM, lost node) even when they n
 A worker *incarnation* id (hostname, pid, random suffix) is made in the main process when
 the worker initialises; prefork children inherit it, so a task records which incarnation
 runs it. A restarted worker with the same hostname is a new incarnation: the tasks of the
-old one are still found. A thread refreshes the incarnation's entry every few seconds,
+old one are still found. A thread (see :mod:`jobbers_celery.runtime`) refreshes the incarnation's entry every few seconds,
 renews the ``max_concurrent`` leases of the capped tasks it runs, interrupts the tasks
 whose ``cancel(terminate=True)`` grace has run out, and hands the cleaner the tasks recorded
 as running here for longer than ``worker_lost_after`` that the worker does not run (their
@@ -19,17 +19,16 @@ import logging
 import os
 import secrets
 import socket
-import threading
-import time
 from typing import TYPE_CHECKING, Any
 
-from jobbers_celery.store import is_outage
-
 if TYPE_CHECKING:
-    from jobbers_celery.config import JobbersConfig
-    from jobbers_celery.jobbers import Jobbers
+    from collections.abc import Callable
 
-__all__ = ["Liveness", "OutageLog", "gaps", "refresh_period", "worker_id"]
+    from jobbers_celery.config import JobbersConfig
+    from jobbers_celery.options import TaskOptions
+    from jobbers_celery.store import RedisStore
+
+__all__ = ["Liveness", "gaps", "refresh_period", "set_worker_id", "worker_id"]
 
 log = logging.getLogger("jobbers.liveness")
 
@@ -71,65 +70,39 @@ def _snapshot(requests: Any) -> list[Any]:
     return []
 
 
-class OutageLog:
-    """The store outages a loop of the worker's main process (liveness refresh, scheduler
-    pass) meets: logged once per outage (a warning when it begins, one when the store
-    answers again), not at every pass; the loop logs other failures in full."""
-
-    def __init__(self, logger: logging.Logger, what: str) -> None:
-        self.logger = logger
-        self.what = what
-        self.since: float | None = None
-
-    def failed(self, exc: BaseException) -> None:
-        """The store could not be reached (``UNREACHABLE``)."""
-        if self.since is None:
-            self.since = time.monotonic()
-            self.logger.warning("%s: the jobbers state store cannot be reached (%s); retrying "
-                                "until it answers", self.what, exc)
-        else:
-            self.logger.debug("%s: the jobbers state store still cannot be reached (%s)",
-                              self.what, exc)
-
-    def succeeded(self) -> None:
-        if self.since is not None:
-            self.logger.warning("%s: the jobbers state store answers again (unreachable for "
-                                "%.1f s)", self.what, time.monotonic() - self.since)
-            self.since = None
-
-
 class Liveness:
-    """The refresh thread of one worker's main process."""
+    """The liveness refresh of one worker incarnation (a thread of its main process calls
+    :meth:`refresh`, see :mod:`jobbers_celery.runtime`)."""
 
-    def __init__(self, jobbers: Jobbers, wid: str, pool: Any = None) -> None:
-        self.jobbers = jobbers
+    def __init__(self, store: RedisStore, config: JobbersConfig, wid: str, pool: Any = None,
+                 recover_orphans: Callable[[str, list[str]], object] | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.recover_orphans = recover_orphans  # the cleaner's, for the tasks found orphaned
         self.wid = wid
         self.pool = pool
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._cant_terminate_logged = False
 
     def refresh(self) -> list[str]:
         """One refresh (one round trip); returns the ids it interrupted."""
         from celery.worker import state
 
-        from jobbers_celery.task import JobbersTask
-
-        config = self.jobbers.config
+        config = self.config
         running = {}
         leases = []
         for request in _snapshot(state.active_requests):
-            task = getattr(request, "task", None)
             running[request.id] = request
-            if isinstance(task, JobbersTask) and task.jobbers_options.max_concurrent:
-                leases.append((task.name, request.id))
+            # a jobbers task (JobbersTask, one layer up) states its options
+            opts: TaskOptions | None = getattr(request.task, "jobbers_options", None)
+            if opts is not None and opts.max_concurrent:
+                leases.append((request.task.name, request.id))
         lost_ms = int(config.worker_lost_after * 1000)
-        got = self.jobbers.store.alive(
+        got = self.store.alive(
             self.wid, gaps(config), leases, lost_ms,
             running=list(running), orphan_ms=lost_ms,
         )
-        if got.orphans:
-            self.jobbers.cleaner.recover_orphans(self.wid, got.orphans)
+        if got.orphans and self.recover_orphans is not None:
+            self.recover_orphans(self.wid, got.orphans)
         interrupted = []
         for task_id in got.interrupt:
             request = running.get(task_id)
@@ -154,31 +127,3 @@ class Liveness:
         except Exception:
             log.exception("could not interrupt %s[%s]", request.name, request.id)
         return False
-
-    def _loop(self) -> None:
-        period = refresh_period(self.jobbers.config.worker_lost_after)
-        outage = OutageLog(log, "jobbers liveness refresh")
-        while not self._stop.is_set():
-            try:
-                self.refresh()
-            except Exception as exc:
-                if is_outage(exc):  # unreachable, or refusing writes (OOM): an outage
-                    outage.failed(exc)
-                else:
-                    log.exception("jobbers liveness refresh failed; retrying")
-            else:
-                outage.succeeded()
-            self._stop.wait(period)
-
-    def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="jobbers-liveness",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)

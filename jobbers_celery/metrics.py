@@ -29,8 +29,8 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 try:
     from opentelemetry import metrics as _otel
@@ -40,8 +40,9 @@ except ImportError:  # the otel extra is not installed: every function is a no-o
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
-    from jobbers_celery.jobbers import Jobbers
+    from jobbers_celery.config import JobbersConfig
     from jobbers_celery.records import DeadLetter
+    from jobbers_celery.store import RedisStore
 
 __all__ = [
     "GAUGES",
@@ -139,7 +140,20 @@ def _version() -> str:
 _lock = threading.Lock()
 _instruments: _Instruments | None = None
 _provider: MeterProvider | None = None
-_watched: list[weakref.ref[Jobbers]] = []
+#: Where the gauges find the instances to report: ``Jobbers.installed``, the one registry
+#: (set by ``install`` through :func:`watch`; this module does not import ``jobbers``).
+_sources: Callable[[], Iterable[GaugeSource]] = tuple
+
+
+class GaugeSource(Protocol):
+    """What the gauges read of an installed instance (a ``Jobbers``)."""
+
+    @property
+    def store(self) -> RedisStore: ...
+    @property
+    def sink(self) -> object: ...
+    @property
+    def config(self) -> JobbersConfig: ...
 
 
 def _get() -> _Instruments | None:
@@ -163,10 +177,11 @@ def set_meter_provider(provider: MeterProvider | None) -> None:
     _get()
 
 
-def watch(jobbers: Jobbers) -> None:
-    """Report the gauges of ``jobbers`` (called by ``install``); creates the instruments."""
-    _watched[:] = [r for r in _watched if r() is not None and r() is not jobbers]
-    _watched.append(weakref.ref(jobbers))
+def watch(sources: Callable[[], Iterable[GaugeSource]]) -> None:
+    """Report the gauges of the instances ``sources()`` lists (``install`` passes
+    ``Jobbers.installed``); creates the instruments."""
+    global _sources
+    _sources = sources
     try:
         _get()
     except Exception:  # metrics never break the application
@@ -267,10 +282,10 @@ class _Lease:
         self.checked = 0.0
 
 
-_leases: weakref.WeakKeyDictionary[Jobbers, _Lease] = weakref.WeakKeyDictionary()
+_leases: weakref.WeakKeyDictionary[GaugeSource, _Lease] = weakref.WeakKeyDictionary()
 
 
-def _holds_lease(jobbers: Jobbers) -> bool:
+def _holds_lease(jobbers: GaugeSource) -> bool:
     """Take or renew the gauge lease; the answer is reused for a short while, so that one
     collection (three callbacks) costs one round trip for it."""
     lease = _leases.get(jobbers)
@@ -290,12 +305,9 @@ def _holds_lease(jobbers: Jobbers) -> bool:
     return lease.held
 
 
-def _reporting() -> list[Jobbers]:
+def _reporting() -> list[GaugeSource]:
     out = []
-    for ref in _watched[:]:
-        jobbers = ref()
-        if jobbers is None:
-            continue
+    for jobbers in list(_sources()):
         try:
             if _holds_lease(jobbers):
                 out.append(jobbers)

@@ -13,10 +13,10 @@ from typing import Any
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 
-from jobbers_celery import lifecycle, metrics
+from jobbers_celery import metrics
+from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
-from jobbers_celery.states import TaskState
 
 __all__ = ["JobbersRequest", "VersionMismatch"]
 
@@ -39,29 +39,17 @@ class JobbersRequest(Request):
         return bool(super().revoked())
 
     def _drop_version_mismatch(self, got: Any, want: Any) -> None:
-        from jobbers_celery.install import get_jobbers
-
         message = f"message version {got} differs from worker version {want}"
         log.warning("dropping %s[%s]: %s", self.task.name, self.id, message)
         exc = VersionMismatch(message)
         try:
-            jobbers = get_jobbers(self.task.app)
-            res = jobbers.store.step(
-                self.id, TaskState.DROPPED, sources=(TaskState.SUBMITTED,), bump=True,
-                worker=self.hostname, reason=message, ret=lifecycle.DEAD_LETTER_FIELDS,
-                set_fields=lifecycle.error_fields(exc),
-            )
-            if res.applied:
-                metrics.attempt_ended(
-                    self.task.name, res.values.get("queue"), TaskState.DROPPED.value,
-                    now_ms=res.now_ms,
-                    enqueued_ms=metrics.ms_value(self.request_dict.get(HEADER_ENQUEUED_AT)))
+            jobbers = Jobbers.of(self.task.app)
             policy = getattr(self.task, "jobbers_options", None)
-            if res.applied and policy is not None \
-                    and policy.dead_letter_policy is DeadLetterPolicy.SAVE:
-                lifecycle.dead_letter(jobbers, task_id=self.id, name=self.task.name,
-                                      reason="dropped", result=res, raw=res.values, exc=exc,
-                                      worker=self.hostname)
+            jobbers.recorder.drop(
+                self.id, self.task.name, reason=message, worker=self.hostname, exc=exc,
+                enqueued_ms=metrics.ms_value(self.request_dict.get(HEADER_ENQUEUED_AT)),
+                dead_letter=policy is not None
+                and policy.dead_letter_policy is DeadLetterPolicy.SAVE)
         except Exception:
             log.exception("could not record the drop of %s[%s]", self.task.name, self.id)
         self._already_revoked = True

@@ -10,7 +10,7 @@
 
 How, per pool:
 
-- prefork: on warm shutdown this step's ``close()`` runs in the main process before the
+- prefork: on warm shutdown the shutdown step's ``close()`` (see :mod:`jobbers_celery.runtime`) runs in the main process before the
   pool waits for its children, and interrupts the ``stop`` and ``resubmit`` tasks (SIGTERM
   to their child, which raises ``SystemExit`` in the task). The task applies its policy as
   it unwinds (``JobbersTask``). A task interrupted any other way (cold shutdown, SIGTERM to
@@ -18,7 +18,7 @@ How, per pool:
   is resubmitted, so that nothing is lost.
 - Celery checks for a shutdown signal once per pass of the worker's event loop, and an idle
   loop sleeps until its next timer: on an ``amqp://`` broker that can be 10 s (a Redis
-  broker's loop wakes every second for its BRPOP). The step keeps a timer of
+  broker's loop wakes every second for its BRPOP). The shutdown step keeps a timer of
   ``WAKE_UP_S`` in the loop, so every policy is applied within about a second of the signal.
 - threads, solo: a task cannot be interrupted. ``worker_shutting_down`` sets a flag in the
   process, and the task's next ``heartbeat()`` raises :class:`WorkerShuttingDown` for
@@ -33,10 +33,7 @@ import signal
 import threading
 from typing import Any
 
-from celery import bootsteps
-
 __all__ = [
-    "ShutdownStep",
     "WorkerShuttingDown",
     "draining",
     "on_worker_shutting_down",
@@ -54,6 +51,11 @@ WAKE_UP_S = 1.0
 class WorkerShuttingDown(BaseException):
     """Raised by ``heartbeat()`` in a ``stop`` or ``resubmit`` task while its worker shuts
     down (threads and solo pools). A ``BaseException``: task code must not swallow it."""
+
+
+def drain() -> None:
+    """Mark this process's worker as shutting down."""
+    _draining.set()
 
 
 def draining() -> bool:
@@ -85,56 +87,3 @@ def rearm_child_signals() -> None:
         if num is not None and signal.getsignal(num) == signal.SIG_DFL:
             signal.signal(num, common._shutdown_cleanup)
     fired[0] = False
-
-
-def _wake_up() -> None:
-    """A timer that does nothing: the event loop's pass after it checks for shutdown."""
-
-
-class ShutdownStep(bootsteps.StartStopStep):
-    """Interrupts the ``stop`` and ``resubmit`` tasks when a prefork worker shuts down."""
-
-    label = "jobbers shutdown policies"
-    requires = ("celery.worker.components:Pool",)
-
-    def __init__(self, parent: Any, **kwargs: Any) -> None:
-        super().__init__(parent, **kwargs)
-        self._wake_up: Any = None
-
-    def start(self, parent: Any) -> None:
-        hub = getattr(parent, "hub", None)  # None without an event loop (solo, eventlet)
-        if hub is not None:
-            self._wake_up = hub.call_repeatedly(WAKE_UP_S, _wake_up)
-
-    def stop(self, parent: Any) -> None:
-        if self._wake_up is not None:
-            self._wake_up.cancel()
-            self._wake_up = None
-
-    def close(self, parent: Any) -> None:
-        # blueprint.stop() calls close() on every step before any stop(): the pool has not
-        # started to wait for its children yet
-        from celery.worker import state
-
-        from jobbers_celery.options import ShutdownPolicy
-        from jobbers_celery.task import JobbersTask
-
-        _draining.set()
-        pool = getattr(parent, "pool", None)
-        if pool is None:
-            return
-        for request in list(state.active_requests):
-            task = getattr(request, "task", None)
-            if not isinstance(task, JobbersTask):
-                continue
-            if task.jobbers_options.on_shutdown is ShutdownPolicy.CONTINUE:
-                continue
-            try:
-                request.cancel(pool, emit_retry=False)
-                log.info("shutdown: interrupting %s[%s] (on_shutdown=%s)", request.name,
-                         request.id, task.jobbers_options.on_shutdown.value)
-            except NotImplementedError:
-                return  # threads/solo: the task stops at its next heartbeat instead
-            except Exception:
-                log.exception("shutdown: could not interrupt %s[%s]", request.name,
-                              request.id)

@@ -20,13 +20,13 @@ that changes a task's outcome is made here (those live in :class:`JobbersTask`).
 from __future__ import annotations
 
 import logging
-import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from celery import signals
 from celery._state import get_current_app
 
-from jobbers_celery import lifecycle, liveness, metrics, results, shutdown, sinks
+from jobbers_celery import liveness, metrics, results, shutdown, sinks
+from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import (
     HEADER_DEAD_LETTER,
@@ -34,37 +34,15 @@ from jobbers_celery.payload import (
     HEADER_TASK,
     request_header,
 )
-from jobbers_celery.states import TaskState
+from jobbers_celery.store import RedisStore
 from jobbers_celery.task import JobbersTask
 
-if TYPE_CHECKING:
-    from jobbers_celery.jobbers import Jobbers
-
-__all__ = ["connect", "register"]
+__all__ = ["connect"]
 
 log = logging.getLogger("jobbers.signals")
-S = TaskState
-
-_installed: list[weakref.ref[Jobbers]] = []
-
-
-def register(jobbers: Jobbers) -> None:
-    _installed[:] = [r for r in _installed if r() is not None]
-    _installed.append(weakref.ref(jobbers))
-
-
-def _all() -> list[Jobbers]:
-    return [j for j in (r() for r in _installed) if j is not None]
-
-
-def _jobbers_of(app: Any) -> Jobbers | None:
-    found = getattr(app, "_jobbers", None)
-    return found if found is not None and found in _all() else None
-
-
-def _for_publish(name: str) -> tuple[Jobbers | None, Any]:
+def _for_publish(name: str) -> tuple[Jobbers | None, JobbersTask | None]:
     """Which installed jobbers records a publish of ``name``, and the task if known."""
-    candidates = _all()
+    candidates = Jobbers.installed()
     for jobbers in candidates:
         task = jobbers.app.tasks.get(name)
         if task is not None:
@@ -93,8 +71,8 @@ def on_before_publish(
         return
     opts = getattr(task, "jobbers_options", None)
     try:
-        lifecycle.on_publish(
-            jobbers, sender, headers, body, exchange, routing_key, properties or {},
+        jobbers.recorder.publish(
+            sender, headers, body, exchange, routing_key, properties or {},
             version=opts.version if opts else None,
             dead_letter=bool(opts and opts.dead_letter_policy is DeadLetterPolicy.SAVE),
         )
@@ -114,33 +92,18 @@ def on_task_failure(
         return
     if getattr(sender.request, "jobbers_outcome_recorded", False):
         return  # recorded by the task itself, in the pool
-    jobbers = _jobbers_of(sender.app)
+    jobbers = Jobbers.find(sender.app)
     if jobbers is None:
         return
     try:
-        wid = liveness.worker_id()
-        res = jobbers.store.step(
-            task_id, S.FAILED, sources=(S.STARTED,), wid_fence=wid, wid=wid, name=sender.name,
-            reason=f"{type(exception).__name__} reported by the worker", cancellable=True,
-            set_fields=lifecycle.error_fields(exception),
-            ret=(*lifecycle.DEAD_LETTER_FIELDS, *metrics.ATTEMPT_FIELDS),
-        )
-        if res.applied:
+        jobbers.recorder.fail_reported(
+            task_id, sender.name, wid=liveness.worker_id(), exc=exception,
+            traceback=str(getattr(einfo, "traceback", "") or "") or None,
+            worker=getattr(sender.request, "hostname", None),
             # the request is on the task's stack for a lost pool child, not in every case
-            metrics.attempt_ended(
-                sender.name, res.values.get("queue"),
-                S.CANCELLED.value if res.state is S.CANCELLED else S.FAILED.value,
-                now_ms=res.now_ms, started_ms=metrics.started_ms(res.values),
-                enqueued_ms=metrics.ms_value(request_header(sender.request, HEADER_ENQUEUED_AT)),
-            )
-        if (res.applied and res.state is S.FAILED
-                and sender.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE):
-            lifecycle.dead_letter(
-                jobbers, task_id=task_id, name=sender.name, reason="failed", result=res,
-                raw=res.values, exc=exception,
-                traceback=str(getattr(einfo, "traceback", "") or "") or None,
-                worker=getattr(sender.request, "hostname", None),
-            )
+            enqueued_ms=metrics.ms_value(request_header(sender.request, HEADER_ENQUEUED_AT)),
+            dead_letter=sender.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE,
+        )
     except Exception:
         log.exception("could not record the failure of %s[%s]", sender.name, task_id)
 
@@ -155,24 +118,16 @@ def on_task_unknown(
     headers = getattr(message, "headers", None) or {}
     if not id or HEADER_TASK not in headers:
         return
-    jobbers = _jobbers_of(getattr(sender, "app", None))
+    jobbers = Jobbers.find(getattr(sender, "app", None))
     if jobbers is None:
         return
     reason = f"no task named {name!r} is registered on this worker"
     try:
-        res = jobbers.store.step(
-            id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason, bump=True,
-            worker=getattr(sender, "hostname", None),
-            set_fields=lifecycle.error_fields(None, reason), ret=lifecycle.DEAD_LETTER_FIELDS,
+        jobbers.recorder.drop(
+            id, name or "", reason=reason, worker=getattr(sender, "hostname", None),
+            enqueued_ms=metrics.ms_value(headers.get(HEADER_ENQUEUED_AT)),
+            dead_letter=bool(headers.get(HEADER_DEAD_LETTER)),
         )
-        if res.applied:
-            metrics.attempt_ended(name or "", res.values.get("queue"), S.DROPPED.value,
-                                  now_ms=res.now_ms,
-                                  enqueued_ms=metrics.ms_value(headers.get(HEADER_ENQUEUED_AT)))
-        if res.applied and headers.get(HEADER_DEAD_LETTER):
-            lifecycle.dead_letter(jobbers, task_id=id, name=name or "", reason="dropped",
-                                  result=res, raw=res.values, message=reason,
-                                  worker=getattr(sender, "hostname", None))
     except Exception:
         log.exception("could not record the drop of unknown task %s[%s]", name, id)
 
@@ -183,18 +138,14 @@ def on_task_prerun(sender: Any = None, task_id: str | None = None, task: Any = N
         return
     if task.request.get(HEADER_TASK) is None:
         return
-    jobbers = _jobbers_of(task.app)
+    jobbers = Jobbers.find(task.app)
     if jobbers is None:
         return
     reason = f"{task.name} is not a JobbersTask on this worker; it runs untracked"
     try:
-        res = jobbers.store.step(task_id, S.DROPPED, sources=(S.SUBMITTED,), reason=reason,
-                                 bump=True, set_fields=lifecycle.error_fields(None, reason),
-                                 ret=("queue",))
-        if res.applied:
-            metrics.attempt_ended(
-                task.name, res.values.get("queue"), S.DROPPED.value, now_ms=res.now_ms,
-                enqueued_ms=metrics.ms_value(request_header(task.request, HEADER_ENQUEUED_AT)))
+        jobbers.recorder.drop(
+            task_id, task.name, reason=reason,
+            enqueued_ms=metrics.ms_value(request_header(task.request, HEADER_ENQUEUED_AT)))
     except Exception:
         log.exception("could not record %s[%s]", task.name, task_id)
 
@@ -204,33 +155,24 @@ def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = 
     task_id = getattr(request, "id", None)
     if not isinstance(sender, JobbersTask) or not task_id:
         return
-    jobbers = _jobbers_of(sender.app)
+    jobbers = Jobbers.find(sender.app)
     if jobbers is None:
         return
-    wid = liveness.worker_id()
+    worker = getattr(request, "hostname", None)
     try:
         if terminated:  # usually recorded already by the task itself, on its way out
-            res = jobbers.store.step(
-                task_id, S.CANCELLED, sources=(S.STARTED,), wid_fence=wid, wid=wid,
-                name=sender.name, reason=f"interrupted by the worker (signal {signum})",
-                worker=getattr(request, "hostname", None), expect_refusal=True,
-                ret=metrics.ATTEMPT_FIELDS)
-            if res.applied:
-                metrics.attempt_ended(
-                    sender.name, res.values.get("queue"), S.CANCELLED.value, now_ms=res.now_ms,
-                    started_ms=metrics.started_ms(res.values),
-                    enqueued_ms=metrics.ms_value(request_header(request, HEADER_ENQUEUED_AT)))
+            jobbers.recorder.interrupted(
+                task_id, sender.name, wid=liveness.worker_id(), signum=signum, worker=worker,
+                enqueued_ms=metrics.ms_value(request_header(request, HEADER_ENQUEUED_AT)))
         else:
-            jobbers.store.step(task_id, S.CANCELLED, sources=(S.SUBMITTED,),
-                               reason="revoked: the worker did not run it",
-                               worker=getattr(request, "hostname", None))
+            jobbers.recorder.revoked(task_id, worker=worker)
     except Exception:
         log.exception("could not record the revoke of %s[%s]", sender.name, task_id)
 
 
 def on_worker_init(sender: Any = None, **_: Any) -> None:
     liveness.set_worker_id(getattr(sender, "hostname", None))
-    jobbers = getattr(getattr(sender, "app", None), "_jobbers", None)
+    jobbers = Jobbers.find(getattr(sender, "app", None))
     if jobbers is not None:
         # a step waits for the store as long as the worker's liveness may be silent
         jobbers.store.wait_out_outages(jobbers.config.worker_lost_after)
@@ -247,12 +189,12 @@ def on_process_exit(**_: Any) -> None:
 def on_worker_after_setup(sender: Any = None, instance: Any = None, **_: Any) -> None:
     """Once the worker's logging is set up (``worker_init`` comes before it): warn if the
     store evicts."""
-    jobbers = getattr(getattr(instance, "app", None), "_jobbers", None)
+    jobbers = Jobbers.find(getattr(instance, "app", None))
     if jobbers is not None:
         check_eviction(jobbers.store)
 
 
-def check_eviction(store: Any) -> str | None:
+def check_eviction(store: RedisStore) -> str | None:
     """Warn (once, at worker start) if the store's ``maxmemory-policy`` evicts keys: an
     evicted record loses its task's state and history (and an evicted index entry hides the
     task from the cleaner). Returns the warning, ``None`` if the policy is ``noeviction`` or

@@ -37,7 +37,7 @@ from jobbers_celery.store.keys import Keys
 if TYPE_CHECKING:
     import redis
 
-    from jobbers_celery.jobbers import Jobbers
+    from jobbers_celery.store import RedisStore
 
 __all__ = [
     "BatchDeadLetterSink",
@@ -109,10 +109,18 @@ class PayloadDeadLetterSink(DeadLetterSink, Protocol):
         """The entry written for ``(task_id, attempt)``, or ``None`` if there is none."""
 
 
+class SinkContext(Protocol):
+    """What a sink factory receives: the ``Jobbers`` instance (its ``store``, ``config``,
+    ``app``); typed by what the default sink reads, so that this module stays below it."""
+
+    @property
+    def store(self) -> RedisStore: ...
+
+
 class RedisDeadLetterSink:
     """The default sink: a hash of JSON entries plus a time index, in the jobbers namespace."""
 
-    def __init__(self, jobbers: Jobbers) -> None:
+    def __init__(self, jobbers: SinkContext) -> None:
         self.client: redis.Redis = jobbers.store.client
         self.keys: Keys = jobbers.store.keys
 

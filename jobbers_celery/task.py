@@ -1,5 +1,9 @@
 """JobbersTask: the Celery task base class. Outcome decisions (retry, fail, drop) live here.
 
+The task decides (which outcome, which delay, what to do in a store outage); the recorder
+(:mod:`jobbers_celery.recorder`) records the decided outcome with its metrics and dead letter,
+and the publisher republishes, so this class never writes a store step itself.
+
 The lifecycle runs inside ``__call__``, which Celery's tracer calls with the request already
 pushed: one round trip to start (the attempt number it returns fences everything after),
 one to complete. ``retry()`` is replaced so that delays wait in Redis, not in ETA messages.
@@ -8,9 +12,7 @@ one to complete. ``retry()`` is replaced so that delays wait in Redis, not in ET
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
-import math
 import random
 import time
 from collections.abc import Callable
@@ -21,9 +23,21 @@ from celery import Task
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
 from celery.utils.saferepr import saferepr
 
-from jobbers_celery import lifecycle, liveness, metrics, payload, results, shutdown, softlimit
+from jobbers_celery import liveness, metrics, payload, results, shutdown, softlimit
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
-from jobbers_celery.errors import AttemptSuperseded, CheckpointTooLarge, TaskCancelled, TaskTimeout
+from jobbers_celery.beat import (
+    CHECKPOINT_MAX_BYTES,
+    IMMUTABLE,
+    PROGRESS_MAX_BYTES,
+    Beat,
+    Encoded,
+    encode,
+    encoded,
+    request_getter,
+    snapshot,
+)
+from jobbers_celery.errors import AttemptSuperseded, TaskCancelled, TaskTimeout
+from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import (
     OPTION_NAMES,
     DeadLetterPolicy,
@@ -31,11 +45,15 @@ from jobbers_celery.options import (
     TaskOptions,
     validate_options,
 )
+from jobbers_celery.recorder import Run, error_fields
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.states import TaskState
-from jobbers_celery.store import UNREACHABLE
+from jobbers_celery.store import UNREACHABLE, StepResult
 
-__all__ = ["JobbersTask"]
+__all__ = ["CHECKPOINT_MAX_BYTES", "PROGRESS_MAX_BYTES", "JobbersTask"]
+
+#: The request reader ``heartbeat()`` uses (its tests reach it here).
+_request_getter = request_getter
 
 log = logging.getLogger("jobbers.task")
 S = TaskState
@@ -44,8 +62,8 @@ S = TaskState
 _ATTEMPT = "jobbers_attempt"
 _CHECKPOINT = "jobbers_checkpoint"
 _DONE = "jobbers_outcome_recorded"
-_HB = "jobbers_heartbeat"  # the attempt's heartbeat state, a _Beat
-_METRICS = "jobbers_metrics"  # (queue, start time in Redis ms) of the running attempt
+_HB = "jobbers_heartbeat"  # the attempt's heartbeat state, a beat.Beat
+_RUN = "jobbers_run"  # the running attempt, a recorder.Run
 #: The header of a message a worker gave back during a store outage: "<incarnation>/<retries>".
 HEADER_GIVEN_BACK = "jobbers_given_back"
 
@@ -53,9 +71,6 @@ HEADER_GIVEN_BACK = "jobbers_given_back"
 #: bookkeeping): dropping them keeps the finished record small.
 _DROP_ON_COMPLETION = ("msg", "wid", "hb_iv", "srec")
 
-#: Encoded size limits of what ``heartbeat()`` stores on the record.
-CHECKPOINT_MAX_BYTES = 64 * 1024
-PROGRESS_MAX_BYTES = 16 * 1024
 #: A heartbeat is sent at most this often per task (more often only if
 #: ``max_heartbeat_interval`` is short: then four times per interval).
 HEARTBEAT_MIN_GAP_S = 1.0
@@ -96,10 +111,10 @@ class _Outage:
 _outage = _Outage()
 
 
-def _jobbers(task: Task[Any, Any]) -> Any:
-    from jobbers_celery.install import get_jobbers
-
-    return get_jobbers(task.app)
+def _jobbers(task: Task[Any, Any]) -> Jobbers:
+    """The service of the task's app (``install(app)``): typed, so that mypy checks what
+    the task class asks of the store, the recorder and the publisher."""
+    return Jobbers.of(task.app)
 
 
 class JobbersTask(Task):  # type: ignore[type-arg]
@@ -179,11 +194,11 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if (beat is not None and time.monotonic() < beat.due
                 and not (beat.stops and shutdown.draining())):
             if progress is not None:
-                beat.progress = (progress if type(progress) in _IMMUTABLE
-                                 else _snapshot("progress", progress, PROGRESS_MAX_BYTES))
+                beat.progress = (progress if type(progress) in IMMUTABLE
+                                 else snapshot("progress", progress, PROGRESS_MAX_BYTES))
             if checkpoint is not None:
-                beat.ckpt = (checkpoint if type(checkpoint) in _IMMUTABLE
-                             else _snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES))
+                beat.ckpt = (checkpoint if type(checkpoint) in IMMUTABLE
+                             else snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES))
                 setattr(req, _CHECKPOINT, checkpoint)
             return
         self._send_heartbeat(progress, checkpoint)
@@ -192,7 +207,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
     def _request_top(self) -> Callable[[], Any]:
         """This task's current request in this thread, or ``None``: ``self.request`` for
         the heartbeat's hot path, without its cost (see :func:`_request_getter`)."""
-        return _request_getter(self.request_stack)
+        return request_getter(self.request_stack)
 
     def _send_heartbeat(self, progress: Any, checkpoint: Any) -> None:
         """``heartbeat()`` past the throttle: the first call of an attempt, the first one
@@ -200,9 +215,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if not self._tracked():
             # every call checks here: task code tested outside a worker meets the errors
             if progress is not None:
-                _encode("progress", progress, PROGRESS_MAX_BYTES)
+                encode("progress", progress, PROGRESS_MAX_BYTES)
             if checkpoint is not None:
-                _encode("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
+                encode("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
             return
         req = self.request
         opts = self.jobbers_options
@@ -211,7 +226,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             gap = HEARTBEAT_MIN_GAP_S
             if opts.max_heartbeat_interval:
                 gap = min(gap, opts.max_heartbeat_interval / 4)
-            beat = _Beat(gap, stops=opts.on_shutdown is not ShutdownPolicy.CONTINUE)
+            beat = Beat(gap, stops=opts.on_shutdown is not ShutdownPolicy.CONTINUE)
             setattr(req, _HB, beat)
             if self._request_top() is not req:  # never seen: then the public, slower way
                 stack = self.request_stack
@@ -219,9 +234,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if beat.stops and shutdown.draining():
             raise WorkerShuttingDown(f"the worker is shutting down (on_shutdown={opts.on_shutdown})")
         if progress is not None:
-            beat.progress = _snapshot("progress", progress, PROGRESS_MAX_BYTES)
+            beat.progress = snapshot("progress", progress, PROGRESS_MAX_BYTES)
         if checkpoint is not None:
-            beat.ckpt = _snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
+            beat.ckpt = snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
         now = time.monotonic()
         if now < beat.due:
             if checkpoint is not None:
@@ -231,13 +246,13 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         encoded_progress = encoded_ckpt = None
         if beat.progress is not None:
             try:
-                encoded_progress = _encoded("progress", beat.progress, PROGRESS_MAX_BYTES)
+                encoded_progress = encoded("progress", beat.progress, PROGRESS_MAX_BYTES)
             except (TypeError, ValueError):
                 beat.progress = None
                 raise
         if beat.ckpt is not None:
             try:
-                encoded_ckpt = _encoded("checkpoint", beat.ckpt, CHECKPOINT_MAX_BYTES)
+                encoded_ckpt = encoded("checkpoint", beat.ckpt, CHECKPOINT_MAX_BYTES)
             except (TypeError, ValueError):
                 beat.ckpt = None
                 raise
@@ -246,7 +261,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         jobbers = _jobbers(self)
         with softlimit.shielded(drop=False):
             result = jobbers.store.heartbeat(
-                req.id, self.attempt, progress=encoded_progress, checkpoint=encoded_ckpt,
+                _id(req), self.attempt, progress=encoded_progress, checkpoint=encoded_ckpt,
                 name=self.name,
                 lease_cap_ms=self._lease_ms(jobbers) if opts.max_concurrent else None,
             )
@@ -277,7 +292,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             if value is None:
                 continue
             try:
-                text = _encoded(what, value, limit)
+                text = encoded(what, value, limit)
             except (TypeError, ValueError) as exc:
                 setattr(beat, attr, None)
                 log.error("%s[%s] attempt %s: the %s its last heartbeat() left unsent is not "
@@ -285,13 +300,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                           exc)
                 continue
             fields[attr] = text  # the record's fields: progress, ckpt
-            setattr(beat, attr, _Encoded(text))  # the step may be sent again: encode once
+            setattr(beat, attr, Encoded(text))  # the step may be sent again: encode once
         return fields
 
-    def _publish_lease_ms(self, jobbers: Any) -> int:
-        return int(jobbers.config.publish_lease * 1000)
-
-    def _lease_ms(self, jobbers: Any) -> int:
+    def _lease_ms(self, jobbers: Jobbers) -> int:
         return int(jobbers.config.worker_lost_after * 1000)
 
     def _tracked(self) -> bool:
@@ -321,7 +333,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 log.warning("%s", exc)
                 raise Ignore() from None
             except TaskCancelled:
-                self._finish(S.CANCELLED, reason="cancellation honoured")
+                self._cancelled()
                 raise Ignore() from None
             except (SystemExit, WorkerShuttingDown) as exc:
                 if getattr(self.request, _DONE, False):
@@ -345,13 +357,18 @@ class JobbersTask(Task):  # type: ignore[type-arg]
     def _worker(self) -> str | None:
         return self.request.hostname or None
 
+    def _run(self) -> Run:
+        """The running attempt (set by :meth:`_start`)."""
+        run: Run = getattr(self.request, _RUN)
+        return run
+
     def _start(self) -> None:
         jobbers = _jobbers(self)
         req = self.request
         try:
             res = self._start_recorded(jobbers)
         except UNREACHABLE:
-            self._give_back()
+            self._give_back(jobbers)
         _outage.over()
         if not res.applied:
             if res.previous == S.CANCELLED:
@@ -370,13 +387,14 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         setattr(req, _ATTEMPT, res.attempt)
         ckpt = res.values.get("ckpt")
         setattr(req, _CHECKPOINT, payload.loads(ckpt) if ckpt else None)
-        queue = res.values.get("queue") or None
-        setattr(req, _METRICS, (queue, res.now_ms))
-        published = metrics.ms_value(payload.request_header(req, payload.HEADER_PUBLISHED_AT))
-        metrics.selected(self.name, queue, metrics.ROLE_WORKER,
-                         res.now_ms - published if published is not None else None)
+        setattr(req, _RUN, jobbers.recorder.running(
+            res, _id(req), self.name, self._worker(), liveness.worker_id(),
+            published_ms=metrics.ms_value(
+                payload.request_header(req, payload.HEADER_PUBLISHED_AT)),
+            enqueued_ms=metrics.ms_value(
+                payload.request_header(req, payload.HEADER_ENQUEUED_AT))))
 
-    def _start_recorded(self, jobbers: Any) -> Any:
+    def _start_recorded(self, jobbers: Jobbers) -> StepResult:
         """Record ``started`` (and the submission first, if the message has no record).
         Raises ``UNREACHABLE`` if the store cannot be reached within the wait: then the
         start is not recorded (or not known to be), and the task must not run here."""
@@ -396,13 +414,13 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             res = self._take_back(jobbers, res)
         return res
 
-    def _start_once(self, jobbers: Any) -> Any:
+    def _start_once(self, jobbers: Jobbers) -> StepResult:
         try:
             return self._start_step(jobbers)
         except UNREACHABLE:
             return self._start_reply_lost(jobbers)
 
-    def _give_back(self) -> NoReturn:
+    def _give_back(self, jobbers: Jobbers) -> NoReturn:
         """The store did not answer within ``jobbers_worker_lost_after``: the start is not
         recorded (or not known to be), so this delivery does not run, and its message is not
         consumed and dropped either: it is published again, unchanged (same id, arguments,
@@ -418,13 +436,12 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         headers = dict(sig.options.get("headers") or {})
         headers[HEADER_GIVEN_BACK] = f"{liveness.worker_id()}/{int(req.retries or 0)}"
         sig.options["headers"] = headers
-        with lifecycle.unrecorded_publish():
-            sig.apply_async()
+        jobbers.publisher.give_back(sig)
         log.debug("gave %s[%s] back to the broker (published again): the state store "
                   "cannot be reached", self.name, req.id)
         raise Ignore()
 
-    def _take_back(self, jobbers: Any, res: Any) -> Any:
+    def _take_back(self, jobbers: Jobbers, res: StepResult) -> StepResult:
         """The start of a message given back during an outage (see :meth:`_give_back`) was
         refused: the task is ``started``. If the worker incarnation that gave it back holds
         that start (its ``started`` step applied, but its reply was lost, and the task never
@@ -436,25 +453,20 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         giver, _, retries = given.rpartition("/")
         if not giver or retries != str(int(req.retries or 0)):
             return res
-        found = jobbers.store.started_by(req.id, giver)
+        found = jobbers.store.started_by(_id(req), giver)
         if found is None or found.attempt != res.attempt:
             return res
-        back = jobbers.store.step(
-            req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=found.attempt,
-            wid_fence=giver, wid=giver, name=self.name, worker=self._worker(),
-            lease_ms=self._publish_lease_ms(jobbers),
-            reason="its start was recorded but never ran: the worker gave the message back "
-                   "(the state store did not answer)",
-        )
+        back = jobbers.recorder.take_back(_id(req), self.name, attempt=found.attempt,
+                                          giver=giver, worker=self._worker())
         if not (back.applied and back.state is S.UNSUBMITTED):
             return res
         log.info("%s[%s]: its start was recorded during a state store outage but it never "
                  "ran there; starting it now", self.name, req.id)
         self._record_late_submit(jobbers)
-        jobbers.store.confirm_published([req.id])
+        jobbers.publisher.confirm([_id(req)])
         return self._start_once(jobbers)
 
-    def _start_reply_lost(self, jobbers: Any) -> Any:
+    def _start_reply_lost(self, jobbers: Jobbers) -> StepResult:
         """Redis went away after the ``started`` step was sent: whether it applied is
         unknown. Once Redis answers again (waiting up to ``jobbers_worker_lost_after``), the
         record tells: started by this worker incarnation (it applied), or not (send it again),
@@ -462,27 +474,14 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         deadline = time.monotonic() + jobbers.config.worker_lost_after
         while True:
             try:
-                found = jobbers.store.started_by(self.request.id, liveness.worker_id())
+                found = jobbers.store.started_by(_id(self.request), liveness.worker_id())
                 return found if found is not None else self._start_step(jobbers)
             except UNREACHABLE:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
 
-    def _ended(self, res: Any, status: str) -> None:
-        """Metrics of the step ``res`` that ended this attempt (if it applied): ``status``,
-        or ``cancelled`` when a pending cancellation redirected the step."""
-        if not res.applied:
-            return
-        req = self.request
-        queue, started = getattr(req, _METRICS, None) or (None, None)
-        metrics.attempt_ended(
-            self.name, queue, S.CANCELLED.value if res.state is S.CANCELLED else status,
-            now_ms=res.now_ms, started_ms=started,
-            enqueued_ms=metrics.ms_value(payload.request_header(req, payload.HEADER_ENQUEUED_AT)),
-        )
-
-    def _record_was_removed(self, jobbers: Any) -> bool:
+    def _record_was_removed(self, jobbers: Jobbers) -> bool:
         """Was this message's submission recorded in the current dataset? Then a missing
         record was removed on purpose and the message must not run. Otherwise (published
         while Redis was unreachable, by a client without jobbers, or before the dataset was
@@ -491,35 +490,29 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         epoch = payload.request_header(req, payload.HEADER_EPOCH)
         return bool(epoch) and epoch == jobbers.store.epoch()
 
-    def _start_step(self, jobbers: Any) -> Any:
+    def _start_step(self, jobbers: Jobbers) -> StepResult:
         opts = self.jobbers_options
         hb_ms = round(opts.max_heartbeat_interval * 1000) if opts.max_heartbeat_interval else None
         fields = {}
         if opts.max_stall_recoveries:
             fields["srec"] = str(opts.max_stall_recoveries)
-        return jobbers.store.step(
-            self.request.id, S.STARTED, start=True, worker=self._worker(),
-            wid=liveness.worker_id(), heartbeat_ms=hb_ms, cap=opts.max_concurrent,
-            lease_cap_ms=self._lease_ms(jobbers),
-            defer_ms=round(random.uniform(*DEFER_RANGE_S) * 1000),
-            cancellable=True, set_fields=fields, ret=("ckpt", "queue"), name=self.name,
+        return jobbers.recorder.start(
+            _id(self.request), self.name, worker=self._worker(), wid=liveness.worker_id(),
+            heartbeat_ms=hb_ms, cap=opts.max_concurrent, lease_cap_ms=self._lease_ms(jobbers),
+            defer_ms=round(random.uniform(*DEFER_RANGE_S) * 1000), fields=fields,
         )
 
-    def _record_late_submit(self, jobbers: Any) -> None:
+    def _record_late_submit(self, jobbers: Jobbers) -> None:
         req = self.request
         sig = self.signature_from_request(req)
         data = payload.from_signature_options(req.args, req.kwargs, dict(sig.options))
-        queue = payload.queue_of(data["options"])
         opts = self.jobbers_options
-        jobbers.store.step(
-            req.id, S.SUBMITTED, sources=(S.UNSUBMITTED,),
-            create={"name": self.name, "ver": str(opts.version), "queue": queue,
-                    "dlq": "1" if opts.dead_letter_policy is DeadLetterPolicy.SAVE else "0"},
-            set_fields={"msg": payload.dumps(data), "retries": str(req.retries or 0)},
-            reason="recorded by the worker: no submission record", name=self.name,
-        )
+        jobbers.recorder.late_submit(
+            _id(req), self.name, opts.version, payload.queue_of(data["options"]),
+            opts.dead_letter_policy is DeadLetterPolicy.SAVE, payload.dumps(data),
+            int(req.retries or 0))
 
-    def _terminal(self, step: Callable[[], Any]) -> Any:
+    def _terminal(self, step: Callable[[], StepResult]) -> StepResult:
         """Run the step that ends this attempt; if the store no longer knows the attempt
         started (the record is back at ``submitted`` with the attempt before: a failover or
         restart lost that write), record the start again and run the step once more, so the
@@ -538,7 +531,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 res = step()
         return res
 
-    def _resend_after_outage(self, step: Callable[[], Any]) -> Any:
+    def _resend_after_outage(self, step: Callable[[], StepResult]) -> StepResult:
         """The step that ends this attempt could not be written: the store is unreachable
         (each try waits up to ``jobbers_worker_lost_after``). The task's body has finished,
         so its outcome is held and sent again, with a backoff up to
@@ -568,14 +561,11 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         """
         req = self.request
         setattr(req, _DONE, True)
-        store = _jobbers(self).store
-        write = results.folded_result(self, store, retval)
-        res = self._terminal(lambda: store.step(
-            req.id, S.COMPLETED, sources=(S.STARTED,), fence=self.attempt,
-            worker=self._worker(), delete=_DROP_ON_COMPLETION, write_result=write,
-            wid=liveness.worker_id(), name=self.name, set_fields=self._pending_checkpoint(),
-        ))
-        self._ended(res, S.COMPLETED.value)
+        jobbers = _jobbers(self)
+        write = results.folded_result(self, jobbers.store, retval)
+        res = jobbers.recorder.complete(self._run(), fields=self._pending_checkpoint(),
+                                        drop=_DROP_ON_COMPLETION, write=write,
+                                        guard=self._terminal)
         if not res.applied:
             log.warning("late completion of %s[%s] attempt %s rejected: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
@@ -585,48 +575,33 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                                                     and res.previous != "missing"):
             req.ignore_result = True  # read by the tracer's mark_as_done: skip its store
 
-    def _finish(self, to: TaskState, reason: str | None) -> None:
+    def _cancelled(self) -> None:
         req = self.request
         setattr(req, _DONE, True)
-        res = self._terminal(lambda: _jobbers(self).store.step(
-            req.id, to, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
-            reason=reason, wid=liveness.worker_id(), name=self.name,
-        ))
-        self._ended(res, to.value)
+        res = _jobbers(self).recorder.cancel(self._run(), reason="cancellation honoured",
+                                             guard=self._terminal)
         if not res.applied:
-            log.warning("late %s of %s[%s] attempt %s rejected: the task is %s",
-                        to.value, self.name, req.id, self.attempt, res.previous)
+            log.warning("late cancelled of %s[%s] attempt %s rejected: the task is %s",
+                        self.name, req.id, self.attempt, res.previous)
 
     def _fail(self, exc: BaseException, reason: str) -> None:
         req = self.request
         setattr(req, _DONE, True)
-        jobbers = _jobbers(self)
-        res = self._terminal(lambda: jobbers.store.step(
-            req.id, S.FAILED, sources=(S.STARTED,), fence=self.attempt, worker=self._worker(),
-            reason=reason, set_fields={**self._pending_checkpoint(),
-                                       **lifecycle.error_fields(exc)},
-            ret=lifecycle.DEAD_LETTER_FIELDS, wid=liveness.worker_id(), name=self.name,
-            cancellable=True,
-        ))
-        self._ended(res, S.FAILED.value)
+        res = _jobbers(self).recorder.fail(
+            self._run(), exc, reason=reason, fields=self._pending_checkpoint(),
+            dead_letter=self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE,
+            guard=self._terminal)
         if not res.applied:
             log.warning("failure of %s[%s] attempt %s not recorded: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
-            return
-        if res.state is S.CANCELLED:
-            return
-        if self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE:
-            lifecycle.dead_letter(jobbers, task_id=str(req.id), name=self.name, reason="failed",
-                                  result=res, raw=res.values, exc=exc, worker=self._worker())
 
     def _hand_back(self) -> NoReturn:
         """A ``stop``/``resubmit`` task delivered to a worker that is shutting down (threads,
         solo: the consumer reads on for a moment) does not start there: its message is
         published again, unchanged, for another worker, and this delivery is dropped."""
         req = self.request
-        jobbers = _jobbers(self)
-        with lifecycle.internal_publish(jobbers.store.now_ms()):
-            self.signature_from_request(req).apply_async()
+        _jobbers(self).publisher.republish_signature(self.signature_from_request(req),
+                                                     leased=None)
         log.info("not starting %s[%s]: this worker is shutting down; published it again",
                  self.name, req.id)
         raise Ignore()
@@ -649,32 +624,18 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                else "interrupted by its worker (shutdown)")
         cancelled = "cancellation honoured: interrupted by its worker"
         if policy is ShutdownPolicy.STOP:
-            res = jobbers.store.step(
-                req.id, S.STALLED, sources=(S.STARTED,), fence=self.attempt,
-                worker=self._worker(), reason=f"{why} (on_shutdown=stop)",
-                set_fields={**pending, **lifecycle.error_fields(None, f"{why} (on_shutdown=stop)")},
-                ret=lifecycle.DEAD_LETTER_FIELDS, wid=liveness.worker_id(), name=self.name,
-                cancellable=True, cancel_reason=cancelled,
-            )
-            self._ended(res, S.STALLED.value)
-            if (res.applied and res.state is S.STALLED
-                    and self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE):
-                lifecycle.dead_letter(jobbers, task_id=str(req.id), name=self.name,
-                                      reason="stalled", result=res, raw=res.values,
-                                      message=f"{why} (on_shutdown=stop)",
-                                      worker=self._worker())
+            res = jobbers.recorder.stop(
+                self._run(), reason=f"{why} (on_shutdown=stop)", fields=pending,
+                cancel_reason=cancelled,
+                dead_letter=self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE)
         else:
-            res = jobbers.store.step(
-                req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
-                worker=self._worker(), reason=f"{why} (on_shutdown={policy.value}): resubmitted",
-                set_fields=pending, wid=liveness.worker_id(), name=self.name, cancellable=True,
-                cancel_reason=cancelled, lease_ms=self._publish_lease_ms(jobbers),
-            )
-            self._ended(res, metrics.STATUS_RESUBMITTED)
+            res = jobbers.recorder.requeue(
+                self._run(), reason=f"{why} (on_shutdown={policy.value}): resubmitted",
+                fields=pending, lease=True, cancel_reason=cancelled)
             if res.applied and res.state is S.UNSUBMITTED:
                 # same id, same retry count: records unsubmitted -> submitted on publish
-                self.signature_from_request(req).apply_async()
-                jobbers.store.confirm_published([req.id])
+                jobbers.publisher.republish_signature(self.signature_from_request(req),
+                                                      leased=req.id)
         if not res.applied:
             log.info("%s[%s] interrupted; its record had moved on (%s)", self.name, req.id,
                      res.previous)
@@ -684,12 +645,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if getattr(exc, "requeue", False):
             # The broker hands the message back; its next start records a new submission.
             setattr(self.request, _DONE, True)
-            res = _jobbers(self).store.step(
-                self.request.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
-                worker=self._worker(), reason="rejected with requeue",
-                wid=liveness.worker_id(), name=self.name,
-            )
-            self._ended(res, metrics.STATUS_RESUBMITTED)
+            _jobbers(self).recorder.requeue(self._run(), reason="rejected with requeue")
         else:
             why = getattr(exc, "reason", None)
             cause = why if isinstance(why, BaseException) else RuntimeError(f"rejected: {why!r}")
@@ -736,23 +692,21 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             raise error
         delay = self._retry_delay(n, eta, countdown)
         sig = self.signature_from_request(req, args, kwargs, retries=n, **options)
-        err = {**self._pending_checkpoint(),
-               **(lifecycle.error_fields(exc) if exc is not None else {})}
+        fields = {**self._pending_checkpoint(),
+                  **(error_fields(exc) if exc is not None else {}), "retries": str(n)}
         setattr(req, _DONE, True)
-        store = _jobbers(self).store
+        jobbers = _jobbers(self)
         reason = f"retry {n}" + (f" of {limit}" if limit is not None else "")
+        version = self.jobbers_options.version
+        when: datetime | None = None
         if delay > 0:
             data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
-            res = self._terminal(lambda: store.step(
-                req.id, S.SCHEDULED, sources=(S.STARTED,), fence=self.attempt,
-                worker=self._worker(), reason=reason, delay_ms=round(delay * 1000),
-                set_fields={**err, "msg": payload.dumps(data), "retries": str(n)},
-                wid=liveness.worker_id(), name=self.name, cancellable=True,
-            ))
-            self._retried(res)
-            when: Any = datetime.now(UTC) + timedelta(seconds=delay)
+            fields["msg"] = payload.dumps(data)
+            res = jobbers.recorder.retry_later(
+                self._run(), reason=reason, delay_ms=round(delay * 1000), fields=fields,
+                version=version, guard=self._terminal)
+            when = datetime.now(UTC) + timedelta(seconds=delay)
         else:
-            fields = {**err, "retries": str(n)}
             try:
                 data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
                 fields["msg"] = payload.dumps(data)
@@ -760,17 +714,11 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 pass  # not JSON: the record keeps the payload it had
             # the publish lease: should this process die before publishing, a scheduler
             # publishes the recorded payload once the lease expires
-            res = self._terminal(lambda: store.step(
-                req.id, S.UNSUBMITTED, sources=(S.STARTED,), fence=self.attempt,
-                worker=self._worker(), reason=reason, set_fields=fields,
-                wid=liveness.worker_id(), name=self.name, cancellable=True,
-                lease_ms=self._publish_lease_ms(_jobbers(self)),
-            ))
-            self._retried(res)
+            res = jobbers.recorder.retry_now(self._run(), reason=reason, fields=fields,
+                                             version=version, guard=self._terminal)
             if res.applied and res.state is S.UNSUBMITTED:
-                sig.apply_async()  # records unsubmitted -> submitted on publish
-                store.confirm_published([req.id])
-            when = None
+                # records unsubmitted -> submitted on publish
+                jobbers.publisher.republish_signature(sig, leased=req.id)
         if not res.applied:
             log.warning("retry of %s[%s] attempt %s not recorded: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
@@ -781,12 +729,6 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if throw:
             raise retry
         return retry
-
-    def _retried(self, res: Any) -> None:
-        self._ended(res, metrics.STATUS_RETRIED)
-        if res.applied and res.state is not S.CANCELLED:
-            queue = (getattr(self.request, _METRICS, None) or (None,))[0]
-            metrics.retried(self.name, self.jobbers_options.version, queue)
 
     def _retry_delay(self, n: int, eta: datetime | None, countdown: float | None) -> float:
         opts = self.jobbers_options
@@ -800,94 +742,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         return compute_delay(opts.backoff_strategy, opts.retry_delay, n, opts.max_retry_delay)
 
 
-class _Beat:
-    """The heartbeat state of one running attempt, kept on its request: when the next
-    heartbeat may be sent, and the values throttled calls left to send with it."""
-
-    __slots__ = ("ckpt", "due", "gap", "progress", "stops")
-
-    def __init__(self, gap: float, stops: bool) -> None:
-        self.due = -math.inf  # calls before this monotonic time are throttled: not the first
-        self.gap = gap
-        self.stops = stops  # on_shutdown is stop or resubmit: a shutdown raises at a call
-        self.progress: Any = None  # pending, not sent yet: see _snapshot; None: nothing
-        self.ckpt: Any = None
-
-
-class _Encoded:
-    """A pending heartbeat value already encoded as JSON (to tell it from a string value)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
-#: Types whose values cannot change after ``heartbeat()`` returns: kept as passed.
-_IMMUTABLE = frozenset({int, float, str, bool, type(None)})
-
-
-def _snapshot(what: str, value: Any, limit: int) -> Any:
-    """The value ``heartbeat()`` keeps until it is sent: the value as passed, even if the
-    task changes it after the call. A number, string or ``None`` is kept as it is; a dict,
-    list or tuple of those is copied (one level, cheap); anything else is encoded now (and
-    so checked now)."""
-    kind = type(value)
-    if kind is dict or kind is list or kind is tuple:
-        for item in value.values() if kind is dict else value:
-            if type(item) not in _IMMUTABLE:
-                break
-        else:  # numbers and strings only: a shallow copy is the value as passed
-            return value if kind is tuple else value.copy()
-    elif kind in _IMMUTABLE:
-        return value
-    return _Encoded(_encode(what, value, limit))
-
-
-def _encoded(what: str, value: Any, limit: int) -> str:
-    """A pending value (not ``None``) as JSON."""
-    if type(value) is _Encoded:
-        return value.text
-    return _encode(what, value, limit)
-
-
-def _request_getter(stack: Any) -> Callable[[], Any]:
-    """A function returning the top of Celery's request ``stack`` in this thread (the
-    request the task runs under), or ``None``: ``stack.top``, at a fraction of its cost.
-
-    ``Task.request`` reads the stack through ``celery.utils.threads.Local``, whose every
-    read costs ~0.7 us (a failed attribute lookup, then ``__getattr__``): more than the
-    whole throttled heartbeat. For the stack Celery uses by default this reads the same
-    storage directly. With any other stack (``USE_FAST_LOCALS``, another Celery version)
-    it is the public ``stack.top``. ``heartbeat()`` checks the result against
-    ``self.request`` once per attempt and falls back to ``stack.top`` should they differ.
-    """
-    threads = importlib.import_module("celery.utils.threads")
-    local = getattr(stack, "_local", None)
-    storage = getattr(local, "__storage__", None) if local is not None else None
-    ident = getattr(local, "__ident_func__", None) if local is not None else None
-    if (type(stack) is getattr(threads, "_LocalStack", None)
-            and type(local) is getattr(threads, "Local", None)
-            and type(storage) is dict and callable(ident)):
-
-        def top() -> Any:
-            try:
-                return storage[ident()]["stack"][-1]
-            except (KeyError, IndexError):
-                return None
-
-        return top
-    return lambda: stack.top
-
-
-def _encode(what: str, value: Any, limit: int) -> str:
-    try:
-        text = payload.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"heartbeat {what} must be JSON-serializable: {exc}") from exc
-    size = len(text.encode())
-    if size > limit:
-        raise CheckpointTooLarge(
-            f"heartbeat {what} is {size} bytes as JSON; the limit is {limit} bytes: store "
-            f"large state elsewhere and checkpoint a reference to it")
-    return text
+def _id(req: Any) -> str:
+    """The id of a tracked task's request (always set: see ``_tracked``)."""
+    task_id: str = req.id
+    return task_id

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from jobbers_celery.store.base import Claimed, Heartbeat, ResultWrite, StepResult
+from jobbers_celery.store.base import (
+    CancelOutcome,
+    Claimed,
+    CleanerScan,
+    Heartbeat,
+    ResultWrite,
+    StallVerdict,
+    StepResult,
+)
 from jobbers_celery.store.keys import Keys
 from jobbers_celery.store.redis import UNREACHABLE, RedisStore, WritesRefused, is_outage
 
-__all__ = ["UNREACHABLE", "Claimed", "Heartbeat", "Keys", "RedisStore", "ResultWrite",
-           "StepResult", "WritesRefused", "is_outage"]
+__all__ = ["UNREACHABLE", "CancelOutcome", "Claimed", "CleanerScan", "Heartbeat", "Keys",
+           "RedisStore", "ResultWrite", "StallVerdict", "StepResult", "WritesRefused", "is_outage"]

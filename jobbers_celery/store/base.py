@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from jobbers_celery.states import TaskState
 
-__all__ = ["Claimed", "Heartbeat", "ResultWrite", "StepResult"]
+__all__ = ["CancelOutcome", "Claimed", "CleanerScan", "Heartbeat", "ResultWrite", "StallVerdict",
+           "StepResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +75,40 @@ class Heartbeat:
     state: str | None = None
     attempt: int | None = None
     delivered: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerScan:
+    """What one cleaner pass must judge (``cleaner_due.lua``), by the Redis clock ``now_ms``:
+    the tasks past their heartbeat deadline (``hb``), the worker incarnations not seen for
+    ``worker_lost_after`` (``dead``), the stale cancellation requests to tidy (``cancel``),
+    and when the last store outage or pause ended (``resumed_at_ms``, 0 if none)."""
+
+    now_ms: int
+    hb: list[str]
+    dead: list[str]
+    cancel: list[str]
+    resumed_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StallVerdict:
+    """What ``stall.lua`` decided about a batch of candidates: the tasks it resubmitted
+    (``recovered``) and the ones it ended for good (``dead``), each the record fields the
+    cleaner needs (``id``, ``name``, ``queue``, ``msg``, ``retries``, ``now``, ...), how
+    many it stalled, and how many it left alone (``kept``)."""
+
+    recovered: list[dict[str, str]]
+    dead: list[dict[str, str]]
+    stalled: int
+    kept: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    """What ``cancel`` did: ``outcome`` is ``cancelled`` (at once), ``requested`` (a
+    started task stops at its next heartbeat) or ``no`` (unknown or finished); ``previous``
+    is the state it found."""
+
+    outcome: str
+    previous: str

@@ -22,7 +22,15 @@ from redis.commands.core import Script
 
 from jobbers_celery.records import ErrorInfo, TaskRecord, Transition, from_ms
 from jobbers_celery.states import RESUBMITTABLE, TERMINAL, TaskState, allowed_from
-from jobbers_celery.store.base import Claimed, Heartbeat, ResultWrite, StepResult
+from jobbers_celery.store.base import (
+    CancelOutcome,
+    Claimed,
+    CleanerScan,
+    Heartbeat,
+    ResultWrite,
+    StallVerdict,
+    StepResult,
+)
 from jobbers_celery.store.fastcall import FastScript, WritesRefused, as_refusal, without_shebang
 from jobbers_celery.store.keys import STATE_ORDER, Keys
 
@@ -37,6 +45,13 @@ _EXPIRY_SLACK_S = 3600
 _PURGE_BATCH = 500
 #: How many index entries a filtered ``tasks()`` call examines at most.
 _MAX_EXAMINED = 10_000
+#: The fixed shapes of the typed transitions (worked out once, not per step).
+_FROM_STARTED = (TaskState.STARTED,)
+_FROM_SUBMITTED = (TaskState.SUBMITTED,)
+_START_TARGETS = frozenset({TaskState.STARTED, TaskState.CANCELLED})
+_CAPPED_START_TARGETS = _START_TARGETS | {TaskState.SCHEDULED}
+_COMPLETED = frozenset({TaskState.COMPLETED})
+_START_RETURNS = ("ckpt", "queue")
 
 
 #: Script flags (Redis >= 7) of the scripts that must run when Redis refuses writes:
@@ -80,6 +95,11 @@ def _maybe_json(raw: str | None) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw
+
+
+def _ids(raw: Any) -> list[Any]:
+    """A list from a script's JSON (cjson encodes an empty list as ``{}``)."""
+    return list(raw) if isinstance(raw, list) else []
 
 
 def _int(raw: str | None, default: int = 0) -> int:
@@ -182,6 +202,140 @@ class RedisStore:
         return [*self._fixed_keys, k.worker_tasks(wid or ""), k.concurrency(name or ""),
                 self._workers_key, *cached[0]], cached[1]
 
+    # One method per kind of transition, typed: what jobbers' recorder calls. Each builds
+    # the spec ``transition.lua``/``complete.lua`` reads (the same keys, the same encoding
+    # as the general form :meth:`step`, which tests and tools use) and runs it in one round
+    # trip through ``FastScript``; the key layout of each shape is worked out once.
+    def submit(
+        self,
+        task_id: str,
+        *,
+        sources: Iterable[TaskState],
+        reason: str,
+        name: str | None = None,
+        create: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
+        delete: Sequence[str] = (),
+        lease_ms: int | None = None,
+        ret: Sequence[str] = (),
+    ) -> StepResult:
+        """``-> submitted`` from ``sources``: a publish (``create`` makes the record if
+        missing), a worker's late record of one, or a resubmit (``lease_ms``: a publish
+        lease the publisher confirms)."""
+        return self.step(task_id, TaskState.SUBMITTED, sources=sources, create=create,
+                         set_fields=fields, delete=delete, lease_ms=lease_ms, reason=reason,
+                         ret=ret, name=name)
+
+    def start(
+        self,
+        task_id: str,
+        *,
+        name: str,
+        worker: str | None,
+        wid: str,
+        heartbeat_ms: int | None,
+        cap: int | None,
+        lease_cap_ms: int,
+        defer_ms: int,
+        fields: dict[str, str],
+    ) -> StepResult:
+        """``submitted -> started`` by worker incarnation ``wid`` (or ``scheduled``, past a
+        ``cap`` of running tasks of this name, deferred ``defer_ms``; or ``cancelled`` if a
+        cancellation is pending). Returns the record's ``ckpt`` and ``queue``."""
+        src_list, src = self._sources(TaskState.STARTED, None)
+        spec: dict[str, Any] = {"id": task_id, "to": "started", "from": src_list,
+                                "ttl": self.retention_s + _EXPIRY_SLACK_S}
+        if fields:
+            spec["set"] = fields
+        spec["start"] = True
+        if wid:
+            spec["wid"] = wid
+            if self._registered != (os.getpid(), wid):
+                spec["reg"] = True  # its first start here: enter it in the workers set
+        if heartbeat_ms:
+            spec["hb_ms"] = int(heartbeat_ms)
+        targets = _START_TARGETS
+        if cap:
+            spec.update(cap=int(cap), lease_cap_ms=int(lease_cap_ms), defer_ms=int(defer_ms))
+            targets = _CAPPED_START_TARGETS
+        spec["cancellable"] = True
+        if worker:
+            spec["worker"] = worker
+        spec["ret"] = list(_START_RETURNS)
+        return self._run(task_id, TaskState.STARTED, src | targets, spec, wid, name, None,
+                         None, _START_RETURNS, None, False)
+
+    def complete(
+        self,
+        task_id: str,
+        fence: int,
+        *,
+        name: str,
+        worker: str | None,
+        wid: str,
+        fields: dict[str, str],
+        delete: Sequence[str],
+        write_result: ResultWrite | None,
+    ) -> StepResult:
+        """``started -> completed`` of attempt ``fence``, dropping the ``delete`` fields;
+        ``write_result``: Celery's result written by the same script, only if it applies
+        (:attr:`StepResult.result_written`)."""
+        src_list, src = self._sources(TaskState.COMPLETED, _FROM_STARTED)
+        spec: dict[str, Any] = {"id": task_id, "to": "completed", "from": src_list,
+                                "ttl": self.retention_s + _EXPIRY_SLACK_S, "fence": fence}
+        if fields:
+            spec["set"] = fields
+        if delete:
+            spec["del"] = list(delete)
+        if worker:
+            spec["worker"] = worker
+        return self._run(task_id, TaskState.COMPLETED, src | _COMPLETED, spec, wid, name,
+                         None, write_result, (), fence, False)
+
+    def end(
+        self,
+        task_id: str,
+        to: TaskState,
+        *,
+        fence: int | None = None,
+        wid_fence: str | None = None,
+        wid: str,
+        name: str,
+        worker: str | None,
+        reason: str,
+        fields: dict[str, str] | None = None,
+        ret: Sequence[str] = (),
+        cancellable: bool = False,
+        cancel_reason: str | None = None,
+        delay_ms: int | None = None,
+        lease_ms: int | None = None,
+        expect_refusal: bool = False,
+    ) -> StepResult:
+        """``started -> to`` (failed, cancelled, stalled, scheduled after ``delay_ms``, or
+        unsubmitted, with a publish lease ``lease_ms``) of the attempt ``fence`` (in the
+        pool) or of whichever attempt worker incarnation ``wid_fence`` runs (its main
+        process). ``cancellable``: a pending cancellation ends it ``cancelled`` instead."""
+        return self.step(task_id, to, sources=_FROM_STARTED, fence=fence, wid_fence=wid_fence,
+                         set_fields=fields, wid=wid, cancellable=cancellable,
+                         cancel_reason=cancel_reason, delay_ms=delay_ms, lease_ms=lease_ms,
+                         worker=worker, reason=reason, ret=ret, name=name,
+                         expect_refusal=expect_refusal)
+
+    def unstarted(
+        self,
+        task_id: str,
+        to: TaskState,
+        *,
+        reason: str,
+        worker: str | None = None,
+        fields: dict[str, str] | None = None,
+        ret: Sequence[str] = (),
+    ) -> StepResult:
+        """``submitted -> to`` of a message that is not run here: ``dropped`` (counts an
+        attempt, so that its dead letter has its own attempt number) or ``cancelled``."""
+        return self.step(task_id, to, sources=_FROM_SUBMITTED, set_fields=fields,
+                         bump=to is TaskState.DROPPED, worker=worker, reason=reason, ret=ret)
+
     def step(
         self,
         task_id: str,
@@ -211,16 +365,16 @@ class RedisStore:
         write_result: ResultWrite | None = None,
         expect_refusal: bool = False,
     ) -> StepResult:
-        """Apply ``-> to`` atomically if the task is in one of ``sources`` (default: the table).
+        """The general form of a step, every option at hand: for tests and tools that set
+        up records; jobbers itself calls the typed transitions above (through its recorder).
 
-        ``sources`` may narrow the table's sources, never widen them. ``wid`` is the worker
-        incarnation taking part (the one starting the task, or the one it ran on); ``name``
-        is the task name, needed with ``cap`` and whenever a capped task leaves ``started``.
-        With ``cancellable`` (or ``cap``) the step may end elsewhere than ``to``: read
-        :attr:`StepResult.state`. ``write_result``: also write Celery's result in the same
-        script if (and only if) the step applies, so that the record and the result never
-        disagree and the write costs no round trip of its own
-        (:attr:`StepResult.result_written` says whether it was written). ``expect_refusal``: a refusal
+        Applies ``-> to`` atomically if the task is in one of ``sources`` (default: the
+        table). ``sources`` may narrow the table's sources, never widen them. ``wid`` is the
+        worker incarnation taking part (the one starting the task, or the one it ran on);
+        ``name`` is the task name, needed with ``cap`` and whenever a capped task leaves
+        ``started``. With ``cancellable`` (or ``cap``) the step may end elsewhere than
+        ``to``: read :attr:`StepResult.state`. ``write_result``: also write Celery's result
+        in the same script if (and only if) the step applies. ``expect_refusal``: a refusal
         is routine for this caller (logged at debug, still counted). ``bump``: count an
         attempt without starting (drops), so each dead letter has its own attempt number.
         """
@@ -271,7 +425,18 @@ class RedisStore:
             spec["reason"] = reason
         if ret:
             spec["ret"] = list(ret)
-        keys, states = self._shared_keys(src.union(targets), wid, name)
+        return self._run(task_id, to, src.union(targets), spec, wid, name, create,
+                         write_result, ret, fence, expect_refusal)
+
+    def _run(
+        self, task_id: str, to: TaskState, states: frozenset[TaskState] | set[TaskState],
+        spec: dict[str, Any], wid: str | None, name: str | None,
+        create: dict[str, str] | None, write_result: ResultWrite | None, ret: Sequence[str],
+        fence: int | None, expect_refusal: bool,
+    ) -> StepResult:
+        """Run the step ``spec`` (one round trip): the keys of ``states``' indexes, the
+        record, and what ``create``/``write_result`` need."""
+        keys, layout = self._shared_keys(states, wid, name)
         keys.append(self.keys.task(task_id))
         if create is not None:
             keys += [self.keys.name_index(name or ""), self.keys.epoch]
@@ -280,13 +445,13 @@ class RedisStore:
                 raise ValueError("a step that writes a result cannot create the record")
             keys.append(write_result.key)
             db = "" if write_result.db is None else str(write_result.db)
-            raw = self._complete(keys, [states, _json(spec), write_result.value,
+            raw = self._complete(keys, [layout, _json(spec), write_result.value,
                                         str(write_result.expires), db])
             result = self._step_result(task_id, to, raw[:-1], ret, fence, expect_refusal)
             if int(raw[-1]):
                 result = dataclasses.replace(result, result_written=True)
         else:
-            raw = self._transition(keys, [states, _json(spec)])
+            raw = self._transition(keys, [layout, _json(spec)])
             result = self._step_result(task_id, to, raw, ret, fence, expect_refusal)
         if spec.get("reg") and result.applied:
             self._registered = (os.getpid(), str(wid))
@@ -391,8 +556,8 @@ class RedisStore:
         reason: str,
         terminate_ms: int | None = None,
         set_fields: dict[str, str] | None = None,
-    ) -> tuple[str, str]:
-        """Cancel or flag a task. Returns (``cancelled``/``requested``/``no``, prior state)."""
+    ) -> CancelOutcome:
+        """Cancel or flag a task (see :class:`CancelOutcome`)."""
         S = TaskState
         keys, states = self._shared_keys((S.SUBMITTED, S.SCHEDULED, S.STARTED, S.CANCELLED))
         keys += [self.keys.task(task_id), self.keys.cancelling]
@@ -403,7 +568,7 @@ class RedisStore:
         if set_fields:
             spec["set"] = set_fields
         outcome, previous = self._scripts["cancel"](keys=keys, args=[states, _json(spec)])
-        return str(outcome), str(previous)
+        return CancelOutcome(str(outcome), str(previous))
 
     def alive(
         self, wid: str, gaps: tuple[int, int], leases: Sequence[tuple[str, str]],
@@ -425,7 +590,7 @@ class RedisStore:
         return Alive([str(x) for x in raw[1] or ()], [str(x) for x in raw[2] or ()])
 
     # ------------------------------------------------------------------ cleaner
-    def cleaner_due(self, gaps: tuple[int, int], lost_ms: int, limit: int) -> dict[str, Any]:
+    def cleaner_due(self, gaps: tuple[int, int], lost_ms: int, limit: int) -> CleanerScan:
         """Ids and incarnations one cleaner pass must judge (see cleaner_due.lua; index ranges only, never a keyspace scan)."""
         k = self.keys
         raw = self._scripts["cleaner_due"](
@@ -434,9 +599,9 @@ class RedisStore:
                          "limit": limit})],
         )
         out: dict[str, Any] = json.loads(raw)
-        for key in ("hb", "dead", "cancel"):  # cjson encodes an empty list as {}
-            out[key] = list(out[key]) if isinstance(out[key], list) else []
-        return out
+        return CleanerScan(now_ms=int(out["now"]), hb=_ids(out["hb"]), dead=_ids(out["dead"]),
+                           cancel=_ids(out["cancel"]),
+                           resumed_at_ms=int(out.get("resumed_at") or 0))
 
     def worker_tasks(self, wids: Sequence[str], limit: int) -> dict[str, list[str]]:
         """The tasks each worker incarnation started and did not finish, oldest first."""
@@ -481,7 +646,7 @@ class RedisStore:
         lost_ms: int,
         lease_ms: int,
         forget: Sequence[str] = (),
-    ) -> dict[str, Any]:
+    ) -> StallVerdict:
         """Judge ``(task id, kind, worker incarnation, task name)`` candidates (stall.lua)."""
         S = TaskState
         keys, states = self._shared_keys((S.STARTED, S.STALLED, S.SUBMITTED))
@@ -501,9 +666,8 @@ class RedisStore:
             spec["items"] = []
         out: dict[str, Any] = json.loads(
             self._scripts["stall"](keys=keys, args=[states, _json(spec)]))
-        for key in ("recovered", "dead"):
-            out[key] = list(out[key]) if isinstance(out[key], list) else []
-        return out
+        return StallVerdict(recovered=_ids(out["recovered"]), dead=_ids(out["dead"]),
+                            stalled=int(out["stalled"]), kept=int(out["kept"]))
 
     def tidy_cancelling(self, ids: Sequence[str]) -> None:
         if ids:
@@ -569,8 +733,8 @@ class RedisStore:
                     if not purged:
                         terminal.append(task_id)
                 elif state in (TaskState.SUBMITTED, TaskState.SCHEDULED):
-                    outcome, _ = self.cancel(task_id, "purged", set_fields={"purged": "1"})
-                    (cancelled if outcome == "cancelled" else skipped).append(task_id)
+                    done = self.cancel(task_id, "purged", set_fields={"purged": "1"})
+                    (cancelled if done.outcome == "cancelled" else skipped).append(task_id)
                 else:
                     skipped.append(task_id)
             if gone:

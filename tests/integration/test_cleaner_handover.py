@@ -3,7 +3,8 @@ workers' schedulers: the pass stays short, and every recovered task still runs o
 
 from __future__ import annotations
 
-from jobbers_celery import TaskState, cleaner
+from jobbers_celery import TaskState
+from jobbers_celery.cleaner import Cleaner
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import wait_state
 from tests.integration.stall_helpers import fabricate, ticking
@@ -15,14 +16,15 @@ def test_recovered_tasks_beyond_the_publish_budget_are_published_by_worker_sched
         proj, worker_factory, monkeypatch):
     jobbers = proj.jobbers
     store = jobbers.store
-    monkeypatch.setattr(cleaner, "PUBLISH_BUDGET_S", 0.0)  # hand everything over
     ids = [f"handover-{i:02d}" for i in range(40)]
     with ticking(store) as wid:
         fabricate(store, ids, wid=wid, hb_ms=1, srec=1)  # heartbeat overdue at once
         done_ms = store.now_ms()
         wait_for(lambda: store.now_ms() > done_ms + 2, timeout=5, interval=0.001,
                  message="the 1 ms heartbeat deadlines to pass (Redis clock)")
-        report = jobbers.clean()
+        # a publish budget of 0: hand everything over
+        report = Cleaner(store, jobbers.config, jobbers.recorder, jobbers.publisher,
+                         publish_budget_s=0.0).run(by="clean()")
     assert report.stalled == 40
     assert sorted(report.recovered) == ids
     assert store.client.llen("celery") == 0  # nothing published by the pass itself

@@ -25,8 +25,8 @@ from redis.backoff import NoBackoff
 from redis.connection import AbstractConnection
 from redis.retry import Retry
 
-from jobbers_celery import TaskState, cleaner, sinks
-from jobbers_celery.cleaner import CleanReport
+from jobbers_celery import TaskState, sinks
+from jobbers_celery.cleaner import Cleaner, CleanReport
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, RedisDeadLetterSink
@@ -412,9 +412,9 @@ def test_cleaner_bounds_a_pass_in_total_over_dead_incarnations(proj, monkeypatch
     stall.lua STALL_CHUNK at a time; the rest waits for later passes, and each dead
     incarnation is forgotten once it has no task left."""
     limit, chunk = 50, 20
-    monkeypatch.setattr(cleaner, "PASS_LIMIT", limit)
-    monkeypatch.setattr(cleaner, "STALL_CHUNK", chunk)
     jobbers: Jobbers = proj.jobbers
+    bounded = Cleaner(jobbers.store, jobbers.config, jobbers.recorder, jobbers.publisher,
+                      pass_limit=limit, stall_chunk=chunk)
     store = jobbers.store
     client = store.client
     dead = [f"dead{w}:1:abc00{w}" for w in range(3)]
@@ -445,7 +445,7 @@ def test_cleaner_bounds_a_pass_in_total_over_dead_incarnations(proj, monkeypatch
         while not reports or reports[-1].examined:
             assert len(reports) < 10, [r.examined for r in reports]
             chunks.clear()
-            reports.append(jobbers.cleaner.run(by="bounded"))
+            reports.append(bounded.run(by="bounded"))
             assert max(chunks, default=0) <= chunk, chunks
             # an incarnation is forgotten once (and only once) it has no task left
             assert remembered() == with_tasks(), (len(reports), remembered(), with_tasks())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import types
+from typing import Any
 
 import pytest
 
@@ -26,9 +27,10 @@ def test_housekeeping_prunes_more_than_one_batch_and_only_once_at_a_time(redis_u
     store = RedisStore.from_url(redis_url, retention=1)
     for i in range(1200):  # more than two prune batches of 500
         _completed(store, f"t{i}")
-    jobbers = types.SimpleNamespace(
-        store=store, dead_letters=types.SimpleNamespace(retry_pending=lambda: 0))
-    first, second = Scheduler(jobbers), Scheduler(jobbers)  # type: ignore[arg-type]
+    dead_letters: Any = types.SimpleNamespace(retry_pending=lambda: 0)
+    config: Any = None  # housekeeping reads no setting
+    first, second = (Scheduler(store, config, None, dead_letters),  # type: ignore[arg-type]
+                     Scheduler(store, config, None, dead_letters))  # type: ignore[arg-type]
     cutoff_passed = store.now_ms() + 1100
     wait_for(lambda: store.now_ms() > cutoff_passed, timeout=5, message="retention to pass")
 
@@ -57,7 +59,7 @@ def test_an_unsubmitted_record_whose_publisher_died_is_published_by_a_scheduler(
     done = res.now_ms
     wait_for(lambda: store.now_ms() > done + 2, timeout=5, interval=0.001,
              message="the 1 ms lease to expire")
-    published, _ = Scheduler(jobbers, "sched@x").run_once()
+    published, _ = jobbers.scheduler("sched@x").run_once()
     assert published == 1
     assert store.get("orphan").state == S.SUBMITTED
     assert store.history("orphan")[-1].reason == "published by a scheduler: its publisher did not"

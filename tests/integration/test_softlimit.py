@@ -47,14 +47,14 @@ def task(proj):
 
 
 def _signal_during(store, monkeypatch, to_state):
-    original = store.step
+    original = store._run  # every kind of step goes through it
 
-    def step(task_id, to, **kw):
+    def run(task_id, to, *args):
         if to is to_state:
             os.kill(os.getpid(), signal.SIGUSR1)  # the limit fires mid-step
-        return original(task_id, to, **kw)
+        return original(task_id, to, *args)
 
-    monkeypatch.setattr(store, "step", step)
+    monkeypatch.setattr(store, "_run", run)
 
 
 def _run(proj, task):

@@ -30,10 +30,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from jobbers_celery import TaskState, cleaner
-from jobbers_celery.cleaner import CleanReport
+from jobbers_celery import TaskState
+from jobbers_celery.cleaner import Cleaner, CleanReport
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.scheduler import Scheduler
 from tests.conftest import ROOT, subprocess_env, wait_for
 from tests.integration.beat_helpers import Beat
 from tests.integration.lifecycle_helpers import (
@@ -276,7 +275,6 @@ def drain(jobbers: Jobbers, by: str) -> list[CleanReport]:
 
 def test_two_cleaners_over_500_stale_tasks_recover_each_exactly_once(proj, monkeypatch):
     # 100 candidates of each kind per pass: the two cleaners' passes interleave
-    monkeypatch.setattr(cleaner, "PASS_LIMIT", 100)
     store = proj.jobbers.store
     client = store.client
     n = 250
@@ -284,6 +282,9 @@ def test_two_cleaners_over_500_stale_tasks_recover_each_exactly_once(proj, monke
     by_worker = [f"wk-{i:03d}" for i in range(n)]
     dead_wid = "dead:1:abc"
     cleaners = [Jobbers(proj.app, proj.jobbers.config) for _ in range(2)]
+    for j in (*cleaners, proj.jobbers):
+        monkeypatch.setattr(j, "cleaner", Cleaner(j.store, j.config, j.recorder, j.publisher,
+                                                  pass_limit=100))
     try:
         with ticking(store) as live_wid:
             # heartbeat deadlines (1 ms) pass at once; the dead worker was last seen long ago
@@ -324,7 +325,7 @@ def test_two_cleaners_over_500_stale_tasks_recover_each_exactly_once(proj, monke
         assert (raw["state"], raw["attempt"], raw["stalls"]) == ("submitted", "1", "1")
     # republished exactly once each: one broker message per task id (what a pass's publish
     # budget left over goes out with a worker scheduler's poll, run here as a worker would)
-    scheduler = Scheduler(proj.jobbers, "test-scheduler")
+    scheduler = proj.jobbers.scheduler("test-scheduler")
     while scheduler.run_once()[0]:
         pass
     assert client.zcard(store.keys.publishing) == 0
@@ -411,7 +412,9 @@ def test_passes_slower_than_the_outage_gap_still_stall_a_dead_workers_tasks(proj
 def test_cleaner_racing_completions_never_both_win(proj, make_store, monkeypatch):
     store = proj.jobbers.store
     completer = make_store(prefix=proj.jobbers.config.key_prefix)
-    monkeypatch.setattr(cleaner, "PASS_LIMIT", 20)  # many small verdict batches
+    jobbers = proj.jobbers
+    racer = Cleaner(store, jobbers.config, jobbers.recorder, jobbers.publisher,
+                    pass_limit=20)  # many small verdict batches
     outcomes: Counter[str] = Counter()
     with ticking(store) as wid:
         for round_ in range(3):
@@ -431,7 +434,7 @@ def test_cleaner_racing_completions_never_both_win(proj, make_store, monkeypatch
                 while time.monotonic() < deadline and any(
                         s == "started"
                         for s in (store.client.hget(store.keys.task(i), "state") for i in ids)):
-                    proj.jobbers.cleaner.run(by="racer")
+                    racer.run(by="racer")
 
             at_once(complete, clean)
             assert len(completed) == len(ids)

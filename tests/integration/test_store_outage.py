@@ -26,7 +26,7 @@ import pytest
 import redis
 from celery import Celery
 
-from jobbers_celery import TaskState, get_jobbers, install, lifecycle
+from jobbers_celery import TaskState, get_jobbers, install, recorder
 from jobbers_celery.states import TERMINAL
 from jobbers_celery.task import HEADER_GIVEN_BACK
 from tests.conftest import start_worker, wait_for
@@ -328,7 +328,7 @@ def _given_back(proj: Any, header: str) -> tuple[Any, str]:
                       create={"name": "proj.add", "queue": "celery"}, name="proj.add").applied
     assert store.step(task_id, S.STARTED, start=True, wid="ghost:1:aaaaaa",
                       worker="ghost@localhost").applied
-    with lifecycle.unrecorded_publish():
+    with recorder.unrecorded_publish():
         proj.add.apply_async((2, 3), task_id=task_id, ignore_result=True,
                              headers={HEADER_GIVEN_BACK: header})
     return jobbers, task_id

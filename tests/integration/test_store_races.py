@@ -215,7 +215,8 @@ def test_two_scheduler_run_once_loops_publish_each_task_once(make_store) -> None
 
     def runner(name: str) -> Callable[[threading.Barrier], list[str]]:
         jobbers = SimpleNamespace(store=make_store(), config=SimpleNamespace(publish_lease=60))
-        sched = _RecordingScheduler(jobbers, worker_name=name)  # type: ignore[arg-type]
+        sched = _RecordingScheduler(jobbers.store, jobbers.config,  # type: ignore[arg-type]
+                                    None, worker_name=name)
         sched.published = []
 
         def loop(_: threading.Barrier) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobbers_celery import TaskState
+from jobbers_celery.runtime import scheduler_thread
 from jobbers_celery.scheduler import Scheduler
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import (
@@ -151,8 +152,10 @@ def test_a_fork_waits_for_the_running_scheduler_pass(proj):
         def housekeeping(self) -> int:
             return 0
 
-    scheduler = SlowPass(proj.jobbers, "test")
-    scheduler.start()
+    jobbers = proj.jobbers
+    scheduler = scheduler_thread(SlowPass(jobbers.store, jobbers.config, jobbers.publisher,
+                                          worker_name="test"))
+    scheduler.start()  # the fork hook is registered when the first such thread starts
     try:
         assert entered.wait(5)
         timer = threading.Timer(0.3, release.set)

@@ -26,13 +26,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "jobbers_celery"
 @pytest.fixture
 def reader() -> Iterator[InMemoryMetricReader]:
     """A private provider (the global one stays untouched); no gauges watched but ours."""
-    saved = metrics._watched[:]
-    metrics._watched.clear()
+    saved = metrics._sources
+    metrics._sources = tuple
     found = InMemoryMetricReader()
     metrics.set_meter_provider(MeterProvider(metric_readers=[found]))
     yield found
     metrics.set_meter_provider(None)
-    metrics._watched[:] = saved
+    metrics._sources = saved
 
 
 def collect(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], Any]]]:
@@ -176,7 +176,7 @@ class FakeJobbers:
 
 def test_the_lease_holder_reports_the_gauges(reader):
     jobbers = FakeJobbers(holder=True, sink=SizedSink())
-    metrics.watch(jobbers)  # type: ignore[arg-type]
+    metrics.watch(lambda: [jobbers])  # type: ignore[list-item]
     got = collect(reader)
     assert {a["state"]: v for a, v in got["tasks_in_state"]} == {
         state.value: n for n, state in enumerate(TaskState)}
@@ -191,7 +191,7 @@ def test_the_lease_holder_reports_the_gauges(reader):
 
 def test_other_processes_report_no_gauges(reader):
     jobbers = FakeJobbers(holder=False, sink=SizedSink())
-    metrics.watch(jobbers)  # type: ignore[arg-type]
+    metrics.watch(lambda: [jobbers])  # type: ignore[list-item]
     got = collect(reader)
     assert not set(got) & set(metrics.GAUGES)
     assert len(jobbers.store.leases) == 1
@@ -201,7 +201,7 @@ def test_no_dead_letter_gauge_for_a_sink_without_size(reader):
     assert isinstance(SizedSink(), SizedDeadLetterSink)
     assert callable(getattr(RedisDeadLetterSink, "size", None))
     jobbers = FakeJobbers(holder=True, sink=PlainSink())
-    metrics.watch(jobbers)  # type: ignore[arg-type]  # watched by a weak reference
+    metrics.watch(lambda: [jobbers])  # type: ignore[list-item]
     got = collect(reader)
     assert "dead_letter_queue_size" not in got
     assert "tasks_in_state" in got
@@ -210,7 +210,7 @@ def test_no_dead_letter_gauge_for_a_sink_without_size(reader):
 
 def test_a_forked_child_asks_for_the_lease_with_its_own_token(reader, monkeypatch):
     jobbers = FakeJobbers(holder=True, sink=PlainSink())
-    metrics.watch(jobbers)  # type: ignore[arg-type]
+    metrics.watch(lambda: [jobbers])  # type: ignore[list-item]
     collect(reader)
     monkeypatch.setattr("os.getpid", lambda: 4_000_000)
     collect(reader)  # within the cache period, but another process: asks again

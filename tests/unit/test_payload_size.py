@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jobbers_celery import ConfigurationError, JobbersConfig, TaskState, lifecycle
+from jobbers_celery import ConfigurationError, JobbersConfig, TaskState, recorder
 from jobbers_celery.store import StepResult
 
 NAME = "proj.import_catalog"
@@ -21,10 +21,10 @@ class StepRecorder:
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
 
-    def step(self, task_id: str, to: TaskState, **kwargs: Any) -> StepResult:
-        self.steps.append({"task_id": task_id, "to": to, **kwargs})
+    def submit(self, task_id: str, **kwargs: Any) -> StepResult:
+        self.steps.append({"task_id": task_id, "to": TaskState.SUBMITTED, **kwargs})
         return StepResult(applied=True, previous="missing", now_ms=1_000, attempt=0,
-                          state=to, epoch="e1")
+                          state=TaskState.SUBMITTED, epoch="e1")
 
     def epoch(self, max_age: float = 0.0) -> str:
         return "e1"
@@ -33,11 +33,13 @@ class StepRecorder:
 def _jobbers(**conf: Any) -> Any:
     config = JobbersConfig.from_mapping({f"jobbers_{k}": v for k, v in conf.items()},
                                         "redis://127.0.0.1:1/0")
-    return SimpleNamespace(config=config, store=StepRecorder())
+    store: Any = StepRecorder()
+    return SimpleNamespace(config=config, store=store, recorder=recorder.Recorder(
+        store, SimpleNamespace(), payload_warn_bytes=config.payload_warn_bytes))  # type: ignore[arg-type]
 
 
 def _publish(jobbers: Any, args: list[Any], task_id: str = "t-1", **headers: Any) -> None:
-    lifecycle.on_publish(jobbers, NAME, {"id": task_id, **headers}, (args, {}, {}), "",
+    jobbers.recorder.publish(NAME, {"id": task_id, **headers}, (args, {}, {}), "",
                          "celery", {}, version=None, dead_letter=True)
 
 
@@ -61,7 +63,7 @@ def test_a_payload_above_the_threshold_warns_once_naming_task_size_and_setting(c
     with caplog.at_level(logging.WARNING, logger="jobbers.lifecycle"):
         _publish(jobbers, ["x" * 2000])
     [message] = _warnings(caplog)
-    stored = jobbers.store.steps[0]["set_fields"]["msg"]
+    stored = jobbers.store.steps[0]["fields"]["msg"]
     assert f"task {NAME}[t-1]" in message
     assert f"is {len(stored)} bytes as JSON" in message
     assert "above jobbers_payload_warn_bytes=1000" in message
@@ -72,10 +74,10 @@ def test_a_payload_at_the_threshold_does_not_warn(caplog):
     jobbers = _jobbers(payload_warn_bytes=1000)
     probe = _jobbers(payload_warn_bytes=1000)
     _publish(probe, [""])
-    overhead = len(probe.store.steps[0]["set_fields"]["msg"])  # the JSON around the argument
+    overhead = len(probe.store.steps[0]["fields"]["msg"])  # the JSON around the argument
     with caplog.at_level(logging.WARNING, logger="jobbers.lifecycle"):
         _publish(jobbers, ["x" * (1000 - overhead)])
-    assert len(jobbers.store.steps[0]["set_fields"]["msg"]) == 1000
+    assert len(jobbers.store.steps[0]["fields"]["msg"]) == 1000
     assert _warnings(caplog) == []
 
 
@@ -83,10 +85,10 @@ def test_retry_publishes_and_internal_publishes_do_not_warn_again(caplog):
     jobbers = _jobbers(payload_warn_bytes=1000)
     with caplog.at_level(logging.WARNING, logger="jobbers.lifecycle"):
         _publish(jobbers, ["x" * 2000], retries=1)  # an immediate retry's publish
-        with lifecycle.internal_publish(5_000):  # a resubmit or the scheduler
+        with recorder.internal_publish(5_000):  # a resubmit or the scheduler
             _publish(jobbers, ["x" * 2000])
     assert _warnings(caplog) == []
-    assert jobbers.store.steps[0]["set_fields"]["retries"] == "1"
+    assert jobbers.store.steps[0]["fields"]["retries"] == "1"
 
 
 def test_zero_never_warns(caplog):
@@ -97,11 +99,11 @@ def test_zero_never_warns(caplog):
 
 
 def test_the_record_keeps_a_cut_error_message():
-    short = lifecycle.error_fields(ValueError("bad row"))
-    assert lifecycle.pl.loads(short["err"]) == {"type": "ValueError", "message": "bad row"}
+    short = recorder.error_fields(ValueError("bad row"))
+    assert recorder.pl.loads(short["err"]) == {"type": "ValueError", "message": "bad row"}
     text = "y" * 50_000
-    err = lifecycle.pl.loads(lifecycle.error_fields(ValueError(text))["err"])
-    limit = lifecycle.ERROR_MESSAGE_MAX_CHARS
+    err = recorder.pl.loads(recorder.error_fields(ValueError(text))["err"])
+    limit = recorder.ERROR_MESSAGE_MAX_CHARS
     assert err["message"] == f"{'y' * limit}... [cut: 50000 characters in all]"
-    assert lifecycle.pl.loads(lifecycle.error_fields(None, text)["err"])["message"] == \
+    assert recorder.pl.loads(recorder.error_fields(None, text)["err"])["message"] == \
         err["message"]

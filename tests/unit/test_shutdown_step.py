@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 from kombu.asynchronous import Hub
 
-from jobbers_celery.shutdown import WAKE_UP_S, ShutdownStep
+from jobbers_celery.runtime import ShutdownStep
+from jobbers_celery.shutdown import WAKE_UP_S
 
 
 def test_the_step_keeps_a_wake_up_timer_in_the_event_loop_while_it_runs() -> None:
