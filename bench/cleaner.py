@@ -17,7 +17,7 @@ copy's own ``sub_at``). A copy made with a template's own times is checked again
 template (fields, field order, encoding, index scores, TTL, ``MEMORY USAGE``) before
 anything is loaded.
 
-Then it runs ``Cleaner(jobbers).run()`` (the real pass) with none stalled, and with
+Then it runs ``jobbers.cleaner.run()`` (the real pass) with none stalled, and with
 1,000 stalled, four ways: heartbeat kind / dead-worker kind, each dead-lettered
 (``max_stall_recoveries`` 0, ``dead_letter_policy=save``, default Redis sink) or
 recovered (``max_stall_recoveries`` 1: republished through Celery to a queue nobody
@@ -599,9 +599,12 @@ class Bench:
     # ------------------------------------------------------------------ passes
     def timed_pass(self) -> dict[str, Any]:
         """One real pass, with the time of each part (store calls wrapped on the instance)."""
+        import copy
+
         from jobbers_celery.cleaner import Cleaner
 
-        cleaner = Cleaner(self.jobbers)
+        j = self.jobbers
+        cleaner = Cleaner(j.store, j.config, j.recorder, j.publisher)
         parts: dict[str, float] = {}
         calls: dict[str, list[float]] = {}
 
@@ -624,7 +627,9 @@ class Bench:
         for m, fn in originals.items():
             setattr(store, m, timed(m, fn))
         cleaner._publish = timed("publish", cleaner._publish)  # type: ignore[method-assign]
-        cleaner._dead_letter = timed("dead_letter", cleaner._dead_letter)  # type: ignore[method-assign]
+        recorder = cleaner.recorder = copy.copy(j.recorder)  # dead letters: timed on a copy
+        recorder.dead_letter_stalled = timed(  # type: ignore[method-assign]
+            "dead_letter", recorder.dead_letter_stalled)
         cmd0 = self.client.info("commandstats")
         rt0 = self.rt.count
         cpu0 = sum(proc_cpu(self.srv.proc.pid))
@@ -719,9 +724,7 @@ class Bench:
             r["published_by_pass"] = self.client.llen(queue) - q0
             # what the pass handed over (its publish budget ran out) goes out with the
             # workers' scheduler polls, as it would in a real deployment: not timed here
-            from jobbers_celery.scheduler import Scheduler
-
-            scheduler = Scheduler(self.jobbers, "bench-scheduler")
+            scheduler = self.jobbers.scheduler("bench-scheduler")
             while scheduler.run_once()[0]:
                 pass
             r["messages_published"] = self.client.llen(queue) - q0
