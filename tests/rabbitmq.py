@@ -103,7 +103,7 @@ class RabbitVhost:
         """Task ids of the messages the queues hold. Ready messages are read without being
         acknowledged (they go back when the channel closes); messages delivered to a
         connected worker and not acknowledged yet count under ``"<unacked>"`` (rabbitmqctl,
-        asked only while a consumer is connected). Replaces test_shutdown's ``broker()``."""
+        asked only while a consumer is connected). Replaces shutdown_cases' ``broker()``."""
         from amqp.exceptions import NotFound
         from kombu import Connection
 

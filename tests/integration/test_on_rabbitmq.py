@@ -1,6 +1,7 @@
 """The broker-dependent paths again, on RabbitMQ (``amqp://`` broker, state in Redis).
 
-The test functions are the Redis-broker ones, called unchanged: only the broker differs.
+The cases are those the Redis-broker tests run (tests/integration/*_cases.py), called with
+the same arguments: only the broker differs.
 Every test here points ``tests.integration.proj`` (this process) and the workers it starts at
 the session's own RabbitMQ vhost (tests/rabbitmq.py), with ``jobbers_redis_url`` on the
 session's private Redis; the test queues are deleted before and after each test.
@@ -21,7 +22,7 @@ Chosen because RabbitMQ behaves differently from Redis there:
 - cancellation (at a heartbeat; ``terminate=True`` through the broker's broadcast; a
   scheduled retry).
 
-test_shutdown's ``broker()`` reads Redis lists; here it is replaced by one that reads the
+shutdown_cases' ``broker()`` reads Redis lists; here it is replaced by one that reads the
 vhost's queues (:meth:`RabbitVhost.held`).
 """
 
@@ -33,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration import test_cancel, test_lifecycle, test_shutdown, test_stalls
+from tests.integration import cancel_cases, lifecycle_cases, shutdown_cases, stall_cases
 from tests.rabbitmq import RabbitVhost, use_broker
 
 pytestmark = [pytest.mark.redis, pytest.mark.worker, pytest.mark.rabbitmq]
@@ -44,7 +45,7 @@ def on_rabbitmq(proj: Any, rabbitmq: RabbitVhost, monkeypatch: pytest.MonkeyPatc
                 tmp_path: Path) -> Iterator[None]:
     """This test's broker is the session's RabbitMQ vhost, emptied before and after."""
     rabbitmq.reset()
-    monkeypatch.setattr(test_shutdown, "broker", rabbitmq.held)
+    monkeypatch.setattr(shutdown_cases, "broker", rabbitmq.held)
     with use_broker(proj.app, rabbitmq.url, monkeypatch):
         yield
     rabbitmq.reset()
@@ -61,25 +62,25 @@ ACKS = pytest.mark.parametrize("acks_late", [False, True], ids=["early_ack", "ac
 
 
 def test_started_then_completed(proj, worker_factory):
-    test_lifecycle.test_started_then_completed_with_timestamps(proj, worker_factory, "prefork")
+    lifecycle_cases.started_then_completed_with_timestamps(proj, worker_factory, "prefork")
 
 
 def test_immediate_retries(proj, worker_factory):
-    test_lifecycle.test_expected_exception_without_delay_retries_immediately(
+    lifecycle_cases.expected_exception_without_delay_retries_immediately(
         proj, worker_factory, "prefork")
 
 
 def test_delayed_retries_wait_in_redis_and_are_republished(proj, worker_factory):
-    test_lifecycle.test_expected_exception_with_delay_waits_in_scheduled(
+    lifecycle_cases.expected_exception_with_delay_waits_in_scheduled(
         proj, worker_factory, "prefork")
 
 
 def test_retries_and_resubmits_stay_on_the_tasks_queue(proj, worker_factory):
-    test_lifecycle.test_retries_and_resubmits_stay_on_the_tasks_queue(proj, worker_factory)
+    lifecycle_cases.retries_and_resubmits_stay_on_the_tasks_queue(proj, worker_factory)
 
 
 def test_duplicate_delivery_runs_the_body_once(proj, worker_factory):
-    test_lifecycle.test_duplicate_delivery_runs_the_body_once(proj, worker_factory, "prefork")
+    lifecycle_cases.duplicate_delivery_runs_the_body_once(proj, worker_factory, "prefork")
 
 
 # ----------------------------------------------------------------------- stall recovery
@@ -89,7 +90,7 @@ def test_duplicate_delivery_runs_the_body_once(proj, worker_factory):
 def test_killed_worker_task_is_stalled_and_resumed_once(proj, worker_factory, monkeypatch,
                                                         tmp_path, acks_late):
     monkeypatch.setenv("PROJ_ACKS_LATE", "1" if acks_late else "0")
-    test_stalls.test_killed_worker_task_is_stalled_and_resumed_once_on_another_worker(
+    stall_cases.killed_worker_task_is_stalled_and_resumed_once_on_another_worker(
         proj, worker_factory, "resumable", "prefork")
     if acks_late:
         # RabbitMQ handed the killed attempt's message to the survivor at once; the record
@@ -105,21 +106,20 @@ def test_killed_worker_task_is_stalled_and_resumed_once(proj, worker_factory, mo
 def test_prefork_sigterm_three_policies_at_once(proj, worker_factory, r, acks_late):
     # The resubmit task runs 1 s: it is interrupted only if the worker notices the SIGTERM
     # at once (an idle amqp event loop used to sleep up to 10 s: ShutdownStep wakes it).
-    test_shutdown.test_prefork_sigterm_three_policies_at_once(proj, worker_factory, r,
-                                                              acks_late)
+    shutdown_cases.prefork_sigterm_three_policies_at_once(proj, worker_factory, r, acks_late)
 
 
 def test_prefork_cold_shutdown_acks_late(proj, worker_factory, r):
-    test_shutdown.test_prefork_cold_shutdown(proj, worker_factory, r, "remap", True)
+    shutdown_cases.prefork_cold_shutdown(proj, worker_factory, r, "remap", True)
 
 
 def test_prefork_sigterm_to_the_process_group_acks_late(proj, worker_factory, r):
-    test_shutdown.test_prefork_sigterm_to_the_process_group(proj, worker_factory, r, True)
+    shutdown_cases.prefork_sigterm_to_the_process_group(proj, worker_factory, r, True)
 
 
 def test_threads_sigterm_applies_the_policy_at_the_next_heartbeat(proj, worker_factory,
                                                                  r):
-    test_shutdown.test_cooperative_pools_apply_the_policy_at_the_next_heartbeat(
+    shutdown_cases.cooperative_pools_apply_the_policy_at_the_next_heartbeat(
         proj, worker_factory, r, "threads", ("stop", "continue", "silent"))
 
 
@@ -127,15 +127,15 @@ def test_threads_sigterm_applies_the_policy_at_the_next_heartbeat(proj, worker_f
 
 
 def test_started_task_ends_cancelled_at_its_next_heartbeat(proj, worker_factory):
-    test_cancel.test_started_task_ends_cancelled_at_its_next_heartbeat(
+    cancel_cases.started_task_ends_cancelled_at_its_next_heartbeat(
         proj, worker_factory, "prefork")
 
 
 def test_terminate_interrupts_a_prefork_task(proj, worker_factory):
-    test_cancel.test_terminate_interrupts_a_prefork_task_that_never_heartbeats(
+    cancel_cases.terminate_interrupts_a_prefork_task_that_never_heartbeats(
         proj, worker_factory)
 
 
 def test_scheduled_task_cancelled_at_once_and_never_republished(proj, worker_factory):
-    test_cancel.test_scheduled_task_cancelled_at_once_and_never_republished(
+    cancel_cases.scheduled_task_cancelled_at_once_and_never_republished(
         proj, worker_factory)

@@ -16,7 +16,6 @@ import dataclasses
 import functools
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -25,7 +24,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from typing import Any, TypeVar
 
 import pytest
@@ -34,6 +32,7 @@ from jobbers_celery import TaskState
 from jobbers_celery.cleaner import Cleaner, CleanReport
 from jobbers_celery.jobbers import Jobbers
 from tests.conftest import ROOT, subprocess_env, wait_for
+from tests.integration import stall_cases
 from tests.integration.beat_helpers import Beat
 from tests.integration.lifecycle_helpers import (
     COMPLETE,
@@ -45,6 +44,14 @@ from tests.integration.lifecycle_helpers import (
     unique,
     wait_state,
 )
+from tests.integration.stall_cases import (
+    HB_REASON,
+    INTERVAL_S,
+    STALL,
+    WORKER_REASON,
+    stop_group,
+    worker_running,
+)
 from tests.integration.stall_helpers import LOST_AFTER_S, fabricate, ticking
 
 T = TypeVar("T")
@@ -52,22 +59,6 @@ T = TypeVar("T")
 pytestmark = [pytest.mark.redis, pytest.mark.worker]
 
 S = TaskState
-
-INTERVAL_S = 1.0         # proj: jobbers_cleaner_interval
-MAX_HB_S = 2.0           # proj.resumable: max_heartbeat_interval
-
-STALL = [(S.STARTED.value, S.STALLED.value), (S.STALLED.value, S.SUBMITTED.value)]
-
-HB_REASON = re.compile(
-    r"^stalled: no heartbeat for (?P<silent>\d+\.\d)s \(max_heartbeat_interval 2\.0s\); "
-    r"last heartbeat (?P<hb>\S+); worker (?P<worker>\S+)$")
-WORKER_REASON = re.compile(
-    r"^stalled: worker (?P<worker>\S+) \((?P<wid>\S+)\) not seen for (?P<silent>\d+\.\d)s, "
-    r"since (?P<seen>\S+) \(jobbers_worker_lost_after 3\.0s\); last heartbeat (?P<hb>\S+)$")
-
-
-def iso_ms(text: str) -> int:
-    return ms(datetime.fromisoformat(text))
 
 
 def at_once(*calls: Callable[[], T]) -> list[T]:
@@ -83,114 +74,13 @@ def at_once(*calls: Callable[[], T]) -> list[T]:
         return [f.result(timeout=120) for f in futures]
 
 
-def worker_running(jobbers: Any, task_id: str, workers: list[Any]) -> Any:
-    record = wait_state(jobbers, task_id, S.STARTED)
-    [worker] = [w for w in workers if w.name == record.worker]
-    return worker
-
-
-def stop_group(worker: Any, sig: int) -> None:
-    os.killpg(worker.proc.pid, sig)
-
-
 # --------------------------------------------------------------------------- 1. SIGKILL
 
 
 @pytest.mark.parametrize(("task", "pool"), [("resumable", "prefork"), ("silent", "threads")])
 def test_killed_worker_task_is_stalled_and_resumed_once_on_another_worker(
         proj, worker_factory, task, pool):
-    """The whole worker is SIGKILLed mid-task. ``resumable`` heartbeats (the verdict may
-    come from its heartbeat deadline or from worker liveness); ``silent`` never does, so
-    only worker liveness finds it. Both are recovered once (max_stall_recoveries=1) and
-    complete on the other worker; ``resumable`` resumes at its checkpoint."""
-    jobbers = proj.jobbers
-    workers = [worker_factory(pool=pool, concurrency=1) for _ in range(2)]
-    key = unique(task)
-    steps = 8
-    with Beat(jobbers) as beat:
-        if task == "resumable":
-            result = proj.resumable.delay(key, steps, 0.5)
-        else:
-            result = proj.silent.delay(key, 2.0)
-        victim = worker_running(jobbers, result.id, workers)
-        [survivor] = [w for w in workers if w is not victim]
-        if task == "resumable":  # a few steps done, checkpoints saved
-            wait_for(lambda: jobbers.store.client.llen(key) >= 3, message="three steps")
-        else:
-            wait_for(lambda: jobbers.store.client.llen(key) >= 1, message="the task body")
-        started = jobbers.get(result.id)
-
-        stop_group(victim, signal.SIGKILL)
-        victim.proc.wait(10)
-        killed_ms = jobbers.store.now_ms()
-
-        wait_for(lambda: transitions(jobbers, result.id, S.STALLED), timeout=15,
-                 message="the stall verdict")
-        done = wait_state(jobbers, result.id, S.COMPLETED, timeout=30, worker=survivor)
-    assert not beat.errors
-
-    [stalled] = transitions(jobbers, result.id, S.STALLED)
-    latency_ms = ms(stalled.at) - killed_ms
-    print(f"\n[{task}/{pool}] kill -> stalled: {latency_ms} ms "
-          f"(bound {LOST_AFTER_S + 2 * INTERVAL_S:.0f} s); {stalled.reason}")
-    assert 0 < latency_ms <= (LOST_AFTER_S + 2 * INTERVAL_S) * 1000
-    assert stalled.attempt == 1
-    assert stalled.worker == victim.name
-
-    # the evidence: which clock ran out, when the task or its worker was last heard of
-    hb = worker_seen = None
-    if (m := HB_REASON.match(stalled.reason or "")) is not None:
-        assert task == "resumable", "silent has no max_heartbeat_interval"
-        hb = iso_ms(m["hb"])
-        assert float(m["silent"]) >= MAX_HB_S  # printed to 0.1 s
-        assert m["worker"] == victim.name
-    else:
-        m = WORKER_REASON.match(stalled.reason or "")
-        assert m is not None, stalled.reason
-        assert m["worker"] == victim.name
-        assert m["wid"].startswith(f"{victim.name}:{victim.proc.pid}:")
-        worker_seen = iso_ms(m["seen"])
-        hb = iso_ms(m["hb"])
-        assert float(m["silent"]) >= LOST_AFTER_S  # printed to 0.1 s
-        # seen alive shortly before the kill: it refreshes every 0.6 s
-        assert killed_ms - 2000 <= worker_seen <= killed_ms
-    if task == "silent":
-        assert worker_seen is not None, "a task without heartbeats is found by liveness"
-        assert hb == ms(started.heartbeat_at)  # the start step stamps it
-    assert ms(started.started_at) <= hb <= killed_ms
-
-    # recovered once, same id, attempt 2 on the survivor, completed
-    assert path(jobbers, result.id) == PUBLISH + START + STALL + START + COMPLETE
-    history = jobbers.history(result.id)
-    assert [t.attempt for t in history] == [0, 1, 1, 1, 2, 2]
-    assert history[3].reason == "stall recovery 1 of 1"
-    assert history[4].worker == survivor.name
-    assert done.attempt == 2
-    assert done.worker == survivor.name
-
-    runs = jobbers.store.client.lrange(key, 0, -1)
-    if task == "resumable":
-        first = [int(r[2:]) for r in runs if r.startswith("1:")]
-        second = [int(r[2:]) for r in runs if r.startswith("2:")]
-        assert len(first) + len(second) == len(runs), runs
-        assert first == list(range(len(first)))
-        # resumed at its checkpoint: the step in flight at the kill is the only one done twice
-        assert second == list(range(second[0], steps))
-        assert second[0] in (len(first) - 1, len(first)), runs
-        assert second[0] >= 2
-        assert done.checkpoint == steps
-        assert result.get(timeout=10) == steps
-        print(f"[{task}/{pool}] runs: {runs}")
-    else:
-        assert [r.split(":", 1)[0] for r in runs] == ["1", "2"], runs
-        assert runs[1].endswith(f":{survivor.name}")
-        assert result.get(timeout=10) == "done"
-
-    # the dead incarnation is forgotten once it has no task left
-    wid = f"{victim.name}:{victim.proc.pid}:"
-    wait_for(lambda: not any(w.startswith(wid) for w in
-                             jobbers.store.client.zrange(jobbers.store.keys.workers, 0, -1)),
-             timeout=10, message="the dead incarnation to be forgotten")
+    stall_cases.killed_worker_task_is_stalled_and_resumed_once_on_another_worker(proj, worker_factory, task, pool)
 
 
 # --------------------------------------------------------------------------- 2. SIGSTOP
