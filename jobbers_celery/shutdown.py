@@ -91,6 +91,22 @@ def _wake_up() -> None:
     """A timer that does nothing: the event loop's pass after it checks for shutdown."""
 
 
+def _interrupt(request: Any, pool: Any) -> None:
+    """SIGTERM to the child running ``request`` (``NotImplementedError`` if the pool cannot).
+
+    Not Celery's ``Request.cancel()``: it also marks the request done at once
+    (``task_ready``), so the worker would stop counting the task as running while its child
+    still applies the shutdown policy, or holds the outcome of a finished body until an
+    unreachable store answers; the liveness refresh would then take it for a task whose end
+    was lost and stall it. The request ends as any other when the child returns; the rest
+    of ``cancel()`` is kept (should the child die of the signal, its message is left to the
+    broker, as for a cancelled request)."""
+    if request.time_start and request.worker_pid:
+        pool.terminate_job(request.worker_pid, signal.SIGTERM)
+        request._already_cancelled = True
+        request.send_event("task-cancelled")
+
+
 class ShutdownStep(bootsteps.StartStopStep):
     """Interrupts the ``stop`` and ``resubmit`` tasks when a prefork worker shuts down."""
 
@@ -130,7 +146,7 @@ class ShutdownStep(bootsteps.StartStopStep):
             if task.jobbers_options.on_shutdown is ShutdownPolicy.CONTINUE:
                 continue
             try:
-                request.cancel(pool, emit_retry=False)
+                _interrupt(request, pool)
                 log.info("shutdown: interrupting %s[%s] (on_shutdown=%s)", request.name,
                          request.id, task.jobbers_options.on_shutdown.value)
             except NotImplementedError:

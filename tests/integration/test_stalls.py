@@ -451,6 +451,26 @@ def test_passes_slower_than_the_outage_gap_still_stall_a_dead_workers_tasks(proj
     assert ms(stalled.at) - died_ms <= (LOST_AFTER_S + 2 * every) * 1000
 
 
+def test_a_worker_reports_no_orphan_until_the_grace_after_an_outage_is_over(proj):
+    """A task recorded as started by a live worker that does not run it is an orphan (its
+    end was lost), but not within ``orphan_grace_ms`` of the end of an outage: a message
+    given back may still take that start back, a held outcome still land."""
+    store = proj.jobbers.store
+    wid = "grace:1:abc000"
+    gap = gaps(JobbersConfig(redis_url="redis://unused", worker_lost_after=LOST_AFTER_S,
+                             cleaner_interval=1))
+    fabricate(store, ["held"], wid=wid, hb_ms=None, srec=0)
+    time.sleep(0.1)  # started longer than orphan_ms ago
+
+    def orphans(resumed_ago_ms: int) -> list[str]:
+        store.client.hset(store.keys.clock, "resumed_at", store.now_ms() - resumed_ago_ms)
+        return store.alive(wid, gap, [], 1000, running=[], orphan_ms=50,
+                           orphan_grace_ms=5000).orphans
+
+    assert orphans(1000) == []  # 1 s after the outage: within the grace
+    assert orphans(6000) == ["held"]
+
+
 # --------------------------------------------------------------------------- 5. cleaner vs completion
 
 
