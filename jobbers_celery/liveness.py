@@ -60,6 +60,16 @@ def gaps(config: JobbersConfig) -> tuple[int, int]:
     return worker, max(worker, int(2.5 * config.cleaner_interval * 1000))
 
 
+#: After an outage, tasks recorded as running here that the worker does not run are judged
+#: (as ends that were not recorded) no sooner than ``jobbers_worker_lost_after``, nor than
+#: this: what the worker's own requests no longer show may still settle meanwhile, a
+#: message given back taking back a start whose reply the outage lost, or a pool process
+#: holding a finished task's outcome (Celery forgets a job whose acceptance it had not read
+#: when its broker connection dropped) sending it again, at most 5 s apart
+#: (``task.OUTAGE_RESEND_MAX_PAUSE_S``).
+ORPHAN_GRACE_MIN_MS = 10_000
+
+
 def _snapshot(requests: Any) -> list[Any]:
     """A copy of Celery's active-requests WeakSet, which the consumer changes meanwhile."""
     for _ in range(10):
@@ -100,6 +110,7 @@ class Liveness:
         got = self.store.alive(
             self.wid, gaps(config), leases, lost_ms,
             running=list(running), orphan_ms=lost_ms,
+            orphan_grace_ms=max(lost_ms, ORPHAN_GRACE_MIN_MS),
         )
         if got.orphans and self.recover_orphans is not None:
             self.recover_orphans(self.wid, got.orphans)

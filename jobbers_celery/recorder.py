@@ -227,6 +227,18 @@ class Recorder:
                    "(the state store did not answer)",
         )
 
+    def take_back_stall(self, task_id: str, name: str, *, attempt: int, giver: str,
+                        worker: str | None) -> StepResult:
+        """The same for a start its giver's worker stalled meanwhile as an end not recorded
+        (the giver's request was over, the task not running there): ``stalled ->
+        submitted``, fenced by that attempt and worker."""
+        return self.store.step(
+            task_id, S.SUBMITTED, sources=(S.STALLED,), fence=attempt, wid_fence=giver,
+            name=name, worker=worker,
+            reason="its start was recorded but never ran: the worker gave the message back "
+                   "(the state store did not answer); it was stalled as an end not recorded",
+        )
+
     # ------------------------------------------------------------------ an attempt ends
     def _ended(self, run: Run, res: StepResult, status: str) -> None:
         """Metrics of the step ``res`` that ended ``run`` (if it applied): ``status``, or
@@ -298,12 +310,13 @@ class Recorder:
             metrics.retried(run.name, version, run.queue)
 
     def requeue(self, run: Run, *, reason: str, fields: dict[str, str] | None = None,
-                lease: bool = False, cancel_reason: str | None = None) -> StepResult:
+                lease: bool = False, cancel_reason: str | None = None,
+                guard: Guard = _direct) -> StepResult:
         """``started -> unsubmitted`` without using a retry (``Reject(requeue=True)``, or
         ``on_shutdown=resubmit``, then with a publish lease and cancellable)."""
         res = self._requeue_step(run, reason, fields or {},
                                  self.publish_lease_ms if lease else None, lease,
-                                 cancel_reason, _direct)
+                                 cancel_reason, guard)
         self._ended(run, res, metrics.STATUS_RESUBMITTED)
         return res
 
@@ -318,13 +331,14 @@ class Recorder:
         ))
 
     def stop(self, run: Run, *, reason: str, fields: dict[str, str], cancel_reason: str,
-             dead_letter: bool) -> StepResult:
+             dead_letter: bool, guard: Guard = _direct) -> StepResult:
         """``started -> stalled``: the worker shut down under ``on_shutdown=stop``."""
-        res = self.store.end(
+        store = self.store
+        res = guard(lambda: store.end(
             run.task_id, S.STALLED, fence=run.attempt, worker=run.worker, reason=reason,
             fields={**fields, **error_fields(None, reason)}, ret=DEAD_LETTER_FIELDS,
             wid=run.wid, name=run.name, cancellable=True, cancel_reason=cancel_reason,
-        )
+        ))
         self._ended(run, res, S.STALLED.value)
         if dead_letter and res.applied and res.state is S.STALLED:
             self._dead_letter(run.task_id, run.name, "stalled", res, message=reason,

@@ -33,7 +33,7 @@ from jobbers_celery import liveness
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import ShutdownPolicy
 from jobbers_celery.scheduler import Scheduler
-from jobbers_celery.shutdown import WAKE_UP_S, drain
+from jobbers_celery.shutdown import WAKE_UP_S, drain, interrupt
 from jobbers_celery.store import is_outage
 from jobbers_celery.task import JobbersTask
 
@@ -259,7 +259,7 @@ class ShutdownStep(bootsteps.StartStopStep):
             if task.jobbers_options.on_shutdown is ShutdownPolicy.CONTINUE:
                 continue
             try:
-                request.cancel(pool, emit_retry=False)
+                interrupt(request, pool)
                 log.info("shutdown: interrupting %s[%s] (on_shutdown=%s)", request.name,
                          request.id, task.jobbers_options.on_shutdown.value)
             except NotImplementedError:

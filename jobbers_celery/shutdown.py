@@ -87,3 +87,19 @@ def rearm_child_signals() -> None:
         if num is not None and signal.getsignal(num) == signal.SIG_DFL:
             signal.signal(num, common._shutdown_cleanup)
     fired[0] = False
+
+
+def interrupt(request: Any, pool: Any) -> None:
+    """SIGTERM to the child running ``request`` (``NotImplementedError`` if the pool cannot).
+
+    Not Celery's ``Request.cancel()``: it also marks the request done at once
+    (``task_ready``), so the worker would stop counting the task as running while its child
+    still applies the shutdown policy, or holds the outcome of a finished body until an
+    unreachable store answers; the liveness refresh would then take it for a task whose end
+    was lost and stall it. The request ends as any other when the child returns; the rest
+    of ``cancel()`` is kept (should the child die of the signal, its message is left to the
+    broker, as for a cancelled request)."""
+    if request.time_start and request.worker_pid:
+        pool.terminate_job(request.worker_pid, signal.SIGTERM)
+        request._already_cancelled = True
+        request.send_event("task-cancelled")

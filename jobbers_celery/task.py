@@ -22,6 +22,7 @@ from typing import Any, ClassVar, NoReturn
 from celery import Task
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
 from celery.utils.saferepr import saferepr
+from kombu.exceptions import OperationalError
 
 from jobbers_celery import liveness, metrics, payload, results, shutdown, softlimit
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
@@ -48,7 +49,7 @@ from jobbers_celery.options import (
 from jobbers_celery.recorder import Run, error_fields
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.states import TaskState
-from jobbers_celery.store import UNREACHABLE, StepResult
+from jobbers_celery.store import UNREACHABLE, StepResult, is_outage
 
 __all__ = ["CHECKPOINT_MAX_BYTES", "PROGRESS_MAX_BYTES", "JobbersTask"]
 
@@ -64,8 +65,13 @@ _CHECKPOINT = "jobbers_checkpoint"
 _DONE = "jobbers_outcome_recorded"
 _HB = "jobbers_heartbeat"  # the attempt's heartbeat state, a beat.Beat
 _RUN = "jobbers_run"  # the running attempt, a recorder.Run
-#: The header of a message a worker gave back during a store outage: "<incarnation>/<retries>".
+#: In the reason of a stall the worker's liveness thread decided (stall.lua, kind "gone").
+ORPHAN_STALL = "its end was not recorded"
+#: The header of a message a worker gave back during a store outage:
+#: "<incarnation>[,<incarnation>...]/<retries>", every worker incarnation that gave this
+#: delivery back (at most ``GIVERS_KEPT``, the first ones), any of which may hold its start.
 HEADER_GIVEN_BACK = "jobbers_given_back"
+GIVERS_KEPT = 16
 
 #: Record fields a completed task no longer needs (the payload, the running attempt's
 #: bookkeeping): dropping them keeps the finished record small.
@@ -109,6 +115,59 @@ class _Outage:
 
 
 _outage = _Outage()
+
+
+class _HeldMessage:
+    """Whether this worker process holds a message it could neither start (the store is
+    away) nor give back (the broker is away too: one Redis for both, or both down). Said
+    once when the first give-back is refused and once when the broker takes it, not once
+    per try."""
+
+    __slots__ = ("since",)
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def began(self, name: str, task_id: str | None, exc: BaseException) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning("the broker cannot take the message of %s[%s] back either (%s): this "
+                        "worker process holds it (not run) and publishes it again, with a "
+                        "pause, until the broker takes it", name, task_id, exc)
+
+    def over(self) -> None:
+        if self.since is not None:
+            log.warning("the broker took back the message this worker process held for "
+                        "%.1f s", time.monotonic() - self.since)
+            self.since = None
+
+
+_held = _HeldMessage()
+
+
+def _givers(header: Any, retries: int) -> list[str]:
+    """The worker incarnations a ``jobbers_given_back`` header names for the delivery with
+    ``retries`` (none for another retry: a retry's message copies the header)."""
+    names, _, of = str(header or "").rpartition("/")
+    return [n for n in names.split(",") if n] if of == str(retries) else []
+
+
+def _givers_header(header: Any, retries: int) -> str:
+    """The ``jobbers_given_back`` header of a message this worker gives back: the givers
+    before it (a message can bounce between workers while the store is away; the start that
+    applied with its reply lost may be any of theirs) and this incarnation."""
+    givers = _givers(header, retries)
+    me = liveness.worker_id()
+    if me not in givers and len(givers) < GIVERS_KEPT:
+        givers.append(me)
+    return f"{','.join(givers)}/{retries}"
+
+
+def _broker_away(exc: BaseException) -> bool:
+    """``exc``, raised by a publish, means the broker cannot be reached or take the message
+    for now: kombu's ``OperationalError`` (a connection error, once the publish's own retries
+    are spent), or a Redis broker refusing writes (``OOM`` and the like)."""
+    return isinstance(exc, OperationalError) or is_outage(exc)
 
 
 def _jobbers(task: Task[Any, Any]) -> Jobbers:
@@ -409,7 +468,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             # without jobbers): record the submission now rather than lose track of it.
             self._record_late_submit(jobbers)
             res = self._start_once(jobbers)
-        if not res.applied and res.previous == S.STARTED \
+        if not res.applied and res.previous in (S.STARTED, S.STALLED) \
                 and payload.request_header(req, HEADER_GIVEN_BACK):
             res = self._take_back(jobbers, res)
         return res
@@ -427,34 +486,59 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         headers and retry count), without asking the store, for this worker or another to
         run once the store answers, and this delivery ends (acknowledged: early ack already
         did, ``acks_late`` does now, after the publish). The new message names this worker
-        incarnation (``jobbers_given_back``): should the start have been recorded after all
-        (its reply was lost), the delivery of the new message takes the task back from it.
-        The outage is logged once per worker process, not per task."""
+        incarnation (``jobbers_given_back``, after the givers of earlier deliveries of the
+        same message): should the start have been recorded after all (its reply was lost),
+        the delivery of the new message takes the task back from it.
+        The outage is logged once per worker process, not per task.
+
+        If the broker refuses the publish too (one Redis for both, or both away), the
+        message is held here, never dropped, and published again, with a pause growing
+        from ``OUTAGE_RESEND_FIRST_PAUSE_S`` to ``OUTAGE_RESEND_MAX_PAUSE_S``, until the
+        broker takes it. The task is not started here meanwhile, even if the store answers
+        first: a refused publish may have reached the broker (its reply lost), and the copy,
+        naming this incarnation, would take back a start made here and run the task twice."""
         req = self.request
         _outage.began()
         sig = self.signature_from_request(req)
         headers = dict(sig.options.get("headers") or {})
-        headers[HEADER_GIVEN_BACK] = f"{liveness.worker_id()}/{int(req.retries or 0)}"
+        headers[HEADER_GIVEN_BACK] = _givers_header(
+            payload.request_header(req, HEADER_GIVEN_BACK), int(req.retries or 0))
         sig.options["headers"] = headers
-        jobbers.publisher.give_back(sig)
-        log.debug("gave %s[%s] back to the broker (published again): the state store "
-                  "cannot be reached", self.name, req.id)
-        raise Ignore()
+        pause = OUTAGE_RESEND_FIRST_PAUSE_S
+        while True:
+            try:
+                jobbers.publisher.give_back(sig)
+            except Exception as exc:
+                if not _broker_away(exc):
+                    raise
+                _held.began(self.name, req.id, exc)
+                time.sleep(pause)
+                pause = min(2 * pause, OUTAGE_RESEND_MAX_PAUSE_S)
+                continue
+            _held.over()
+            log.debug("gave %s[%s] back to the broker (published again): the state store "
+                      "cannot be reached", self.name, req.id)
+            raise Ignore()
 
     def _take_back(self, jobbers: Jobbers, res: StepResult) -> StepResult:
         """The start of a message given back during an outage (see :meth:`_give_back`) was
-        refused: the task is ``started``. If the worker incarnation that gave it back holds
-        that start (its ``started`` step applied, but its reply was lost, and the task never
-        ran), that attempt is ended (``started -> unsubmitted``, fenced by its attempt and
-        worker) and this delivery records the submission and starts the task. Otherwise
-        the refusal stands. Returns the start's result."""
+        refused: the task is ``started``, or ``stalled``. If a worker incarnation that gave
+        it back holds that start (its ``started`` step applied, but its reply was lost, and
+        the task never ran), that attempt is ended (``started -> unsubmitted``, fenced by its
+        attempt and worker) and this delivery records the submission and starts the task.
+        The same if that worker's liveness thread, which no longer saw the task running,
+        stalled the attempt meanwhile as an end that was not recorded (``stalled ->
+        submitted``, fenced the same way). Otherwise the refusal stands. Returns the start's
+        result."""
         req = self.request
-        given = str(payload.request_header(req, HEADER_GIVEN_BACK) or "")
-        giver, _, retries = given.rpartition("/")
-        if not giver or retries != str(int(req.retries or 0)):
-            return res
-        found = jobbers.store.started_by(_id(req), giver)
-        if found is None or found.attempt != res.attempt:
+        givers = _givers(payload.request_header(req, HEADER_GIVEN_BACK), int(req.retries or 0))
+        if res.previous == S.STALLED:
+            return self._take_back_stall(jobbers, res, givers)
+        for giver in givers:
+            found = jobbers.store.started_by(_id(req), giver)
+            if found is not None and found.attempt == res.attempt:
+                break
+        else:
             return res
         back = jobbers.recorder.take_back(_id(req), self.name, attempt=found.attempt,
                                           giver=giver, worker=self._worker())
@@ -464,6 +548,29 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                  "ran there; starting it now", self.name, req.id)
         self._record_late_submit(jobbers)
         jobbers.publisher.confirm([_id(req)])
+        return self._start_once(jobbers)
+
+    def _take_back_stall(self, jobbers: Jobbers, res: StepResult,
+                         givers: list[str]) -> StepResult:
+        """See :meth:`_take_back`: the attempt a giver held was stalled by its worker as an
+        end not recorded (the giver's request was over, the task not running there)."""
+        req = self.request
+        task_id = _id(req)
+        raw = jobbers.store.get_raw(task_id)
+        giver = raw.get("wid") or ""
+        if giver not in givers or raw.get("state") != S.STALLED.value \
+                or int(raw.get("attempt") or 0) != res.attempt:
+            return res
+        history = jobbers.store.history(task_id)
+        if not history or ORPHAN_STALL not in (history[-1].reason or ""):
+            return res
+        back = jobbers.recorder.take_back_stall(task_id, self.name, attempt=res.attempt,
+                                                giver=giver, worker=self._worker())
+        if not (back.applied and back.state is S.SUBMITTED):
+            return res
+        log.warning("%s[%s]: its start was recorded during a state store outage but it never "
+                    "ran there, and it was stalled as an end not recorded meanwhile; starting "
+                    "it now", self.name, req.id)
         return self._start_once(jobbers)
 
     def _start_reply_lost(self, jobbers: Jobbers) -> StepResult:
@@ -623,15 +730,17 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         why = ("the worker shut down" if isinstance(exc, WorkerShuttingDown)
                else "interrupted by its worker (shutdown)")
         cancelled = "cancellation honoured: interrupted by its worker"
+        # like any step that ends the attempt, held through a store outage (see _terminal)
         if policy is ShutdownPolicy.STOP:
             res = jobbers.recorder.stop(
                 self._run(), reason=f"{why} (on_shutdown=stop)", fields=pending,
                 cancel_reason=cancelled,
-                dead_letter=self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE)
+                dead_letter=self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE,
+                guard=self._terminal)
         else:
             res = jobbers.recorder.requeue(
                 self._run(), reason=f"{why} (on_shutdown={policy.value}): resubmitted",
-                fields=pending, lease=True, cancel_reason=cancelled)
+                fields=pending, lease=True, cancel_reason=cancelled, guard=self._terminal)
             if res.applied and res.state is S.UNSUBMITTED:
                 # same id, same retry count: records unsubmitted -> submitted on publish
                 jobbers.publisher.republish_signature(self.signature_from_request(req),

@@ -573,11 +573,13 @@ class RedisStore:
     def alive(
         self, wid: str, gaps: tuple[int, int], leases: Sequence[tuple[str, str]],
         lease_cap_ms: int, running: Sequence[str] | None = None, orphan_ms: int = 0,
+        orphan_grace_ms: int | None = None,
     ) -> Alive:
         """A worker's liveness refresh (one round trip). ``leases``: (task name, task id) of
         the capped tasks it runs. Returns the ids whose ``terminate`` grace has run out and,
         when ``running`` (the ids it runs) is given, the orphans: tasks recorded as started
-        by it for longer than ``orphan_ms`` that it does not run."""
+        by it for longer than ``orphan_ms`` that it does not run, none until
+        ``orphan_grace_ms`` (default ``orphan_ms``) after an outage ended."""
         k = self.keys
         keys = [k.clock, k.workers, k.worker_tasks(wid), k.cancelling,
                 *(k.concurrency(name) for name, _ in leases)]
@@ -585,7 +587,9 @@ class RedisStore:
                                 "lease_cap_ms": int(lease_cap_ms),
                                 "leases": [task_id for _, task_id in leases]}
         if running is not None:
-            spec.update(running=list(running), orphan_ms=int(orphan_ms))
+            spec.update(running=list(running), orphan_ms=int(orphan_ms),
+                        orphan_grace_ms=int(orphan_ms if orphan_grace_ms is None
+                                            else orphan_grace_ms))
         raw = self._alive(keys, [_json(spec)])
         return Alive([str(x) for x in raw[1] or ()], [str(x) for x in raw[2] or ()])
 

@@ -30,7 +30,9 @@ import pytest
 
 from jobbers_celery import TaskState
 from jobbers_celery.cleaner import Cleaner, CleanReport
+from jobbers_celery.config import JobbersConfig
 from jobbers_celery.jobbers import Jobbers
+from jobbers_celery.liveness import gaps
 from tests.conftest import ROOT, subprocess_env, wait_for
 from tests.integration import stall_cases
 from tests.integration.beat_helpers import Beat
@@ -294,6 +296,26 @@ def test_passes_slower_than_the_outage_gap_still_stall_a_dead_workers_tasks(proj
     cron.store.client.close()
     [stalled] = transitions(proj.jobbers, "orphan", S.STALLED)
     assert ms(stalled.at) - died_ms <= (LOST_AFTER_S + 2 * every) * 1000
+
+
+def test_a_worker_reports_no_orphan_until_the_grace_after_an_outage_is_over(proj):
+    """A task recorded as started by a live worker that does not run it is an orphan (its
+    end was lost), but not within ``orphan_grace_ms`` of the end of an outage: a message
+    given back may still take that start back, a held outcome still land."""
+    store = proj.jobbers.store
+    wid = "grace:1:abc000"
+    gap = gaps(JobbersConfig(redis_url="redis://unused", worker_lost_after=LOST_AFTER_S,
+                             cleaner_interval=1))
+    fabricate(store, ["held"], wid=wid, hb_ms=None, srec=0)
+    time.sleep(0.1)  # started longer than orphan_ms ago
+
+    def orphans(resumed_ago_ms: int) -> list[str]:
+        store.client.hset(store.keys.clock, "resumed_at", store.now_ms() - resumed_ago_ms)
+        return store.alive(wid, gap, [], 1000, running=[], orphan_ms=50,
+                           orphan_grace_ms=5000).orphans
+
+    assert orphans(1000) == []  # 1 s after the outage: within the grace
+    assert orphans(6000) == ["held"]
 
 
 # --------------------------------------------------------------------------- 5. cleaner vs completion

@@ -182,16 +182,16 @@ class SentinelSet:
 
 
 class RestartableRedis:
-    """A redis-server with AOF (``appendfsync everysec``, Redis' default) that can be killed
-    with SIGKILL and restarted on the same port and directory."""
+    """A redis-server with AOF (``appendfsync everysec``, Redis' default, or ``always``) that
+    can be killed with SIGKILL and restarted on the same port and directory."""
 
-    def __init__(self) -> None:
+    def __init__(self, appendfsync: str = "everysec") -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="jobbers-aof-"))
         self.port = free_port()
         conf = self.dir / "redis.conf"
         conf.write_text("\n".join([
             f"port {self.port}", "bind 127.0.0.1", f"dir {self.dir}", "save \"\"",
-            "appendonly yes", "appendfsync everysec", "maxmemory-policy noeviction",
+            "appendonly yes", f"appendfsync {appendfsync}", "maxmemory-policy noeviction",
         ]) + "\n")
         self.server = _Process(conf)
 
@@ -223,8 +223,8 @@ def sentinel_set() -> Iterator[SentinelSet]:
 
 
 @contextlib.contextmanager
-def restartable_redis() -> Iterator[RestartableRedis]:
-    server = RestartableRedis()
+def restartable_redis(appendfsync: str = "everysec") -> Iterator[RestartableRedis]:
+    server = RestartableRedis(appendfsync)
     try:
         yield server.start()
     finally:
@@ -245,6 +245,8 @@ class BatchOutcome:
     #: attempt in flight (unsaved writes of a killed Redis, a failover), so the rerun is not
     #: a false stall
     lost_ends: int = 0
+    #: stalls taken back by a message given back (the attempt never ran): not in ``stalled``
+    stalls_taken_back: int = 0
 
     def count(self, jobbers: Any, ids: Sequence[str], marks: Path, runs: int = 1) -> None:
         """Fill the figures from the records of ``ids`` (all terminal) and the execution
@@ -264,8 +266,17 @@ class BatchOutcome:
         counts = executions(marks)
         self.lost = sum(1 for i in ids if counts.get(i, 0) < runs)
         self.ran_twice = sum(1 for i in ids if counts.get(i, 0) > runs)
-        stalls = [t.reason or "" for i in ids for t in jobbers.history(i)
-                  if t.to_state is TaskState.STALLED]
+        stalls = []
+        for i in ids:
+            history = jobbers.history(i)
+            for n, t in enumerate(history):
+                if t.to_state is not TaskState.STALLED:
+                    continue
+                after = history[n + 1] if n + 1 < len(history) else None
+                if after is not None and "never ran" in (after.reason or ""):
+                    self.stalls_taken_back += 1
+                else:
+                    stalls.append(t.reason or "")
         self.stalled = len(stalls)
         self.lost_ends = sum(1 for r in stalls if "its end was not recorded" in r)
 

@@ -6,7 +6,8 @@
 -- KEYS[1] clock hash  KEYS[2] workers set  KEYS[3] this incarnation's worker-tasks set
 -- KEYS[4] cancelling set  KEYS[5..] concurrency-lease sets, one per lease in ARGV
 -- ARGV[1] JSON {wid, gap_ms, cgap_ms, lease_cap_ms, leases = {id...}, running = {id...},
--- orphan_ms} (lease i uses KEYS[4 + i]; running and orphan_ms optional)
+-- orphan_ms, orphan_grace_ms} (lease i uses KEYS[4 + i]; running and the orphan_ fields
+-- optional)
 -- Returns {now_ms, {ids to interrupt}, {orphan ids}}
 local now = redis_now()
 local req = cjson.decode(ARGV[1])
@@ -23,9 +24,16 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0
   end
 end
 -- Tasks recorded as started here for longer than orphan_ms that the worker does not run:
--- the step that ended them was lost (a failover or restart lost the write).
+-- the step that ended them was lost (a failover or restart lost the write). None within
+-- orphan_grace_ms of the end of an outage (resumed_at): what the worker does not show may
+-- still settle then (a start applied while its reply was lost to the outage, whose message
+-- the worker gave back and which takes that start back when delivered; the held outcome of
+-- a task the worker's pool runs without the worker knowing, sent again once the store
+-- answers).
 local orphans = {}
-if req.orphan_ms then
+local resumed = tonumber(redis.call('HGET', KEYS[1], 'resumed_at') or '0') or 0
+local grace = tonumber(req.orphan_grace_ms or req.orphan_ms or '0') or 0
+if req.orphan_ms and now - resumed > grace then
   local running = {}
   for _, id in ipairs(req.running) do running[id] = true end
   local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(req.orphan_ms),
