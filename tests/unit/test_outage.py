@@ -7,6 +7,7 @@ end in tests/integration/test_store_outage.py."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from types import SimpleNamespace
@@ -18,6 +19,8 @@ from celery.exceptions import Ignore
 from kombu.exceptions import OperationalError
 
 from jobbers_celery import task as task_module
+from jobbers_celery.publisher import Publisher
+from jobbers_celery.recorder import Recorder
 from jobbers_celery.task import (
     OUTAGE_RESEND_FIRST_PAUSE_S,
     OUTAGE_RESEND_MAX_PAUSE_S,
@@ -91,6 +94,10 @@ def _delivery(sig: _Signature) -> Any:
                            signature_from_request=lambda req: sig)
 
 
+#: What ``_give_back`` uses of the service: the publisher's give-back (no store call).
+_SERVICE = SimpleNamespace(publisher=Publisher)
+
+
 @pytest.mark.parametrize("refusal", [
     OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
     redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'"),
@@ -99,7 +106,7 @@ def test_a_message_the_broker_cannot_take_back_is_held_until_it_can(
         pauses: list[float], caplog: pytest.LogCaptureFixture, refusal: Exception) -> None:
     sig = _Signature([refusal] * 6)
     with caplog.at_level(logging.WARNING, logger="jobbers.task"), pytest.raises(Ignore):
-        JobbersTask._give_back(_delivery(sig))
+        JobbersTask._give_back(_delivery(sig), _SERVICE)
     [headers] = sig.published  # published once it could be, never dropped
     assert headers["kept"] == "1"
     assert headers[task_module.HEADER_GIVEN_BACK].endswith("/2")
@@ -117,7 +124,7 @@ def test_a_message_given_back_at_once_logs_only_the_outage(
         pauses: list[float], caplog: pytest.LogCaptureFixture) -> None:
     sig = _Signature([])
     with caplog.at_level(logging.WARNING, logger="jobbers.task"), pytest.raises(Ignore):
-        JobbersTask._give_back(_delivery(sig))
+        JobbersTask._give_back(_delivery(sig), _SERVICE)
     assert len(sig.published) == 1
     assert pauses == []
     assert [r.getMessage()[:40] for r in caplog.records] == [
@@ -127,7 +134,7 @@ def test_a_message_given_back_at_once_logs_only_the_outage(
 def test_a_publish_error_that_is_not_an_outage_is_raised(pauses: list[float]) -> None:
     sig = _Signature([TypeError("not serializable")])
     with pytest.raises(TypeError):
-        JobbersTask._give_back(_delivery(sig))
+        JobbersTask._give_back(_delivery(sig), _SERVICE)
     assert pauses == []
 
 
@@ -167,6 +174,13 @@ class _Store:
         return SimpleNamespace(applied=True, state=to)
 
 
+def _service(store: _Store) -> Any:
+    """The store and the recorder's take-back (the recorder is the only caller of steps)."""
+    recorder = SimpleNamespace(store=store)
+    take_back = functools.partial(Recorder.take_back_stall, recorder)  # type: ignore[arg-type]
+    return SimpleNamespace(store=store, recorder=SimpleNamespace(take_back_stall=take_back))
+
+
 def _taker(store: _Store) -> Any:
     started = SimpleNamespace(applied=True, state="started", attempt=2)
     return SimpleNamespace(request=SimpleNamespace(id="t1", retries=0), name="proj.add",
@@ -180,7 +194,7 @@ ORPHAN = ("stalled: worker w@h (g1@h:1:a) no longer runs it and its end was not 
 def test_a_message_given_back_takes_back_its_givers_attempt_stalled_as_an_end_lost() -> None:
     store = _Store("g1@h:1:a", ORPHAN)
     refused = SimpleNamespace(applied=False, previous="stalled", attempt=1)
-    res = JobbersTask._take_back_stall(_taker(store), SimpleNamespace(store=store), refused,
+    res = JobbersTask._take_back_stall(_taker(store), _service(store), refused,
                                        ["g0@h:0:z", "g1@h:1:a"])
     assert res.applied  # started again
     assert res.attempt == 2
@@ -197,7 +211,7 @@ def test_a_message_given_back_takes_back_its_givers_attempt_stalled_as_an_end_lo
 def test_a_stall_the_givers_did_not_cause_so_stands(wid: str, reason: str) -> None:
     store = _Store(wid, reason)
     refused = SimpleNamespace(applied=False, previous="stalled", attempt=1)
-    res = JobbersTask._take_back_stall(_taker(store), SimpleNamespace(store=store), refused,
+    res = JobbersTask._take_back_stall(_taker(store), _service(store), refused,
                                        ["g1@h:1:a"])
     assert res is refused
     assert store.steps == []
