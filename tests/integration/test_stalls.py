@@ -306,8 +306,11 @@ def test_a_worker_reports_no_orphan_until_the_grace_after_an_outage_is_over(proj
     wid = "grace:1:abc000"
     gap = gaps(JobbersConfig(redis_url="redis://unused", worker_lost_after=LOST_AFTER_S,
                              cleaner_interval=1))
+    started_ms = store.now_ms()
     fabricate(store, ["held"], wid=wid, hb_ms=None, srec=0)
-    time.sleep(0.1)  # started longer than orphan_ms ago
+    # started longer than orphan_ms (50) ago, by the Redis clock
+    wait_for(lambda: store.now_ms() > started_ms + 100, timeout=5, interval=0.01,
+             message="the Redis clock to pass orphan_ms")
 
     def orphans(resumed_ago_ms: int) -> list[str]:
         store.client.hset(store.keys.clock, "resumed_at", store.now_ms() - resumed_ago_ms)
