@@ -21,7 +21,12 @@ from jobbers_celery.errors import (
 )
 from jobbers_celery.install import get_jobbers, install
 from jobbers_celery.jobbers import Jobbers, PurgeReport
-from jobbers_celery.options import DeadLetterPolicy, ShutdownPolicy, TaskOptions
+from jobbers_celery.options import (
+    DeadLetterPolicy,
+    ResubmitVersion,
+    ShutdownPolicy,
+    TaskOptions,
+)
 from jobbers_celery.records import DeadLetter, ErrorInfo, TaskRecord, Transition
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
@@ -49,6 +54,7 @@ __all__ = [
     "JobbersTask",
     "PurgeReport",
     "RedisDeadLetterSink",
+    "ResubmitVersion",
     "ShutdownPolicy",
     "StoreUnavailable",
     "TaskCancelled",
