@@ -27,7 +27,13 @@ from jobbers_celery.options import (
     ShutdownPolicy,
     TaskOptions,
 )
-from jobbers_celery.records import DeadLetter, ErrorInfo, TaskRecord, Transition
+from jobbers_celery.records import (
+    UNPUBLISHABLE,
+    DeadLetter,
+    ErrorInfo,
+    TaskRecord,
+    Transition,
+)
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
 from jobbers_celery.states import TaskState
@@ -36,6 +42,7 @@ from jobbers_celery.task import JobbersTask
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "UNPUBLISHABLE",
     "AttemptSuperseded",
     "BackoffStrategy",
     "CheckpointTooLarge",
