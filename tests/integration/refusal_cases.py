@@ -73,6 +73,8 @@ def refused_messages_end_dropped(proj: Any, worker_factory: Any, tmp_path: Path)
 
     # a pickle message whose arguments jobbers could not record as JSON: no payload at all
     unsafe = proj.boom.apply_async((Marker(marker),), serializer="pickle")
+    # the same for a task that saves no dead letters: its record keeps the unusable payload
+    no_dlq = proj.add.apply_async((Marker(marker), 1), serializer="pickle")
     # a pickle message whose arguments its publisher recorded as JSON (never read from it)
     pickled = proj.sleepy_save.apply_async((0.0, key), serializer="pickle")
     not_json = publish_raw(proj, "proj.boom", ["a"], b"\x80\x04not json{", "application/json")
@@ -113,6 +115,10 @@ def refused_messages_end_dropped(proj: Any, worker_factory: Any, tmp_path: Path)
         assert entry.exception_message is not None
         assert entry.exception_message.startswith(reason)
     assert not marker.exists(), "the worker unpickled the refused message"
+    record = wait_state(jobbers, no_dlq.id, S.DROPPED, worker=worker)
+    assert transitions(jobbers, no_dlq.id, S.DROPPED)[0].reason == (
+        f"refused by the worker: {reasons[unsafe.id]}")
+    assert dead_letters(jobbers, no_dlq.id) == []  # dead_letter_policy none
 
     # no JSON arguments recorded: the entry has none, and resubmitting it is refused
     [entry] = dead_letters(jobbers, unsafe.id)
@@ -124,6 +130,16 @@ def refused_messages_end_dropped(proj: Any, worker_factory: Any, tmp_path: Path)
     assert record is not None
     assert record.state == S.DROPPED
     assert path(jobbers, unsafe.id) == PUBLISH + DROP  # refused before any change
+
+    # the record holds the unusable payload: the resubmit ends it dropped again, not
+    # submitted with a publish nobody can make
+    assert jobbers.resubmit([no_dlq.id]) == []
+    assert path(jobbers, no_dlq.id) == PUBLISH + DROP + [
+        (S.DROPPED.value, S.SUBMITTED.value), (S.SUBMITTED.value, S.DROPPED.value)]
+    assert transitions(jobbers, no_dlq.id, S.DROPPED)[-1].reason == (
+        "not resubmitted: its arguments were not recorded as JSON, so it cannot be "
+        "published again")
+    assert jobbers.store.client.zcard(jobbers.store.keys.publishing) == 0
 
     # the arguments its publisher recorded as JSON: resubmitted, it runs (as JSON)
     [entry] = dead_letters(jobbers, pickled.id)
