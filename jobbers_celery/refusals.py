@@ -16,7 +16,9 @@ Only the message's headers are read (task id, name and the ``jobbers_*`` headers
 Redis transport they are JSON in the envelope, on AMQP table fields, so the body, an
 unsafe payload, is never deserialised. The dead letter carries the arguments the publishing
 client recorded as JSON (``before_task_publish``), or, when none were recorded as JSON,
-none, and is then marked unpublishable (:data:`jobbers_celery.records.UNPUBLISHABLE`).
+none, and is then marked unpublishable (:data:`jobbers_celery.records.UNPUBLISHABLE`). A
+refused message of a ``JobbersTask`` that has no record (a client without jobbers) is
+recorded as it is dropped, without arguments.
 """
 
 from __future__ import annotations
@@ -31,7 +33,15 @@ from kombu.exceptions import ContentDisallowed, DecodeError
 from jobbers_celery import metrics
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy, TaskOptions
-from jobbers_celery.payload import HEADER_DEAD_LETTER, HEADER_ENQUEUED_AT, HEADER_TASK
+from jobbers_celery.payload import (
+    HEADER_DEAD_LETTER,
+    HEADER_ENQUEUED_AT,
+    HEADER_EPOCH,
+    HEADER_TASK,
+    HEADER_VERSION,
+)
+from jobbers_celery.payload import dumps as _dumps
+from jobbers_celery.store import StepResult
 
 __all__ = ["MessageRefused", "RefusalStep", "connect_refusals", "on_task_rejected",
            "record_refusal", "refusal_reason"]
@@ -40,6 +50,11 @@ log = logging.getLogger("jobbers.refusals")
 
 #: Characters of a decoder's error message kept in the reason (a decoder may quote the body).
 _DETAIL_MAX = 200
+
+#: The payload recorded for a refused message that had no record: its body is not read, so
+#: there is nothing to publish again (its dead letter says so).
+NOT_READ = _dumps({"unserializable": True, "args": "(not read: the worker refused the message)",
+                   "kwargs": "", "options": {}})
 
 
 class MessageRefused(Exception):
@@ -93,15 +108,43 @@ def _record(consumer: Any, message: Any, exc: BaseException | None) -> None:
         return  # neither tracked nor a JobbersTask: not jobbers' to record
     reason = refusal_reason(message, exc)
     log.warning("dropping refused message %s[%s]: %s", name, task_id, reason)
-    res = jobbers.recorder.drop(
-        task_id, name, reason=f"refused by the worker: {reason}",
-        worker=getattr(consumer, "hostname", None), exc=MessageRefused(reason),
-        enqueued_ms=metrics.ms_value(headers.get(HEADER_ENQUEUED_AT)),
-        dead_letter=dead_letter,
-    )
+
+    def drop() -> StepResult:
+        return jobbers.recorder.drop(
+            task_id, name, reason=f"refused by the worker: {reason}",
+            worker=getattr(consumer, "hostname", None), exc=MessageRefused(reason),
+            enqueued_ms=metrics.ms_value(headers.get(HEADER_ENQUEUED_AT)),
+            dead_letter=dead_letter,
+        )
+
+    res = drop()
+    if not res.applied and res.previous == "missing" and isinstance(opts, TaskOptions) \
+            and not _removed_on_purpose(jobbers, headers):
+        # Published without a record (by a client without jobbers, or while the store was
+        # away): record the submission now, with no arguments (the body is not read), and
+        # drop it, so that the refusal is seen and dead-lettered like any other.
+        jobbers.recorder.late_submit(
+            task_id, name, _int(headers.get(HEADER_VERSION), opts.version),
+            str((getattr(message, "delivery_info", None) or {}).get("routing_key") or ""),
+            dead_letter, NOT_READ, _int(headers.get("retries"), 0))
+        res = drop()
     if not res.applied:
         log.info("refused message %s[%s] not recorded as dropped: the task is %s", name,
                  task_id, res.previous)
+
+
+def _removed_on_purpose(jobbers: Jobbers, headers: Mapping[str, Any]) -> bool:
+    """The message's submission was recorded in the current dataset, and its record is
+    gone: removed on purpose (purged, expired), not to be recorded again."""
+    epoch = headers.get(HEADER_EPOCH)
+    return bool(epoch) and epoch == jobbers.store.epoch()
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def on_task_rejected(sender: Any = None, message: Any = None, exc: BaseException | None = None,

@@ -13,6 +13,7 @@ marker file if it were.
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from tests.integration.lifecycle_helpers import (
 S = TaskState
 DROP = [(S.SUBMITTED.value, S.DROPPED.value)]
 REFUSED = f"{MessageRefused.__module__}.{MessageRefused.__qualname__}"
+PICKLE = "application/x-python-serialize"
 
 
 class Marker:
@@ -44,19 +46,21 @@ class Marker:
 
 
 def publish_raw(proj: Any, name: str, args: list[Any], body: bytes, content_type: str,
-                drop_headers: tuple[str, ...] = (), **headers: Any) -> str:
+                drop_headers: tuple[str, ...] = (), record: bool = True,
+                **headers: Any) -> str:
     """Publish a message for ``name`` as a jobbers client would (the submission recorded,
     the headers stamped, from the real arguments), with ``body`` on the wire instead of
-    their encoding. Returns its task id."""
+    their encoding (``record=False``: as a client without jobbers). Returns its task id."""
     app = proj.app
     task_id = unique("refused")
     msg = app.amqp.as_task_v2(task_id, name, args=args, kwargs={})
     queue = app.amqp.queues[app.conf.task_default_queue]
     task = app.tasks[name]
-    proj.jobbers.recorder.publish(
-        name, msg.headers, msg.body, queue.exchange.name, queue.routing_key, msg.properties,
-        version=task.jobbers_options.version,
-        dead_letter=task.jobbers_options.dead_letter_policy.value == "save")
+    if record:
+        proj.jobbers.recorder.publish(
+            name, msg.headers, msg.body, queue.exchange.name, queue.routing_key,
+            msg.properties, version=task.jobbers_options.version,
+            dead_letter=task.jobbers_options.dead_letter_policy.value == "save")
     sent = {k: v for k, v in {**msg.headers, **headers}.items() if k not in drop_headers}
     with app.producer_or_acquire() as producer:
         producer.publish(body, exchange=queue.exchange, routing_key=queue.routing_key,
@@ -80,6 +84,9 @@ def refused_messages_end_dropped(proj: Any, worker_factory: Any, tmp_path: Path)
     not_json = publish_raw(proj, "proj.boom", ["a"], b"\x80\x04not json{", "application/json")
     no_task = publish_raw(proj, "proj.boom", ["b"], json.dumps([["b"], {}, {}]).encode(),
                           "application/json", drop_headers=("task",))
+    # a pickle from a client without jobbers: no record, recorded by the worker as it drops it
+    unrecorded = publish_raw(proj, "proj.boom", ["f"], pickle.dumps(([Marker(marker)], {}, {})),
+                             PICKLE, record=False)
     # JSON, but not [args, kwargs, embed]: Celery's own Request would stop the worker
     not_a_task = publish_raw(proj, "proj.boom", ["d"], json.dumps({"x": 1}).encode(),
                              "application/json")
@@ -90,6 +97,7 @@ def refused_messages_end_dropped(proj: Any, worker_factory: Any, tmp_path: Path)
                    "worker (accept_content)",
         pickled.id: "content type application/x-python-serialize is not accepted by this "
                     "worker (accept_content)",
+        unrecorded: f"content type {PICKLE} is not accepted by this worker (accept_content)",
         not_json: "the message body could not be decoded as application/json: ",
         no_task: "not a task message this worker can run (no 'task' header)",
         not_a_task: "not a valid task message: InvalidTaskError: malformed task message: "
@@ -99,6 +107,9 @@ def refused_messages_end_dropped(proj: Any, worker_factory: Any, tmp_path: Path)
     for task_id, reason in reasons.items():
         record = wait_state(jobbers, task_id, S.DROPPED, worker=worker)
         assert path(jobbers, task_id) == PUBLISH + DROP, task_id
+        if task_id == unrecorded:
+            assert transitions(jobbers, task_id, S.SUBMITTED)[0].reason == (
+                "recorded by the worker: no submission record")
         [dropped] = transitions(jobbers, task_id, S.DROPPED)
         assert dropped.reason is not None
         assert dropped.reason.startswith(f"refused by the worker: {reason}"), dropped.reason
@@ -119,6 +130,10 @@ def refused_messages_end_dropped(proj: Any, worker_factory: Any, tmp_path: Path)
     assert transitions(jobbers, no_dlq.id, S.DROPPED)[0].reason == (
         f"refused by the worker: {reasons[unsafe.id]}")
     assert dead_letters(jobbers, no_dlq.id) == []  # dead_letter_policy none
+
+    [entry] = dead_letters(jobbers, unrecorded)
+    assert (entry.args, entry.kwargs, entry.name, entry.version) == ([], {}, "proj.boom", 1)
+    assert entry.unpublishable == "its arguments were not recorded as JSON"
 
     # no JSON arguments recorded: the entry has none, and resubmitting it is refused
     [entry] = dead_letters(jobbers, unsafe.id)
