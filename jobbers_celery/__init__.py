@@ -21,8 +21,19 @@ from jobbers_celery.errors import (
 )
 from jobbers_celery.install import get_jobbers, install
 from jobbers_celery.jobbers import Jobbers, PurgeReport
-from jobbers_celery.options import DeadLetterPolicy, ShutdownPolicy, TaskOptions
-from jobbers_celery.records import DeadLetter, ErrorInfo, TaskRecord, Transition
+from jobbers_celery.options import (
+    DeadLetterPolicy,
+    ResubmitVersion,
+    ShutdownPolicy,
+    TaskOptions,
+)
+from jobbers_celery.records import (
+    UNPUBLISHABLE,
+    DeadLetter,
+    ErrorInfo,
+    TaskRecord,
+    Transition,
+)
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
 from jobbers_celery.states import TaskState
@@ -31,6 +42,7 @@ from jobbers_celery.task import JobbersTask
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "UNPUBLISHABLE",
     "AttemptSuperseded",
     "BackoffStrategy",
     "CheckpointTooLarge",
@@ -49,6 +61,7 @@ __all__ = [
     "JobbersTask",
     "PurgeReport",
     "RedisDeadLetterSink",
+    "ResubmitVersion",
     "ShutdownPolicy",
     "StoreUnavailable",
     "TaskCancelled",

@@ -17,6 +17,7 @@ from jobbers_celery import metrics, signals
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import OPTION_NAMES, validate_options
+from jobbers_celery.refusals import RefusalStep, connect_refusals
 from jobbers_celery.runtime import ShutdownStep, WorkerStep
 
 __all__ = ["get_jobbers", "install"]
@@ -28,7 +29,7 @@ def install(app: Celery) -> Jobbers:
     """Install jobbers on ``app`` (idempotent) and return its :class:`Jobbers`.
 
     Reads the ``jobbers_*`` settings, connects the signal handlers, adds the scheduler and
-    liveness thread to the app's workers, registers the ``jobbers.clean`` task and its
+    liveness thread to the app's workers (and the step that ends refused messages), registers the ``jobbers.clean`` task and its
     ``beat_schedule`` entry, and makes ``@app.task(base=JobbersTask, ...)`` validate its
     options when the decorator runs.
     """
@@ -41,6 +42,8 @@ def install(app: Celery) -> Jobbers:
         jobbers.register()
         metrics.watch(Jobbers.installed)
         signals.connect()
+        connect_refusals()
+        app.steps["consumer"].add(RefusalStep)
         app.steps["worker"].add(WorkerStep)
         app.steps["worker"].add(ShutdownStep)
         _add_cleaner(app, config)

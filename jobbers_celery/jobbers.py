@@ -26,6 +26,7 @@ from jobbers_celery import payload
 from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.errors import ConfigurationError, StoreUnavailable
+from jobbers_celery.options import ResubmitVersion, TaskOptions
 from jobbers_celery.publisher import Publisher
 from jobbers_celery.recorder import Recorder
 from jobbers_celery.records import DeadLetter, TaskRecord, Transition
@@ -216,13 +217,20 @@ class Jobbers:
 
     # ------------------------------------------------------------------ actions
     @_store_call
-    def resubmit(self, task_ids: Iterable[str], reset_retry_count: bool = True) -> list[str]:
+    def resubmit(self, task_ids: Iterable[str], reset_retry_count: bool = True,
+                 version: ResubmitVersion | str = ResubmitVersion.ENTRY) -> list[str]:
         """Send failed, stalled, dropped or cancelled tasks back to the broker (same id).
 
         ``reset_retry_count`` also resets the count of automatic stall recoveries.
+        ``version``: ``"entry"`` (default) publishes each task as the version it has;
+        ``"current"`` as the version its name has in this process's app (see
+        :meth:`current_versions`, which raises ``ValueError``, before anything changes, if
+        a task is not registered here).
 
         Returns the ids actually resubmitted; others (unknown, running, completed, or
-        already resubmitted by a concurrent caller) are skipped.
+        already resubmitted by a concurrent caller) are skipped. A task whose arguments were
+        never recorded as JSON is not published: it goes back to ``dropped``, its history
+        saying why.
 
         A dead-lettered task whose record no longer holds its payload (the dead-letter sink
         keeps it, see :class:`~jobbers_celery.sinks.PayloadDeadLetterSink`) is published
@@ -230,28 +238,61 @@ class Jobbers:
         """
         published: list[str] = []
         ids = list(dict.fromkeys(task_ids))
+        current: dict[str, int] = {}
+        names: dict[str, str] = {}
+        if ResubmitVersion(version) is ResubmitVersion.CURRENT and ids:
+            names = {task_id: row[0] for task_id, row
+                     in zip(ids, self.store.fields(ids, ("name",)), strict=True) if row[0]}
+            current = self.current_versions(names.values())
         in_sink = self._payloads_in_sink(ids)
         for task_id in ids:
+            as_version = current.get(names.get(task_id, ""))
             if task_id in in_sink:
                 entry = in_sink[task_id]
                 if entry is None:
                     log.error("task %s cannot be republished: its record holds no payload "
                               "and its dead-letter entry is gone", task_id)
                 elif self._resubmit_dead_letter(entry, reset_retry_count, None,
-                                                sources=RESUBMITTABLE, from_dlq=False):
+                                                sources=RESUBMITTABLE, from_dlq=False,
+                                                version=as_version):
                     published.append(task_id)
                 continue
-            res = self.recorder.resubmit(task_id, reset_retry_count)
+            res = self.recorder.resubmit(task_id, reset_retry_count, version=as_version)
             if not res.applied:
                 continue
             data: Any = payload.loads(res.values["msg"]) if res.values.get("msg") else {}
             if data.get("unserializable") or not res.values.get("name"):
-                log.error("task %s cannot be republished: no JSON payload was recorded", task_id)
+                why = ("its arguments were not recorded as JSON" if data.get("unserializable")
+                       else "no payload was recorded")
+                log.error("task %s cannot be republished: %s", task_id, why)
+                self.recorder.not_resubmitted(task_id, why)
+                self.store.confirm_published([task_id])
                 continue
             if self._republish(task_id, res.values["name"], data, res.values, res.now_ms):
                 published.append(task_id)
         self.store.confirm_published(published)
         return published
+
+    def current_versions(self, names: Iterable[str]) -> dict[str, int]:
+        """The version each task name has in this process's app (what ``"current"`` means
+        to a resubmit). Raises ``ValueError`` naming every one that is not registered here
+        as a :class:`~jobbers_celery.JobbersTask`: its current version is unknown."""
+        found: dict[str, int] = {}
+        missing: list[str] = []
+        tasks = self.app.tasks
+        for name in sorted(set(names)):
+            opts = getattr(tasks.get(name), "jobbers_options", None)
+            if isinstance(opts, TaskOptions):
+                found[name] = opts.version
+            else:
+                missing.append(name)
+        if missing:
+            raise ValueError(
+                f"cannot resubmit as the current version: {', '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not registered as a JobbersTask in "
+                f"this process's Celery app {self.app.main!r}; import the task module here, "
+                "or resubmit with the entry's version")
+        return found
 
     def _payloads_in_sink(self, ids: list[str]) -> dict[str, DeadLetter | None]:
         """The dead-letter entries holding the payloads of those ``ids`` whose records hold
@@ -267,7 +308,8 @@ class Jobbers:
 
     @_store_call
     def resubmit_dead_letters(
-        self, entries: Iterable[DeadLetter], reset_retry_count: bool = True
+        self, entries: Iterable[DeadLetter], reset_retry_count: bool = True,
+        version: ResubmitVersion | str = ResubmitVersion.ENTRY,
     ) -> list[str]:
         """Resubmit tasks from their dead-letter entries (same id), as a DLQ front end does.
 
@@ -275,32 +317,51 @@ class Jobbers:
         checkpoint, even when the task's Redis record has expired since: a record that is
         still there goes ``failed``/``stalled``/``dropped``/``cancelled`` -> ``submitted``;
         a missing one is created as ``submitted``. A task whose record is in any other state
-        (resubmitted by someone else, running, completed) is skipped. Returns the ids
-        published; at most one caller publishes a given failure, however many race.
+        (resubmitted by someone else, running, completed) is skipped, and so is an entry
+        that cannot be published (:attr:`DeadLetter.unpublishable`: its arguments were never
+        recorded as JSON). Returns the ids published; at most one caller publishes a given
+        failure, however many race.
+
+        ``version="current"`` publishes each task as the version its name has in this
+        process's app instead of the entry's (:meth:`current_versions` raises ``ValueError``
+        before anything changes if a name is not registered here). The default keeps the
+        entry's: a worker running another version then drops it again, rather than call
+        changed code with arguments made for the old one.
         """
+        batch = list(entries)
+        current: dict[str, int] = {}
+        if ResubmitVersion(version) is ResubmitVersion.CURRENT:
+            current = self.current_versions(e.name for e in batch if not e.unpublishable)
         published: list[str] = []
         seen: set[str] = set()
         # one producer (one broker connection) for the whole batch, not one per message
         with self.app.producer_or_acquire() as producer:
-            for entry in entries:
+            for entry in batch:
                 if entry.task_id not in seen:
                     seen.add(entry.task_id)
-                    if self._resubmit_dead_letter(entry, reset_retry_count, producer):
+                    if self._resubmit_dead_letter(entry, reset_retry_count, producer,
+                                                  version=current.get(entry.name)):
                         published.append(entry.task_id)
         self.store.confirm_published(published)
         return published
 
     def _resubmit_dead_letter(self, entry: DeadLetter, reset_retry_count: bool,
                               producer: Any, sources: frozenset[TaskState] | None = None,
-                              from_dlq: bool = True) -> bool:
-        """Resubmit with ``entry``'s payload. ``from_dlq=False``: ``resubmit`` taking the
-        payload of a record that dropped its copy (the history says "resubmitted")."""
+                              from_dlq: bool = True, version: int | None = None) -> bool:
+        """Resubmit with ``entry``'s payload (as ``version`` if given). ``from_dlq=False``:
+        ``resubmit`` taking the payload of a record that dropped its copy (the history says
+        "resubmitted")."""
+        if entry.unpublishable:
+            log.error("dead letter %s cannot be resubmitted: %s", entry.task_id,
+                      entry.unpublishable)
+            return False
         options = dict(entry.options or {})
         headers = dict(options.get("headers") or {})
         headers.pop(payload.HEADER_ENQUEUED_AT, None)
         data = {"args": list(entry.args), "kwargs": dict(entry.kwargs),
                 "options": {**options, "headers": headers}}
-        res = self.recorder.resubmit_entry(entry, data, reset_retry_count, sources, from_dlq)
+        res = self.recorder.resubmit_entry(entry, data, reset_retry_count, sources, from_dlq,
+                                           version=version)
         if not res.applied:
             log.info("dead letter %s not resubmitted: the task is %s", entry.task_id,
                      res.previous)

@@ -19,6 +19,7 @@ from jobbers_celery.errors import InvalidTaskOption
 __all__ = [
     "OPTION_NAMES",
     "DeadLetterPolicy",
+    "ResubmitVersion",
     "ShutdownPolicy",
     "TaskOptions",
     "validate_options",
@@ -34,6 +35,19 @@ class ShutdownPolicy(StrEnum):
     STOP = "stop"
     RESUBMIT = "resubmit"
     CONTINUE = "continue"
+
+
+class ResubmitVersion(StrEnum):
+    """Which version a resubmitted task is published as.
+
+    ``ENTRY`` (the default): the version it was published and failed with, so a worker
+    running another version drops it again rather than call new code with arguments made
+    for the old signature. ``CURRENT``: the version registered for its name in the
+    resubmitting process's app (the code the workers now run, once deployed everywhere).
+    """
+
+    ENTRY = "entry"
+    CURRENT = "current"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 from jobbers_celery import metrics
 from jobbers_celery import payload as pl
-from jobbers_celery.records import DeadLetter, from_ms
+from jobbers_celery.records import UNPUBLISHABLE, DeadLetter, from_ms
 from jobbers_celery.sinks import DeadLetterDispatcher
 from jobbers_celery.states import RESUBMITTABLE, TaskState
 from jobbers_celery.store import RedisStore, ResultWrite, StepResult
@@ -406,36 +406,53 @@ class Recorder:
         return res
 
     # ------------------------------------------------------------------ resubmits
-    def resubmit(self, task_id: str, reset_retry_count: bool) -> StepResult:
+    def not_resubmitted(self, task_id: str, why: str) -> StepResult:
+        """A resubmit whose ``submitted`` step applied but that has nothing to publish:
+        ``submitted -> dropped`` at once (no dead letter: the entry is there already), so
+        that the record does not wait for a publish that cannot come."""
+        return self.store.unstarted(
+            task_id, S.DROPPED, reason=f"not resubmitted: {why}, so it cannot be published "
+                                       "again")
+
+    def resubmit(self, task_id: str, reset_retry_count: bool,
+                 version: int | None = None) -> StepResult:
         """A failed, stalled, dropped or cancelled task back to ``submitted`` (with a
-        publish lease), its payload returned for the publisher."""
+        publish lease), its payload returned for the publisher. ``version``: publish it as
+        this version (the current one) instead of the one it has."""
+        fields = {"retries": "0"} if reset_retry_count else {}
+        if version is not None:
+            fields["ver"] = str(version)
         return self.store.submit(
             task_id, sources=RESUBMITTABLE, lease_ms=self.publish_lease_ms,
-            reason=_resubmit_reason(reset_retry_count),
-            fields={"retries": "0"} if reset_retry_count else {},
+            reason=_resubmit_reason(reset_retry_count, version=version),
+            fields=fields,
             ret=("msg", "retries", "name", "ver", "dlq"),
             # a fresh start also gets its automatic stall recoveries back
             delete=("stalls",) if reset_retry_count else (),
         )
 
     def resubmit_entry(self, entry: DeadLetter, data: dict[str, Any], reset_retry_count: bool,
-                       sources: frozenset[TaskState] | None, from_dlq: bool) -> StepResult:
+                       sources: frozenset[TaskState] | None, from_dlq: bool,
+                       version: int | None = None) -> StepResult:
         """Resubmit with the payload ``data`` of a dead-letter ``entry``: a record that
-        expired since is created again."""
+        expired since is created again. ``version``: as this version (the current one)
+        instead of the entry's."""
         fields = {"msg": pl.dumps(data),
                   "retries": "0" if reset_retry_count else str(entry.retry_attempt)}
         if entry.checkpoint is not None:
             fields["ckpt"] = pl.dumps(entry.checkpoint)
         create = {"name": entry.name, "queue": entry.queue or pl.queue_of(data["options"]),
                   "dlq": "1"}
-        if entry.version is not None:
+        if version is not None:
+            fields["ver"] = str(version)
+        elif entry.version is not None:
             create["ver"] = str(entry.version)
         return self.store.submit(
             entry.task_id, sources=sources or RESUBMITTABLE | {S.UNSUBMITTED}, create=create,
             fields=fields, delete=("stalls",) if reset_retry_count else (),
             lease_ms=self.publish_lease_ms, name=entry.name,
-            reason=_resubmit_reason(reset_retry_count)
-            + (" from the dead-letter queue" if from_dlq else ""),
+            reason=_resubmit_reason(reset_retry_count, from_dlq=from_dlq, version=version,
+                                    was=entry.version),
             ret=("retries", "name", "ver", "dlq"),
         )
 
@@ -486,8 +503,16 @@ class Recorder:
         ))
 
 
-def _resubmit_reason(reset_retry_count: bool) -> str:
-    return "resubmitted" + (" (retry count reset)" if reset_retry_count else "")
+def _resubmit_reason(reset_retry_count: bool, *, from_dlq: bool = False,
+                     version: int | None = None, was: int | None = None) -> str:
+    reason = "resubmitted" + (" (retry count reset)" if reset_retry_count else "")
+    if from_dlq:
+        reason += " from the dead-letter queue"
+    if version is not None:
+        reason += f" as the current version {version}"
+        if was is not None:
+            reason += f" (the entry's was {was})"
+    return reason
 
 
 def _warn_large_payload(name: str, task_id: str, size: int, limit: int) -> None:
@@ -542,6 +567,11 @@ def dead_letter_entry(
             checkpoint = raw["ckpt"]
     args = payload.get("args")
     kwargs = payload.get("kwargs")
+    options = payload.get("options") or {}
+    if payload.get("unserializable") or not raw.get("msg"):
+        # nothing jobbers can publish again: say so, rather than resubmit it without arguments
+        options = {UNPUBLISHABLE: "its arguments were not recorded as JSON"
+                   if raw.get("msg") else "no arguments were recorded"}
     return DeadLetter(
         task_id=task_id,
         name=name,
@@ -558,5 +588,5 @@ def dead_letter_entry(
         worker=worker,
         failed_at=from_ms(result.now_ms),  # type: ignore[arg-type]
         checkpoint=checkpoint,
-        options=payload.get("options") or {},
+        options=options,
     )

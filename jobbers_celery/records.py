@@ -8,7 +8,11 @@ from typing import Any
 
 from jobbers_celery.states import TaskState
 
-__all__ = ["DeadLetter", "ErrorInfo", "TaskRecord", "Transition", "from_ms"]
+__all__ = ["UNPUBLISHABLE", "DeadLetter", "ErrorInfo", "TaskRecord", "Transition", "from_ms"]
+
+#: Key of ``DeadLetter.options`` saying why the entry cannot be published again (its
+#: arguments were never recorded as JSON): kept in ``options`` so that every sink stores it.
+UNPUBLISHABLE = "jobbers_unpublishable"
 
 
 def from_ms(value: float | str | None) -> datetime | None:
@@ -67,7 +71,8 @@ class DeadLetter:
     """What a dead-letter sink receives. ``(task_id, attempt)`` identifies it.
 
     ``options`` holds what is needed to publish the task again (queue, routing, headers,
-    callbacks), so an entry can be resubmitted after its Redis record has expired.
+    callbacks), so an entry can be resubmitted after its Redis record has expired; or, under
+    :data:`UNPUBLISHABLE`, why it cannot be (see :attr:`unpublishable`).
     """
 
     task_id: str
@@ -86,6 +91,15 @@ class DeadLetter:
     failed_at: datetime
     checkpoint: Any = None
     options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def unpublishable(self) -> str | None:
+        """Why this entry cannot be published again (its arguments were never recorded as
+        JSON: not JSON-serializable, or a message the worker refused before reading it),
+        ``None`` if it can. Resubmitting it is refused rather than sending a task without
+        its arguments."""
+        why = self.options.get(UNPUBLISHABLE)
+        return str(why) if why else None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (``failed_at`` as ISO 8601)."""

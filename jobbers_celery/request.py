@@ -2,7 +2,8 @@
 
 A message whose ``jobbers_version`` header differs from the worker's registered version is
 dropped here (recorded, dead-lettered when the task saves dead letters, rejected without
-requeue) so it never occupies a pool slot.
+requeue) so it never occupies a pool slot. A malformed message is refused as an invalid
+task message (see :mod:`jobbers_celery.refusals`) instead of stopping the worker.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery.exceptions import InvalidTaskError
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 
@@ -28,6 +30,19 @@ class VersionMismatch(Exception):
 
 
 class JobbersRequest(Request):
+    def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
+        # Celery's consumer catches only InvalidTaskError from a request it builds: any other
+        # error of a malformed message (a body that is not [args, kwargs, embed], a missing
+        # header) stops the worker ("Unrecoverable error"), and the message, given back to
+        # the broker, stops the next worker too. Refuse it as invalid: rejected, recorded.
+        try:
+            super().__init__(message, *args, **kwargs)
+        except InvalidTaskError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidTaskError(
+                f"malformed task message: {type(exc).__name__}: {exc}") from exc
+
     def revoked(self) -> bool:
         if self._already_revoked:
             return True

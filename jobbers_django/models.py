@@ -160,6 +160,13 @@ class Action(models.TextChoices):
     CANCEL = "cancel", "cancel"
 
 
+class VersionChoice(models.TextChoices):
+    """``jobbers_celery.ResubmitVersion``, as the audit stores it."""
+
+    ENTRY = "entry", "the entry's version"
+    CURRENT = "current", "the current version"
+
+
 class AppendOnlyQuerySet(models.QuerySet["DeadLetterAudit"]):
     def update(self, **kwargs: Any) -> int:
         raise TypeError("the jobbers audit is append-only")
@@ -179,6 +186,11 @@ class DeadLetterAudit(models.Model):
     task_ids = models.JSONField(null=True, blank=True)
     filters = models.JSONField(null=True, blank=True)
     reset_retry_count = models.BooleanField(null=True, blank=True)
+    #: a resubmit's version choice: ``entry`` (each entry's own) or ``current``
+    version = models.CharField(max_length=8, choices=VersionChoice.choices, blank=True,
+                               default="")
+    #: with ``current``: the version each task name was published as
+    versions = models.JSONField(null=True, blank=True)
     limit = models.PositiveIntegerField(null=True, blank=True)
     matched = models.PositiveIntegerField(default=0)
     acted = models.PositiveIntegerField(default=0)

@@ -20,7 +20,13 @@ from rest_framework import serializers
 
 from jobbers_celery import TaskState
 from jobbers_django import conf
-from jobbers_django.models import DeadLetterEntry, DeadLetterFailure, Reason, Status
+from jobbers_django.models import (
+    DeadLetterEntry,
+    DeadLetterFailure,
+    Reason,
+    Status,
+    VersionChoice,
+)
 from jobbers_django.redaction import display, redact
 
 __all__ = [
@@ -240,6 +246,12 @@ class ResubmitRequestSerializer(DiscardRequestSerializer):
     reset_retry_count = serializers.BooleanField(
         required=False, default=True,
         help_text="start the retry count (and automatic stall recoveries) from zero")
+    version = serializers.ChoiceField(
+        choices=VersionChoice.choices, required=False, default=VersionChoice.ENTRY,
+        help_text="`entry` (default): publish each task as the version recorded with its "
+        "failure, so a worker running another version drops it again rather than call "
+        "changed code with old arguments; `current`: as the version its task has in the "
+        "API's Celery app now (400 if a selected task is not registered there)")
 
 
 class CancelRequestSerializer(StrictSerializer):

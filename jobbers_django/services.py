@@ -32,6 +32,7 @@ from jobbers_django.models import (
     FailureGroup,
     Source,
     Status,
+    VersionChoice,
 )
 from jobbers_django.querysets import FILTERS, NEWEST_FIRST, filter_entries
 
@@ -135,8 +136,19 @@ class Selection:
                 for k, v in self.filters.items()}
 
 
-def _candidates(selection: Selection) -> QuerySet[DeadLetterEntry]:
+def _unpublishable_key() -> str:
+    from jobbers_celery import UNPUBLISHABLE
+
+    return UNPUBLISHABLE
+
+
+def _candidates(selection: Selection, publishable: bool = False
+                ) -> QuerySet[DeadLetterEntry]:
+    """The dead entries ``selection`` takes, newest first; ``publishable``: only those that
+    can be published again (a resubmit leaves the others, see ``DeadLetter.unpublishable``)."""
     qs = DeadLetterEntry.objects.filter(status=Status.DEAD)
+    if publishable:
+        qs = qs.exclude(options__has_key=_unpublishable_key())
     if selection.task_ids is not None:
         return qs.filter(task_id__in=selection.task_ids).order_by(*NEWEST_FIRST)
     filters = dict(selection.filters)
@@ -171,15 +183,30 @@ def _skipped(selection: Selection, acted: Sequence[str]) -> list[dict[str, str]]
     rest = [i for i in dict.fromkeys(selection.task_ids) if i not in set(acted)]
     if not rest:
         return []
-    status = dict(DeadLetterEntry.objects.filter(task_id__in=rest)
-                  .values_list("task_id", "status"))
-    return [{"task_id": i, "why": f"status is {status[i]}" if i in status and status[i]
-             != Status.DEAD else ("not in the dead-letter queue" if i not in status
-                                  else "taken by a concurrent request")} for i in rest]
+    key = _unpublishable_key()
+    status: dict[str, str] = {}
+    unpublishable: dict[str, str] = {}
+    for task_id, state, options in (DeadLetterEntry.objects.filter(task_id__in=rest)
+                                    .values_list("task_id", "status", "options")):
+        status[task_id] = state
+        if state == Status.DEAD and isinstance(options, dict) and options.get(key):
+            unpublishable[task_id] = str(options[key])
+
+    def why(i: str) -> str:
+        if i not in status:
+            return "not in the dead-letter queue"
+        if status[i] != Status.DEAD:
+            return f"status is {status[i]}"
+        if i in unpublishable:
+            return f"cannot be published again: {unpublishable[i]}"
+        return "taken by a concurrent request"
+
+    return [{"task_id": i, "why": why(i)} for i in rest]
 
 
 def _preview(action: str, selection: Selection) -> ActionResult:
-    rows = list(_candidates(selection)[: selection.cap + 1])
+    rows = list(_candidates(selection, publishable=action == Action.RESUBMIT)
+                [: selection.cap + 1])
     more = len(rows) > selection.cap
     rows = rows[: selection.cap]
     return ActionResult(action=action, dry_run=True, matched=len(rows), more=more,
@@ -187,9 +214,10 @@ def _preview(action: str, selection: Selection) -> ActionResult:
                         sample=rows[:SAMPLE_SIZE])
 
 
-def _claim(selection: Selection) -> tuple[list[DeadLetterEntry], bool]:
+def _claim(selection: Selection, publishable: bool = False
+           ) -> tuple[list[DeadLetterEntry], bool]:
     """Lock up to ``limit`` dead candidates; rows another transaction holds are skipped."""
-    qs = _candidates(selection)
+    qs = _candidates(selection, publishable)
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True, of=("self",))
     rows = list(qs[: selection.cap + 1])
@@ -197,14 +225,15 @@ def _claim(selection: Selection) -> tuple[list[DeadLetterEntry], bool]:
 
 
 def _audit(action: str, selection: Selection, *, user: Any, source: str, matched: int,
-           acted: list[str], reset_retry_count: bool | None = None) -> DeadLetterAudit:
+           acted: list[str], reset_retry_count: bool | None = None, version: str = "",
+           versions: dict[str, int] | None = None) -> DeadLetterAudit:
     real_user = user if getattr(user, "is_authenticated", False) else None
     return DeadLetterAudit.objects.create(
         user=real_user, username=real_user.get_username() if real_user else "",
         source=source, action=action,
         task_ids=list(selection.task_ids) if selection.task_ids is not None else None,
         filters=selection.describe() if selection.task_ids is None else None,
-        reset_retry_count=reset_retry_count,
+        reset_retry_count=reset_retry_count, version=version, versions=versions,
         limit=selection.limit if selection.task_ids is None else None,
         matched=matched, acted=len(acted), acted_ids=acted,
     )
@@ -224,30 +253,61 @@ def _leave_dead(rows: Sequence[DeadLetterEntry]) -> None:
                               default=Value(0), output_field=IntegerField()))
 
 
-def resubmit(selection: Selection, *, reset_retry_count: bool = True, user: Any = None,
-             source: str = Source.CODE, dry_run: bool = False) -> ActionResult:
-    """Resubmit the selected dead entries (each at most once, however many race)."""
+def _current_versions(selection: Selection) -> dict[str, int]:
+    """The current version of every task the selection would resubmit (see
+    ``Jobbers.current_versions``); ``SelectionError`` on ``version`` if one is not
+    registered in this process's Celery app, before anything changes."""
+    names = set(_candidates(selection, publishable=True)[: selection.cap]
+                .values_list("task_name", flat=True))
+    try:
+        return get_jobbers().current_versions(names)
+    except ValueError as exc:
+        raise SelectionError("version", str(exc)) from None
+
+
+def resubmit(selection: Selection, *, reset_retry_count: bool = True,
+             version: str = VersionChoice.ENTRY, user: Any = None, source: str = Source.CODE,
+             dry_run: bool = False) -> ActionResult:
+    """Resubmit the selected dead entries (each at most once, however many race).
+
+    ``version``: ``entry`` (default) publishes each as the version recorded with its
+    failure; ``current`` as the version its task has in this process's Celery app (raises
+    :class:`SelectionError` if a task is not registered here). The audit records the choice
+    and, with ``current``, the version of each task name. Entries that cannot be published
+    again (``DeadLetter.unpublishable``) are never taken, and reported as skipped."""
+    from jobbers_celery import ResubmitVersion
+
+    try:
+        choice = ResubmitVersion(version)
+    except ValueError:
+        raise SelectionError("version", f"must be one of {', '.join(ResubmitVersion)}, got "
+                             f"{version!r}") from None
+    versions = _current_versions(selection) if choice is ResubmitVersion.CURRENT else None
     if dry_run:
         return _preview(Action.RESUBMIT, selection)
     publish_pending()
     result = ActionResult(action=Action.RESUBMIT, dry_run=False)
     with transaction.atomic():
-        rows, result.more = _claim(selection)
+        rows, result.more = _claim(selection, publishable=True)
         ids = [r.task_id for r in rows]
         now = timezone.now()
         DeadLetterEntry.objects.filter(pk__in=[r.pk for r in rows]).update(
             status=Status.RESUBMITTED, resubmit_count=F("resubmit_count") + 1,
             resubmitted_at=now, publish_pending=True)
         _leave_dead(rows)
+        if versions is not None:  # the names actually claimed
+            versions = {r.task_name: versions[r.task_name] for r in rows
+                        if r.task_name in versions}
         audit = _audit(Action.RESUBMIT, selection, user=user, source=source,
-                       matched=len(rows), acted=ids, reset_retry_count=reset_retry_count)
+                       matched=len(rows), acted=ids, reset_retry_count=reset_retry_count,
+                       version=choice.value, versions=versions)
         result.matched, result.acted, result.audit_id = len(rows), ids, audit.pk
         result.sample = rows[:SAMPLE_SIZE]
         pks = [r.pk for r in rows]
 
         def publish() -> None:
             try:
-                result.published = _publish(pks, reset_retry_count)
+                result.published = _publish(pks, reset_retry_count, choice)
             except Exception:
                 # Committed as resubmitted, not published (Redis or the broker is down):
                 # the rows stay publish_pending for publish_pending() to finish.
@@ -263,14 +323,16 @@ def resubmit(selection: Selection, *, reset_retry_count: bool = True, user: Any 
     return result
 
 
-def _publish(pks: Sequence[int], reset_retry_count: bool) -> list[str]:
+def _publish(pks: Sequence[int], reset_retry_count: bool,
+             version: str = VersionChoice.ENTRY) -> list[str]:
     """Publish entries marked resubmitted (after their transaction committed)."""
     rows = list(DeadLetterEntry.objects.filter(pk__in=pks, status=Status.RESUBMITTED,
                                                publish_pending=True))
     if not rows:
         return []
     published = get_jobbers().resubmit_dead_letters([to_dead_letter(r) for r in rows],
-                                                   reset_retry_count=reset_retry_count)
+                                                   reset_retry_count=reset_retry_count,
+                                                   version=version)
     refused = {r.task_id for r in rows} - set(published)
     if refused:
         log.warning("%d resubmitted entries were not published: their tasks are already "

@@ -280,7 +280,9 @@ class DeadLetterResubmitView(JobbersAPIView):
         description="Resubmits `task_ids`, or up to `limit` entries matching the filters "
         "(newest first). Only entries still `dead` are taken, each at most once however "
         "many requests race. The task name and arguments are the entry's; a client "
-        "cannot choose them. With `dry_run` nothing changes.",
+        "cannot choose them. `version` chooses the entry's version (default) or the "
+        "current one. Entries that cannot be published again (no JSON arguments) are "
+        "never taken. With `dry_run` nothing changes.",
         request=s.ResubmitRequestSerializer,
         responses={200: s.ResubmitResultSerializer, **_errors(400, 401, 403)},
     )
@@ -289,10 +291,13 @@ class DeadLetterResubmitView(JobbersAPIView):
         body = s.ResubmitRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        result = services.resubmit(_selection(data),
-                                   reset_retry_count=data["reset_retry_count"],
-                                   user=request.user, source=Source.API,
-                                   dry_run=data["dry_run"])
+        try:
+            result = services.resubmit(_selection(data),
+                                       reset_retry_count=data["reset_retry_count"],
+                                       version=data["version"], user=request.user,
+                                       source=Source.API, dry_run=data["dry_run"])
+        except services.SelectionError as exc:
+            raise _bad(exc.field, exc.message) from None
         answer = {**_action_data(result), "resubmitted": result.acted,
                   "published": [] if result.dry_run else result.published}
         return Response(s.ResubmitResultSerializer(answer).data)

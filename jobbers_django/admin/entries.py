@@ -38,7 +38,14 @@ from jobbers_django.admin.filters import (
 )
 from jobbers_django.admin.live import LivePagesAdmin, lifecycle
 from jobbers_django.admin.pagination import BoundedPaginator
-from jobbers_django.models import Action, DeadLetterEntry, FailureGroup, Source, Status
+from jobbers_django.models import (
+    Action,
+    DeadLetterEntry,
+    FailureGroup,
+    Source,
+    Status,
+    VersionChoice,
+)
 
 __all__ = ["CONFIRM_SHOWN", "DeadLetterEntryAdmin", "summary"]
 
@@ -198,7 +205,7 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
             return None
         dead = queryset.filter(status=Status.DEAD).order_by(*querysets.NEWEST_FIRST)
         rows = list(dead.values_list("task_id", "task_name", "exception_type",
-                                     "last_failed_at")[: conf.MAX_IDS + 1])
+                                     "last_failed_at", "task_version")[: conf.MAX_IDS + 1])
         more = len(rows) > conf.MAX_IDS
         rows = rows[: conf.MAX_IDS]
         if not rows:
@@ -220,6 +227,8 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
                     *((ACTION_CHECKBOX_NAME, pk)
                       for pk in request.POST.getlist(ACTION_CHECKBOX_NAME))],
             back_url=request.get_full_path(),
+            current_versions=_current_versions({r[1] for r in rows})
+            if action == Action.RESUBMIT else {},
         )
         return TemplateResponse(request, "jobbers/admin/action_confirmation.html", context)
 
@@ -239,29 +248,55 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
             return
         selection = services.Selection(task_ids=ids)
         reset = request.POST.get("reset_retry_count", "1") != "0"
+        version = request.POST.get("version") or VersionChoice.ENTRY
         try:
             if action == Action.RESUBMIT:
                 result = services.resubmit(selection, reset_retry_count=reset,
-                                           user=request.user, source=Source.ADMIN)
+                                           version=version, user=request.user,
+                                           source=Source.ADMIN)
             else:
                 result = services.discard(selection, user=request.user, source=Source.ADMIN)
+        except services.SelectionError as exc:
+            self.message_user(request, f"Nothing was resubmitted: {exc.message}",
+                              messages.ERROR)
+            return
         except STORE_ERRORS as exc:
             self.message_user(request, f"Redis is unreachable ({exc}): nothing was published. "
                               "Entries already marked resubmitted are published by a later "
                               "resubmit.", messages.ERROR)
             return
-        self.message_user(request, summary(result, reset),
+        self.message_user(request, summary(result, reset, version),
                           messages.SUCCESS if result.acted else messages.WARNING)
 
 
-def summary(result: services.ActionResult, reset_retry_count: bool) -> str:
+def _current_versions(names: set[str]) -> dict[str, int]:
+    """The current version of each of ``names`` registered in this process's Celery app
+    (what the confirmation page offers); the others are left out."""
+    from jobbers_celery import ConfigurationError
+
+    try:
+        jobbers = services.get_jobbers()
+    except ConfigurationError:  # not installed here: the page offers no current version
+        return {}
+    found: dict[str, int] = {}
+    for name in sorted(names):
+        try:
+            found.update(jobbers.current_versions([name]))
+        except ValueError:
+            continue
+    return found
+
+
+def summary(result: services.ActionResult, reset_retry_count: bool,
+            version: str = VersionChoice.ENTRY) -> str:
     """``Resubmitted 3 dead-letter entries (retry count reset): 3 published; 1 skipped
     (status is discarded).``"""
     n = len(result.acted)
     noun = "dead-letter entry" if n == 1 else "dead-letter entries"
     if result.action == Action.RESUBMIT:
         text = (f"Resubmitted {n} {noun} ("
-                f"{'retry count reset' if reset_retry_count else 'retry count kept'})")
+                f"{'retry count reset' if reset_retry_count else 'retry count kept'}"
+                f"{', as the current version' if version == VersionChoice.CURRENT else ''})")
         if result.published is None:
             text += ": published once the request's transaction commits"
         else:

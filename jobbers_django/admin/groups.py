@@ -52,7 +52,7 @@ class FailureGroupAdmin(ReadOnlyAdmin):
 @admin.register(DeadLetterAudit)
 class DeadLetterAuditAdmin(ReadOnlyAdmin):
     list_display = ("when", "username", "action", "source", "matched", "acted",
-                    "reset_retry_count", "selection")
+                    "reset_retry_count", "version", "selection")
     list_filter = ("action", "source", ("at", admin.DateFieldListFilter))
     sortable_by = ("when",)
 

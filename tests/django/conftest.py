@@ -88,6 +88,19 @@ def make_entries(db: None) -> Callable[..., list[str]]:
 
 
 @pytest.fixture
+def version_two(djapp: Any, monkeypatch: pytest.MonkeyPatch) -> int:
+    """This process now registers ``djproj.flaky_import`` as version 2 (new code deployed);
+    its dead letters say version 1."""
+    import dataclasses
+
+    task_cls = type(djapp.app.tasks["djproj.flaky_import"])
+    monkeypatch.setattr(task_cls, "version", 2)
+    monkeypatch.setattr(task_cls, "jobbers_options",
+                        dataclasses.replace(task_cls.jobbers_options, version=2))
+    return 2
+
+
+@pytest.fixture
 def staff(django_user_model: Any) -> Any:
     """Staff, may view (``jobbers.view_*``), may not resubmit, discard or cancel."""
     from django.contrib.auth.models import Permission

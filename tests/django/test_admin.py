@@ -264,6 +264,44 @@ def test_resubmit_keeping_the_retry_count(client, operator, make_entries, publis
         "Resubmitted 2 dead-letter entries (retry count kept): 2 published."]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_resubmit_as_the_current_version(client, operator, make_entries, published, jobbers,
+                                         version_two):
+    ids = make_entries(2, version=1)
+    client.force_login(operator)
+    page = post_action(client, "resubmit_selected", ids)
+    text = page.content.decode()
+    assert 'name="version" value="entry" checked' in text
+    assert 'name="version" value="current"' in text
+    assert "djproj.flaky_import v2" in text  # what "current" means here
+    assert "v1" in text  # each entry's own version
+    done = confirm(client, page, reset_retry_count="1", version="current")
+    assert done.status_code == 302
+    assert sorted(published) == sorted(ids)
+    assert [jobbers.get(i).version for i in ids] == [2, 2]
+    audit = DeadLetterAudit.objects.get()
+    assert (audit.version, audit.versions) == ("current", {"djproj.flaky_import": 2})
+    assert message_texts(done) == [
+        ("Resubmitted 2 dead-letter entries (retry count reset, as the current version): "
+         "2 published.")]
+    listed_audit = client.get(reverse("admin:jobbers_deadletteraudit_changelist"))
+    assert "the current version" in listed_audit.content.decode()
+
+
+def test_resubmit_as_the_current_version_of_an_unknown_task_changes_nothing(
+        client, operator, make_entries, published):
+    ids = make_entries(1, name="djproj.retired")
+    client.force_login(operator)
+    done = confirm(client, post_action(client, "resubmit_selected", ids), version="current")
+    assert done.status_code == 302
+    [text] = message_texts(done)
+    assert text.startswith("Nothing was resubmitted: cannot resubmit as the current version: "
+                           "djproj.retired is not registered")
+    assert entry(ids[0]).status == Status.DEAD
+    assert published == []
+    assert not DeadLetterAudit.objects.exists()
+
+
 def test_discard_confirms_then_discards(client, operator, make_entries, published):
     ids = make_entries(3)
     client.force_login(operator)

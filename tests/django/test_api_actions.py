@@ -82,6 +82,7 @@ def test_resubmit_by_ids_publishes_after_commit_even_with_atomic_requests(
     assert (audit.source, audit.action, audit.username, sorted(audit.acted_ids)) == (
         "api", "resubmit", "operator", sorted(ids))
     assert audit.reset_retry_count is True
+    assert (audit.version, audit.versions) == ("entry", None)  # the default
     for task_id in ids:
         entry = DeadLetterEntry.objects.get(task_id=task_id)
         assert (entry.status, entry.resubmit_count, entry.publish_pending) == (
@@ -154,6 +155,79 @@ def test_dry_run_answers_count_and_sample_and_changes_nothing(
     assert everything(redis_url, published) == before
 
 
+@pytest.mark.django_db(transaction=True)
+def test_resubmit_as_the_current_version(make_entries, operator, jobbers, djapp, published,
+                                         redis_url, version_two):
+    ids = make_entries(2, version=1)
+    for task_id in ids:
+        fail_in_jobbers(jobbers, djapp, task_id)
+    published.clear()
+    response = post(login(operator), "dead-letter-queue/resubmit",
+                    {"task_ids": ids, "version": "current"})
+    body = response.json()
+    assert response.status_code == 200, body
+    assert sorted(body["published"]) == sorted(ids)
+    audit = DeadLetterAudit.objects.get(pk=body["audit_id"])
+    assert (audit.version, audit.versions) == ("current", {"djproj.flaky_import": 2})
+    headers = _headers(redis_url)
+    for task_id in ids:
+        assert jobbers.get(task_id).version == 2
+        assert headers[task_id]["jobbers_version"] == 2
+        assert jobbers.history(task_id)[-1].reason == (
+            "resubmitted (retry count reset) from the dead-letter queue as the current "
+            "version 2 (the entry's was 1)")
+
+
+def _headers(redis_url: str) -> dict[str, dict[str, Any]]:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        raw = client.lrange("celery", 0, -1)
+    finally:
+        client.close()
+    return {h["id"]: h for h in (json.loads(item)["headers"] for item in raw)}
+
+
+def test_resubmit_as_the_current_version_of_an_unknown_task_is_a_400(
+        make_entries, operator, published, redis_url):
+    ids = make_entries(1, name="djproj.retired")  # this process does not register it
+    make_entries(1)
+    before = everything(redis_url, published)
+    client = login(operator)
+    for body in ({"task_ids": ids, "version": "current"},
+                 {"task_name": "djproj.retired", "version": "current", "dry_run": True},
+                 {"queue": "celery", "version": "current"}):
+        response = post(client, "dead-letter-queue/resubmit", body)
+        assert_bad(response, "version")
+        assert "djproj.retired is not registered as a JobbersTask" in response.json()[
+            "errors"]["version"][0]
+    assert everything(redis_url, published) == before
+    # the entry's own version needs no registration
+    assert post(client, "dead-letter-queue/resubmit",
+                {"task_ids": ids, "dry_run": True}).json()["matched"] == 1
+
+
+def test_entries_without_json_arguments_are_never_resubmitted(make_entries, operator,
+                                                              published, redis_url):
+    from jobbers_celery import UNPUBLISHABLE
+
+    why = "its arguments were not recorded as JSON"
+    [unusable] = make_entries(1, args=[], kwargs={}, options={UNPUBLISHABLE: why},
+                              queue="refused")
+    before = everything(redis_url, published)
+    client = login(operator)
+    by_id = post(client, "dead-letter-queue/resubmit", {"task_ids": [unusable]}).json()
+    assert (by_id["matched"], by_id["resubmitted"]) == (0, [])
+    assert by_id["skipped"] == [{"task_id": unusable,
+                                 "why": f"cannot be published again: {why}"}]
+    by_filter = post(client, "dead-letter-queue/resubmit", {"queue": "refused"}).json()
+    assert (by_filter["matched"], by_filter["resubmitted"]) == (0, [])
+    assert snapshot()[0] == before[0][0]
+    assert published == []
+    # it can still be discarded
+    discarded = post(client, "dead-letter-queue/discard", {"task_ids": [unusable]}).json()
+    assert discarded["discarded"] == [unusable]
+
+
 _IDS = ["5f0c1b2a-aaaa-bbbb-cccc-0123456789ab"]
 
 
@@ -193,6 +267,8 @@ _IDS = ["5f0c1b2a-aaaa-bbbb-cccc-0123456789ab"]
     ({"queue": "celery", "dry_run": None}, "dry_run"),
     ({"queue": "celery", "dry_run": "perhaps"}, "dry_run"),
     ({"queue": "celery", "reset_retry_count": "perhaps"}, "reset_retry_count"),
+    ({"queue": "celery", "version": "latest"}, "version"),
+    ({"queue": "celery", "version": 2}, "version"),
     (["5f0c1b2a"], "body"),
 ])
 @pytest.mark.parametrize("path", ["dead-letter-queue/resubmit", "dead-letter-queue/discard"])

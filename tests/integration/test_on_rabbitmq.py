@@ -20,7 +20,9 @@ Chosen because RabbitMQ behaves differently from Redis there:
   redelivered when its channel closes; each body must still run as its policy says (and
   on the threads pool, where a policy applies at the task's next heartbeat);
 - cancellation (at a heartbeat; ``terminate=True`` through the broker's broadcast; a
-  scheduled retry).
+  scheduled retry);
+- messages the worker refuses before running them: their headers are AMQP table fields
+  there, JSON in the envelope on Redis, and the body must never be read.
 
 shutdown_cases' ``broker()`` reads Redis lists; here it is replaced by one that reads the
 vhost's queues (:meth:`RabbitVhost.held`).
@@ -34,7 +36,13 @@ from typing import Any
 
 import pytest
 
-from tests.integration import cancel_cases, lifecycle_cases, shutdown_cases, stall_cases
+from tests.integration import (
+    cancel_cases,
+    lifecycle_cases,
+    refusal_cases,
+    shutdown_cases,
+    stall_cases,
+)
 from tests.rabbitmq import RabbitVhost, use_broker
 
 pytestmark = [pytest.mark.redis, pytest.mark.worker, pytest.mark.rabbitmq]
@@ -139,3 +147,11 @@ def test_terminate_interrupts_a_prefork_task(proj, worker_factory):
 def test_scheduled_task_cancelled_at_once_and_never_republished(proj, worker_factory):
     cancel_cases.scheduled_task_cancelled_at_once_and_never_republished(
         proj, worker_factory)
+
+
+# ------------------------------------------------------------------------ refused messages
+
+
+def test_refused_messages_end_dropped_without_reading_the_body(proj, worker_factory,
+                                                               tmp_path):
+    refusal_cases.refused_messages_end_dropped(proj, worker_factory, tmp_path)

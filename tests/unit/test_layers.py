@@ -29,7 +29,8 @@ LAYERS: dict[str, list[str]] = {
     "services": ["metrics", "sinks", "results", "recorder", "publisher", "cleaner",
                  "liveness", "scheduler"],
     "root": ["jobbers"],
-    "adapter": ["shutdown", "beat", "task", "request", "signals", "runtime", "install", ""],
+    "adapter": ["shutdown", "beat", "task", "request", "signals", "refusals", "runtime",
+                "install", ""],
 }
 RANK = {f"{NAME}.{m}".rstrip("."): n for n, mods in enumerate(LAYERS.values()) for m in mods}
 
