@@ -7,8 +7,9 @@
   control revoke --terminate`` / ``terminate``, Flower's terminate) calls :meth:`terminate`:
   the task's cancellation is recorded first, with the revoke as its reason, then the signal
   goes to the pool child, whose task ends ``cancelled`` (not its ``on_shutdown`` policy, no
-  dead letter). A pool that cannot interrupt (threads, solo) leaves the task running: it
-  ends ``cancelled`` at its next ``heartbeat()``. The worker's own shutdown interrupts
+  dead letter). A pool that cannot interrupt (threads) leaves the task running: it ends
+  ``cancelled`` at its next ``heartbeat()``. (A solo worker reads the command only between
+  tasks.) The worker's own shutdown interrupts
   tasks without this method (``shutdown.interrupt``), so its policies still apply.
 - A task whose delivery ended ``cancelled`` in the record raises
   :class:`~jobbers_celery.task.Revoked`; :meth:`on_failure` tells Celery as its own revoke
@@ -69,8 +70,8 @@ class JobbersRequest(Request):
             reason = revoke_reason(signal)
             try:
                 done = Jobbers.of(self.task.app).recorder.revoke_running(self.id, reason=reason)
-                log.info("%s[%s]: %s: cancellation %s (it was %s)", self.task.name, self.id,
-                         reason, done.outcome, done.previous)
+                log.info("terminating %s[%s] (%s): its cancellation is %s (it was %s)",
+                         self.task.name, self.id, reason, done.outcome, done.previous)
             except Exception:
                 log.exception("could not record the revoke of %s[%s]; its on_shutdown "
                               "policy applies", self.task.name, self.id)

@@ -36,6 +36,7 @@ from tests.integration.lifecycle_helpers import (
     wait_state,
 )
 from tests.integration.shutdown_cases import Job, running, starts, submit
+from tests.integration.store_helpers import put_in_state
 
 pytestmark = [pytest.mark.redis, pytest.mark.worker]
 
@@ -86,9 +87,11 @@ class TaskEvents:
 
 def _revoked_in_celery(proj: Any, events: TaskEvents, *task_ids: str) -> None:
     """Celery agrees with the record: REVOKED in the result backend and a task-revoked
-    event (Flower's state) for each."""
+    event (Flower's state) for each (the worker's main process says so a moment after the
+    task recorded it)."""
     for task_id in task_ids:
-        assert proj.app.AsyncResult(task_id).state == "REVOKED", task_id
+        wait_for(lambda task_id=task_id: proj.app.AsyncResult(task_id).state == "REVOKED",
+                 timeout=10, message=f"{task_id} REVOKED in the result backend")
     events.wait("task-revoked", *task_ids)
 
 
@@ -204,3 +207,34 @@ def test_revoke_terminate_on_threads_ends_cancelled_at_the_next_heartbeat(
     assert starts(r, job) == 1
     print(f"\n[threads] revoke(terminate=True) -> cancelled at the next heartbeat in "
           f"{took:.2f}s; 1 of 1 cancelled, 0 dead letters; jobbers.cancel() -> REVOKED")
+
+
+def test_a_revoke_keeps_its_reason_for_the_step_that_ends_the_task(make_store):
+    """The store side, without a worker: the reason of a revoke heads the history of
+    whichever step ends the task cancelled; the first cancellation request's reason stands;
+    the kept reason goes with the flag."""
+    store = make_store()
+    revoked = "revoked with terminate (SIGTERM)"
+    fence = {"wid": "w1", "name": "n", "worker": "w1@host"}
+
+    put_in_state(store, "t1", S.STARTED)
+    assert store.cancel("t1", revoked, keep_reason=True).outcome == "requested"
+    res = store.end("t1", S.STALLED, fence=1, reason="shut down", cancellable=True,
+                    cancel_reason="cancellation honoured: interrupted by its worker", **fence)
+    assert res.applied
+    assert res.state is S.CANCELLED
+    assert store.history("t1")[-1].reason == (
+        f"{revoked}; cancellation honoured: interrupted by its worker")
+    assert not {"cancel", "cxl"} & set(store.get_raw("t1"))
+
+    put_in_state(store, "t2", S.STARTED)  # jobbers.cancel() first: its reason stands
+    assert store.cancel("t2", "cancelled by request").outcome == "requested"
+    assert store.cancel("t2", revoked, keep_reason=True).outcome == "requested"
+    res = store.end("t2", S.CANCELLED, fence=1, reason="cancellation honoured", **fence)
+    assert res.applied
+    assert store.history("t2")[-1].reason == "cancellation honoured"
+
+    put_in_state(store, "t3", S.SUBMITTED)  # not started: cancelled at once, as before
+    assert store.cancel("t3", revoked, keep_reason=True).outcome == "cancelled"
+    assert store.history("t3")[-1].reason == revoked
+    assert "cxl" not in store.get_raw("t3")
