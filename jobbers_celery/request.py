@@ -4,13 +4,13 @@
   dropped here (recorded, dead-lettered when the task saves dead letters, rejected without
   requeue) so it never occupies a pool slot.
 - Celery's revoke with ``terminate`` (``app.control.revoke(id, terminate=True)``, ``celery
-  control revoke --terminate`` / ``terminate``, Flower's terminate) calls :meth:`terminate`:
+  control terminate SIGTERM <id>``, Flower's terminate) calls :meth:`terminate`:
   the task's cancellation is recorded first, with the revoke as its reason, then the signal
   goes to the pool child, whose task ends ``cancelled`` (not its ``on_shutdown`` policy, no
   dead letter). A pool that cannot interrupt (threads) leaves the task running: it ends
   ``cancelled`` at its next ``heartbeat()``. (A solo worker reads the command only between
-  tasks.) The worker's own shutdown interrupts
-  tasks without this method (``shutdown.interrupt``), so its policies still apply.
+  tasks.) The worker's own shutdown interrupts tasks without this method
+  (``shutdown.interrupt``), so its policies still apply.
 - A task whose delivery ended ``cancelled`` in the record raises
   :class:`~jobbers_celery.task.Revoked`; :meth:`on_failure` tells Celery as its own revoke
   does (REVOKED in the result backend, a ``task-revoked`` event, ``task_revoked``).
