@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, cast
 import redis
 from kombu.utils.imports import symbol_by_name
 
-from jobbers_celery import payload
+from jobbers_celery import payload, results
 from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.errors import ConfigurationError, StoreUnavailable
@@ -392,12 +392,18 @@ class Jobbers:
         ``jobbers_cancel_grace`` seconds have passed without it stopping. Returns whether
         the task was cancelled or its cancellation requested; ``False`` if it is unknown or
         already finished.
+
+        Celery is told as for its own revoke: a task cancelled at once is REVOKED in the
+        result backend now; one that was running is REVOKED (backend and a ``task-revoked``
+        event) when its worker ends it, as is a cancelled message a worker receives.
         """
         grace = int(self.config.cancel_grace * 1000) if terminate else None
         done = self.store.cancel(task_id, "cancelled by request", terminate_ms=grace)
         if done.outcome != "no":
             log.info("task %s: cancellation %s (it was %s)", task_id, done.outcome,
                      done.previous)
+        if done.outcome == "cancelled":
+            results.mark_revoked(self.app.backend, task_id, "cancelled by request")
         return done.outcome != "no"
 
     @_store_call

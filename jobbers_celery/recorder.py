@@ -26,7 +26,7 @@ from jobbers_celery import payload as pl
 from jobbers_celery.records import UNPUBLISHABLE, DeadLetter, from_ms
 from jobbers_celery.sinks import DeadLetterDispatcher
 from jobbers_celery.states import RESUBMITTABLE, TaskState
-from jobbers_celery.store import RedisStore, ResultWrite, StepResult
+from jobbers_celery.store import CancelOutcome, RedisStore, ResultWrite, StepResult
 
 __all__ = [
     "DEAD_LETTER_FIELDS",
@@ -380,6 +380,13 @@ class Recorder:
                 name, res.values.get("queue"), S.CANCELLED.value, now_ms=res.now_ms,
                 started_ms=metrics.started_ms(res.values), enqueued_ms=enqueued_ms)
         return res
+
+    def revoke_running(self, task_id: str, *, reason: str) -> CancelOutcome:
+        """Celery's revoke with ``terminate`` reached the worker running the task: its
+        cancellation is requested (``reason`` kept for the step that ends it), before the
+        signal reaches the task, so that the attempt ends ``cancelled`` whatever its
+        ``on_shutdown`` (or, where the pool cannot interrupt it, at its next heartbeat)."""
+        return self.store.cancel(task_id, reason, keep_reason=True)
 
     def revoked(self, task_id: str, *, worker: str | None) -> StepResult:
         """``submitted -> cancelled``: Celery's revoke reached the worker before the task ran."""

@@ -1,17 +1,31 @@
-"""JobbersRequest: runs in the worker's main process before a task reaches the pool.
+"""JobbersRequest: a task's request in the worker's main process.
 
-A message whose ``jobbers_version`` header differs from the worker's registered version is
-dropped here (recorded, dead-lettered when the task saves dead letters, rejected without
-requeue) so it never occupies a pool slot. A malformed message is refused as an invalid
-task message (see :mod:`jobbers_celery.refusals`) instead of stopping the worker.
+- A message whose ``jobbers_version`` header differs from the worker's registered version is
+  dropped here (recorded, dead-lettered when the task saves dead letters, rejected without
+  requeue) so it never occupies a pool slot. A malformed message is refused as an invalid
+  task message (see :mod:`jobbers_celery.refusals`) instead of stopping the worker.
+- Celery's revoke with ``terminate`` (``app.control.revoke(id, terminate=True)``, ``celery
+  control terminate SIGTERM <id>``, Flower's terminate) calls :meth:`terminate`:
+  the task's cancellation is recorded first, with the revoke as its reason, then the signal
+  goes to the pool child, whose task ends ``cancelled`` (not its ``on_shutdown`` policy, no
+  dead letter). A pool that cannot interrupt (threads) leaves the task running: it ends
+  ``cancelled`` at its next ``heartbeat()``. (A solo worker reads the command only between
+  tasks.) The worker's own shutdown interrupts tasks without this method
+  (``shutdown.interrupt``), so its policies still apply.
+- A task whose delivery ended ``cancelled`` in the record raises
+  :class:`~jobbers_celery.task.Revoked`; :meth:`on_failure` tells Celery as its own revoke
+  does (REVOKED in the result backend, a ``task-revoked`` event, ``task_revoked``).
 """
 
 from __future__ import annotations
 
 import logging
+import signal as signals
 from typing import Any
 
+from billiard.einfo import ExceptionInfo
 from celery.exceptions import InvalidTaskError
+from celery.platforms import signals as celery_signals
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 
@@ -19,6 +33,7 @@ from jobbers_celery import metrics
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
+from jobbers_celery.task import Revoked
 
 __all__ = ["JobbersRequest", "VersionMismatch"]
 
@@ -27,6 +42,20 @@ log = logging.getLogger("jobbers.request")
 
 class VersionMismatch(Exception):
     """The message was published for another version of the task than this worker runs."""
+
+
+#: Set on a request's context when jobbers already recorded the outcome Celery announces
+#: (read by the ``task_revoked`` handler: nothing to record then).
+RECORDED = "jobbers_outcome_recorded"
+
+
+def revoke_reason(signum: Any) -> str:
+    """The history reason of a revoke with ``terminate`` and signal ``signum``."""
+    try:
+        name = signals.Signals(celery_signals.signum(signum or "TERM")).name
+    except (ValueError, TypeError, AttributeError):
+        name = str(signum)
+    return f"revoked with terminate ({name})"
 
 
 class JobbersRequest(Request):
@@ -42,6 +71,54 @@ class JobbersRequest(Request):
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidTaskError(
                 f"malformed task message: {type(exc).__name__}: {exc}") from exc
+
+    def terminate(self, pool: Any, signal: Any = None) -> None:
+        """Celery's revoke with ``terminate``: record the cancellation before the signal.
+
+        Called in the worker's main process by the ``revoke``/``terminate`` control command
+        (and again when a request not yet accepted by the pool is, then it runs here). The
+        cancellation is recorded first, so that the task, interrupted, ends ``cancelled``
+        with the revoke as its reason instead of applying its ``on_shutdown`` policy. If it
+        cannot be recorded (the store is away) the signal still goes out, as in Celery.
+        """
+        if self.time_start and not self._already_revoked:
+            reason = revoke_reason(signal)
+            try:
+                done = Jobbers.of(self.task.app).recorder.revoke_running(self.id, reason=reason)
+                log.info("terminating %s[%s] (%s): its cancellation is %s (it was %s)",
+                         self.task.name, self.id, reason, done.outcome, done.previous)
+            except Exception:
+                log.exception("could not record the revoke of %s[%s]; its on_shutdown "
+                              "policy applies", self.task.name, self.id)
+        try:
+            super().terminate(pool, signal)
+        except NotImplementedError:
+            log.warning("%s[%s] cannot be interrupted on this pool; its cancellation is "
+                        "recorded: it ends cancelled at its next heartbeat()",
+                        self.task.name, self.id)
+            raise
+
+    def on_failure(self, exc_info: ExceptionInfo, send_failed_event: bool = True,
+                   return_ok: bool = False) -> Any:
+        # billiard wraps it (ExceptionWithTraceback, whose .exc it is) unless the pool is
+        # in this process
+        exc = getattr(exc_info.exception, "exc", exc_info.exception)
+        if isinstance(exc, Revoked) and not self._already_revoked:
+            self._announce_jobbers_cancel(exc.reason)
+            return None
+        return super().on_failure(exc_info, send_failed_event=send_failed_event,
+                                  return_ok=return_ok)
+
+    def _announce_jobbers_cancel(self, reason: str) -> None:
+        """Celery's own announcement of a revoked request (backend REVOKED, ``task-revoked``
+        event, ack, ``task_revoked``) for one jobbers has recorded ``cancelled``."""
+        setattr(self._context, RECORDED, True)  # type: ignore[attr-defined]
+        try:
+            self._announce_revoked(reason, False, None, False)  # type: ignore[attr-defined]
+        except Exception:
+            log.exception("could not tell Celery that %s[%s] is cancelled", self.task.name,
+                          self.id)
+            self.acknowledge()
 
     def revoked(self) -> bool:
         if self._already_revoked:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from jobbers_celery.store import RedisStore
 
-__all__ = ["check_layout", "folded_result", "not_folded"]
+__all__ = ["check_layout", "folded_result", "mark_revoked", "not_folded"]
 
 log = logging.getLogger("jobbers.results")
 
@@ -153,3 +153,18 @@ def folded_result(task: Task[Any, Any], store: RedisStore, retval: Any) -> Resul
         expires=int(backend.expires or 0),
         db=db,
     )
+
+
+def mark_revoked(backend: Any, task_id: str, reason: str) -> bool:
+    """Celery's result backend says REVOKED for a task jobbers cancelled before any worker
+    ran it (``Jobbers.cancel`` of a submitted or scheduled task), as Celery's own revoke
+    does, so that ``AsyncResult(id).state`` agrees with the record. A write that fails is
+    logged, never raised: the cancellation, already recorded, stands. Returns whether it
+    was written."""
+    try:
+        backend.mark_as_revoked(task_id, reason, store_result=True)
+    except Exception:
+        log.warning("task %s is cancelled, but the result backend could not be told: it "
+                    "still shows the state it had", task_id, exc_info=True)
+        return False
+    return True

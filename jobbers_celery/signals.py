@@ -8,7 +8,8 @@ that changes a task's outcome is made here (those live in :class:`JobbersTask`).
 - ``task_prerun`` for a tracked message that reaches a plain (non-jobbers) task: ``dropped``
   with the reason, so the record does not claim a state nobody will move it out of.
 - ``task_revoked`` (main process; Celery's own revoke, or ``cancel(terminate=True)``
-  interrupting a task): ``cancelled``.
+  interrupting a task): ``cancelled``. Not for the announcement of a cancellation jobbers
+  recorded itself (see :mod:`jobbers_celery.request`).
 - ``worker_init`` (main process, before the pool forks): make the worker incarnation id;
   the worker's lifecycle steps wait out a store outage (up to ``jobbers_worker_lost_after``).
 - ``worker_shutting_down`` (signal-handler context): set the draining flag (see shutdown).
@@ -155,6 +156,8 @@ def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = 
     task_id = getattr(request, "id", None)
     if not isinstance(sender, JobbersTask) or not task_id:
         return
+    if getattr(request, "jobbers_outcome_recorded", False):
+        return  # jobbers recorded the cancellation Celery now announces
     jobbers = Jobbers.find(sender.app)
     if jobbers is None:
         return

@@ -51,7 +51,7 @@ from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.states import TaskState
 from jobbers_celery.store import UNREACHABLE, StepResult, is_outage
 
-__all__ = ["CHECKPOINT_MAX_BYTES", "PROGRESS_MAX_BYTES", "JobbersTask"]
+__all__ = ["CHECKPOINT_MAX_BYTES", "PROGRESS_MAX_BYTES", "JobbersTask", "Revoked"]
 
 #: The request reader ``heartbeat()`` uses (its tests reach it here).
 _request_getter = request_getter
@@ -168,6 +168,24 @@ def _broker_away(exc: BaseException) -> bool:
     for now: kombu's ``OperationalError`` (a connection error, once the publish's own retries
     are spent), or a Redis broker refusing writes (``OOM`` and the like)."""
     return isinstance(exc, OperationalError) or is_outage(exc)
+
+
+class Revoked(Ignore):
+    """Raised by a task (an ``Ignore``: the tracer stores nothing) whose delivery ended
+    ``cancelled`` in jobbers' record: cancelled at a heartbeat or by the step that ended it,
+    interrupted under a pending cancellation, or received already cancelled. The worker's
+    main process (:class:`~jobbers_celery.request.JobbersRequest`) then tells Celery as for
+    its own revoke: REVOKED in the result backend, a ``task-revoked`` event, the
+    ``task_revoked`` signal; so that Flower and ``AsyncResult`` agree with the record."""
+
+    def __init__(self, reason: str = "cancelled") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _ends_cancelled(res: StepResult) -> bool:
+    """The step ``res`` left the record ``cancelled`` (it applied so, or found it so)."""
+    return (res.state is S.CANCELLED) if res.applied else res.previous == S.CANCELLED
 
 
 def _jobbers(task: Task[Any, Any]) -> Jobbers:
@@ -392,7 +410,8 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 log.warning("%s", exc)
                 raise Ignore() from None
             except TaskCancelled:
-                self._cancelled()
+                if self._cancelled():
+                    raise Revoked("cancellation honoured") from None
                 raise Ignore() from None
             except (SystemExit, WorkerShuttingDown) as exc:
                 if getattr(self.request, _DONE, False):
@@ -407,7 +426,8 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 expected = (*self.jobbers_options.expected_exceptions, TaskTimeout)
                 if isinstance(exc, expected) and isinstance(exc, Exception):
                     raise self.retry(exc=exc) from exc
-                self._fail(exc, reason="unexpected exception")
+                if self._fail(exc, reason="unexpected exception"):
+                    raise Revoked("cancellation requested") from exc
                 raise
             self._complete(result)
             return result
@@ -429,15 +449,12 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         except UNREACHABLE:
             self._give_back(jobbers)
         _outage.over()
-        if not res.applied:
-            if res.previous == S.CANCELLED:
-                log.info("not running %s[%s]: it was cancelled", self.name, req.id)
-            else:
-                log.warning("not running %s[%s]: it is %s (duplicate or stale delivery)",
-                            self.name, req.id, res.previous)
-            raise Ignore()
-        if res.state is S.CANCELLED:
+        if _ends_cancelled(res):
             log.info("not running %s[%s]: it was cancelled", self.name, req.id)
+            raise Revoked("cancelled before it ran")
+        if not res.applied:
+            log.warning("not running %s[%s]: it is %s (duplicate or stale delivery)",
+                        self.name, req.id, res.previous)
             raise Ignore()
         if res.state is S.SCHEDULED:
             log.info("deferring %s[%s]: max_concurrent=%s reached", self.name, req.id,
@@ -682,7 +699,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                                                     and res.previous != "missing"):
             req.ignore_result = True  # read by the tracer's mark_as_done: skip its store
 
-    def _cancelled(self) -> None:
+    def _cancelled(self) -> bool:
+        """Record ``cancelled`` (the task honoured its cancellation); returns whether the
+        record is now cancelled."""
         req = self.request
         setattr(req, _DONE, True)
         res = _jobbers(self).recorder.cancel(self._run(), reason="cancellation honoured",
@@ -690,8 +709,11 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if not res.applied:
             log.warning("late cancelled of %s[%s] attempt %s rejected: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
+        return _ends_cancelled(res)
 
-    def _fail(self, exc: BaseException, reason: str) -> None:
+    def _fail(self, exc: BaseException, reason: str) -> bool:
+        """Record ``failed`` (``cancelled`` if cancellation was pending); returns whether it
+        ended cancelled."""
         req = self.request
         setattr(req, _DONE, True)
         res = _jobbers(self).recorder.fail(
@@ -701,6 +723,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if not res.applied:
             log.warning("failure of %s[%s] attempt %s not recorded: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
+        return res.applied and res.state is S.CANCELLED
 
     def _hand_back(self) -> NoReturn:
         """A ``stop``/``resubmit`` task delivered to a worker that is shutting down (threads,
@@ -745,6 +768,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 # same id, same retry count: records unsubmitted -> submitted on publish
                 jobbers.publisher.republish_signature(self.signature_from_request(req),
                                                       leased=req.id)
+        if _ends_cancelled(res):
+            # a revoke with terminate (its cancellation was recorded before the signal),
+            # or cancel(terminate=True): cancelled whatever on_shutdown says, no dead letter
+            raise Revoked("cancellation honoured: interrupted by its worker")
         if not res.applied:
             log.info("%s[%s] interrupted; its record had moved on (%s)", self.name, req.id,
                      res.previous)
@@ -797,7 +824,8 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 f"Can't retry {self.name}[{req.id}] args:{saferepr(req.args, _REPR_MAX)} "
                 f"kwargs:{saferepr(req.kwargs, _REPR_MAX)}"
             )
-            self._fail(error, reason="retries exhausted")
+            if self._fail(error, reason="retries exhausted"):
+                raise Revoked("cancellation requested") from error
             raise error
         delay = self._retry_delay(n, eta, countdown)
         sig = self.signature_from_request(req, args, kwargs, retries=n, **options)
@@ -833,7 +861,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                         self.name, req.id, self.attempt, res.previous)
         elif res.state is S.CANCELLED:
             log.info("%s[%s] was cancelled: not retried", self.name, req.id)
-            raise Ignore()
+            raise Revoked("cancellation requested")
         retry = Retry(exc=exc, when=when)
         if throw:
             raise retry

@@ -19,6 +19,7 @@ wid        worker incarnation (liveness entry) of the running attempt
 hb_iv      max_heartbeat_interval, ms srec      max_stall_recoveries
 cap        max_concurrent of a started attempt holding a concurrency lease
 stalls     stall recoveries so far    cancel    cancellation requested (ms)
+cxl        the reason a cancel request kept for the step that ends it (a revoke)
 purged     "1": cancelled by purge (a tombstone purge keeps)
 hn, h<n>   history: count, and entry n (format in _lib.lua)
 =========  ==============================================================

@@ -556,8 +556,11 @@ class RedisStore:
         reason: str,
         terminate_ms: int | None = None,
         set_fields: dict[str, str] | None = None,
+        keep_reason: bool = False,
     ) -> CancelOutcome:
-        """Cancel or flag a task (see :class:`CancelOutcome`)."""
+        """Cancel or flag a task (see :class:`CancelOutcome`). ``keep_reason``: a started
+        task's ``reason`` heads the history of the step that ends it cancelled (a Celery
+        revoke says so), unless a cancellation was already requested."""
         S = TaskState
         keys, states = self._shared_keys((S.SUBMITTED, S.SCHEDULED, S.STARTED, S.CANCELLED))
         keys += [self.keys.task(task_id), self.keys.cancelling]
@@ -567,6 +570,8 @@ class RedisStore:
             spec["terminate_ms"] = int(terminate_ms)
         if set_fields:
             spec["set"] = set_fields
+        if keep_reason:
+            spec["keep"] = True
         outcome, previous = self._scripts["cancel"](keys=keys, args=[states, _json(spec)])
         return CancelOutcome(str(outcome), str(previous))
 

@@ -23,6 +23,9 @@
 --             holding a lease is marked (field cap) so that its end releases it
 --   cancellable  if cancellation was requested, go to cancelled instead of spec.to
 --             (history reason: cancel_reason if given)
+--             Whenever a step ends a task flagged for cancellation in cancelled, the reason
+--             the request kept (field cxl: a Celery revoke, see cancel.lua) heads the
+--             history reason.
 --   delay_ms  to=scheduled: run_at = now + delay_ms (the scheduled index is scored by run_at)
 --   lease_ms  also enter the publishing set with deadline now + lease_ms
 --   ttl       seconds to keep the record if the step ends in a terminal state
@@ -146,6 +149,10 @@ local function step(ctx, task, spec)
       reason = 'max_concurrent=' .. spec.cap .. ' reached: deferred, no retry used'
     end
   end
+  if to == 'cancelled' and got[4] then
+    local why = redis.call('HGET', task, 'cxl')  -- only on this rare path: not in the HMGET
+    if why then reason = why .. '; ' .. (reason or 'cancelled') end
+  end
   local terminal = TERMINAL[to]
 
   -- Collect every field write and delete, then issue one HSET and at most one HDEL.
@@ -214,7 +221,7 @@ local function step(ctx, task, spec)
   local ttl = terminal and (tonumber(spec.ttl) or 0) or 0
   if terminal then
     w[#w + 1] = 'done_at'; w[#w + 1] = now
-    if got[4] then d[#d + 1] = 'cancel' end
+    if got[4] then d[#d + 1] = 'cancel'; d[#d + 1] = 'cxl' end
   elseif TERMINAL[cur] then
     d[#d + 1] = 'done_at'  -- completed_at belongs to terminal states only
   end

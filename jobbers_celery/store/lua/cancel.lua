@@ -4,7 +4,9 @@
 -- next heartbeat or lifecycle step, and with terminate_ms its worker interrupts it then.
 -- KEYS: shared layout (states submitted, scheduled, started, cancelled), then task hash,
 -- cancelling set.
--- ARGV[1] states order, ARGV[2] JSON {id, ttl, reason, terminate_ms?, set?}
+-- ARGV[1] states order, ARGV[2] JSON {id, ttl, reason, terminate_ms?, set?, keep?}
+-- keep: a started task's reason is kept (field cxl) for the step that ends it cancelled,
+-- unless a cancellation was already requested (the first request's reason stands).
 -- Returns {"cancelled"|"requested"|"no", state before ("missing")}
 local ctx, k = context()
 local req = cjson.decode(ARGV[2])
@@ -15,6 +17,9 @@ if state == 'submitted' or state == 'scheduled' then
     from = {'scheduled', 'submitted'}, ttl = req.ttl, reason = req.reason, set = req.set})
   if r[1] == 1 then return {'cancelled', state} end
 elseif state == 'started' or state == 'unsubmitted' then
+  if req.keep and redis.call('HEXISTS', task, 'cancel') == 0 then
+    redis.call('HSET', task, 'cxl', req.reason)
+  end
   redis.call('HSET', task, 'cancel', ctx.now)
   if state == 'started' and req.terminate_ms then
     redis.call('ZADD', cancelling, ctx.now + tonumber(req.terminate_ms), req.id)
