@@ -1,0 +1,129 @@
+"""The one redaction (jobbers_celery.redaction) and how Celery's reprs and a task's exception
+get it (jobbers_celery.taskrepr). No network: a Celery app object that never connects."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.utils.saferepr import saferepr
+
+from jobbers_celery import JobbersTask
+from jobbers_celery.config import JobbersConfig
+from jobbers_celery.errors import ConfigurationError
+from jobbers_celery.redaction import REDACTED, Parameters, Redactor, parameters, redactor
+from jobbers_celery.taskrepr import redact_exception, redact_headers, task_parameters
+
+R = redactor()
+
+
+def test_keys_at_any_depth_and_the_original_untouched():
+    value = {"password": "p", "DB_Password": {"x": 1}, "api-key": "k", "region": "eu",
+             "nested": [{"access_token": "t", "n": 1}], "client_secret": "s"}
+    assert R.value(value) == {"password": REDACTED, "DB_Password": REDACTED,
+                              "api-key": REDACTED, "region": "eu",
+                              "nested": [{"access_token": REDACTED, "n": 1}],
+                              "client_secret": REDACTED}
+    assert value["password"] == "p"
+    assert Redactor(["iban"]).value({"customer_iban": "DE00", "password": "p"}) == {
+        "customer_iban": REDACTED, "password": "p"}
+
+
+def test_credentials_in_text_whatever_their_key():
+    shown = R.value(["postgres://u:hunter2@db.example/app", "Bearer abc.DEF-123",
+                     "Authorization: Basic dTpodW50ZXIy", "x password=hunter2&y=1",
+                     '{"api_key": "k-123"}', "redis://localhost:6379/0", "Bearer token missing"])
+    assert shown == ["postgres://u:********@db.example/app", "Bearer ********",
+                     "Authorization: Basic ********", "x password=********&y=1",
+                     '{"api_key": "********"}', "redis://localhost:6379/0",
+                     "Bearer token missing"]
+
+
+def test_positional_arguments_matched_to_parameter_names():
+    def login(user: str, password: str, *tokens: str, retries: int = 0) -> None: ...
+
+    params = parameters(login)
+    assert params == Parameters(("user", "password"), "tokens")
+    args, kwargs = R.arguments(["ann", "hunter2", "t1", "t2"], {"retries": 1}, params)
+    assert args == ["ann", REDACTED, REDACTED, REDACTED]
+    assert kwargs == {"retries": 1}
+    assert R.arguments(["ann", "hunter2"], {}, None)[0] == ["ann", "hunter2"]  # unknown task
+
+
+def test_bound_and_plain_tasks_leave_self_out():
+    app = Celery("redaction-unit", set_as_current=False)
+
+    @app.task(bind=True, base=JobbersTask, name="t.bound")
+    def bound(self: Any, catalog: str, secret: str) -> None: ...
+
+    @app.task(name="t.plain")
+    def plain(catalog: str, secret: str) -> None: ...
+
+    for task in (bound, plain):
+        assert task_parameters(task) == Parameters(("catalog", "secret"), None)
+
+
+def test_text_takes_out_known_values_as_quoted():
+    known = R.secrets(["ann", 's3cr3t"x'], {"password": "hunter2", "cfg": {"token": 12345}},
+                      Parameters(("user", "secret")))
+    message = 'login failed for hunter2 with {"k": "s3cr3t\\"x"} (12345)'
+    assert R.text(message, known) == (f'login failed for {REDACTED} with {{"k": "{REDACTED}"}} '
+                                      f"({REDACTED})")
+    assert "ann" not in known  # not secret, and too short to look for anyway
+
+
+def test_text_is_linear_on_hostile_input():
+    start = time.perf_counter()
+    for text in ("a-" * 200_000, "a" * 400_000 + "://", "x:" * 200_000):
+        R.text(text)
+    assert time.perf_counter() - start < 5  # quadratic would take minutes
+
+
+def test_headers_get_redacted_reprs_and_the_body_keeps_the_values():
+    app = Celery("redaction-unit", set_as_current=False)
+
+    @app.task(bind=True, base=JobbersTask, name="t.sync")
+    def sync(self: Any, catalog: str, password: str, url: str = "") -> None: ...
+
+    args = ["catalog", "hunter2"]
+    kwargs = {"url": "postgres://u:pw-1234@h/db", "api_token": "Bearer abcd1234"}
+    body = (args, kwargs, {})
+    headers = {"argsrepr": saferepr(args), "kwargsrepr": saferepr(kwargs)}
+    redact_headers(app, sync, headers, body, R)
+    assert headers["argsrepr"] == "['catalog', '********']"
+    assert headers["kwargsrepr"] == ("{'url': 'postgres://u:********@h/db', "
+                                     "'api_token': '********'}")
+    assert body == (["catalog", "hunter2"], kwargs, {})
+    assert kwargs["api_token"] == "Bearer abcd1234"
+
+    given = {"argsrepr": "(my own: password=hunter2)", "kwargsrepr": "{}"}
+    redact_headers(app, sync, given, body, R)
+    assert given["argsrepr"] == "(my own: password=********)"
+
+
+def test_an_exception_and_its_chain_are_redacted_in_place():
+    app = Celery("redaction-unit", set_as_current=False)
+
+    @app.task(bind=True, base=JobbersTask, name="t.fetch")
+    def fetch(self: Any, catalog: str, secret: str) -> None: ...
+
+    exc = ValueError("upstream said: Bearer xyz.987 refused")
+    exc.__cause__ = KeyError("no row for hunter2")
+    redact_exception(exc, fetch, ["catalog", "hunter2"], {}, R)
+    assert str(exc) == "upstream said: Bearer ******** refused"
+    assert exc.__cause__.args == (f"no row for {REDACTED}",)  # still a KeyError's
+
+    plain = RuntimeError("nothing secret", 42)
+    redact_exception(plain, fetch, ["catalog", "hunter2"], {}, R)
+    assert plain.args == ("nothing secret", 42)  # untouched when there is nothing to hide
+
+
+def test_the_key_list_is_a_setting():
+    config = JobbersConfig.from_mapping({"jobbers_redis_url": "redis://x",
+                                         "jobbers_redact_keys": ["iban"]})
+    assert tuple(config.redact_keys) == ("iban",)
+    with pytest.raises(ConfigurationError, match="jobbers_redact_keys"):
+        JobbersConfig.from_mapping({"jobbers_redis_url": "redis://x",
+                                    "jobbers_redact_keys": "password"})
