@@ -23,14 +23,25 @@ from jobbers_celery.install import get_jobbers, install
 from jobbers_celery.jobbers import Jobbers, PurgeReport
 from jobbers_celery.options import DeadLetterPolicy, ShutdownPolicy, TaskOptions
 from jobbers_celery.records import DeadLetter, ErrorInfo, TaskRecord, Transition
+from jobbers_celery.redaction import (
+    DEFAULT_REDACT_KEYS,
+    REDACTED,
+    Parameters,
+    Redactor,
+    parameters,
+    redactor,
+)
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
 from jobbers_celery.states import TaskState
 from jobbers_celery.task import JobbersTask
+from jobbers_celery.taskrepr import task_parameters
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "DEFAULT_REDACT_KEYS",
+    "REDACTED",
     "AttemptSuperseded",
     "BackoffStrategy",
     "CheckpointTooLarge",
@@ -47,7 +58,9 @@ __all__ = [
     "JobbersConfig",
     "JobbersError",
     "JobbersTask",
+    "Parameters",
     "PurgeReport",
+    "Redactor",
     "RedisDeadLetterSink",
     "ShutdownPolicy",
     "StoreUnavailable",
@@ -61,4 +74,7 @@ __all__ = [
     "__version__",
     "get_jobbers",
     "install",
+    "parameters",
+    "redactor",
+    "task_parameters",
 ]
