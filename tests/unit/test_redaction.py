@@ -127,3 +127,18 @@ def test_the_key_list_is_a_setting():
     with pytest.raises(ConfigurationError, match="jobbers_redact_keys"):
         JobbersConfig.from_mapping({"jobbers_redis_url": "redis://x",
                                     "jobbers_redact_keys": "password"})
+
+
+def test_a_sink_error_loses_the_entrys_values_and_any_credential():
+    from datetime import UTC, datetime
+
+    from jobbers_celery.records import DeadLetter
+    from jobbers_celery.sinks import describe_error
+
+    entry = DeadLetter(task_id="t1", name="n", version=None, queue=None, reason="failed",
+                       args=["hunter2-pos"], kwargs={}, exception_type=None,
+                       exception_message=None, traceback=None, attempt=1, retry_attempt=0,
+                       worker=None, failed_at=datetime.now(UTC), checkpoint=None, options={})
+    error = OSError("row ('hunter2-pos') refused by postgres://sink:db-pass-1@db/dlq")
+    assert describe_error(error, [entry]) == (
+        "OSError: row ('[redacted]') refused by postgres://sink:********@db/dlq")

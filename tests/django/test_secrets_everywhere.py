@@ -1,0 +1,147 @@
+"""Secrets planted in a task's arguments and in the exception it raises are found nowhere
+people read: the worker's log (debug level), the raw task events a worker started with ``-E``
+sends (what Flower shows), Celery's result backend, the jobbers record, the dead-letter rows,
+the admin pages and the API answers. The task itself, and its resubmission, get the real
+values (it writes them down)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from jobbers_celery import TaskState
+from jobbers_django.models import DeadLetterEntry
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+SECRET = "pos-s3cret-9"  # positional, matched by its parameter name (``secret``)
+PASSWORD = "pw-hunter2-7"  # a kwarg named password
+DSN = "postgres://u:url-pass-5@db.example/app"  # a URL with a password
+AUTH = "Bearer tok-abc.123"  # a bearer token under an innocent key
+PLANTED = (SECRET, PASSWORD, "url-pass-5", "tok-abc.123", "exc-0nly-tok")
+
+
+@pytest.fixture
+def dj_worker_args() -> list[str]:
+    return ["-E", "-l", "DEBUG"]  # task events on; the log at its most talkative
+
+
+@pytest.fixture
+def events(djapp: Any) -> Iterator[list[dict[str, Any]]]:
+    """Every event on the broker while the test runs (an ``app.events.Receiver``)."""
+    app = djapp.app
+    got: list[dict[str, Any]] = []
+    ready = threading.Event()
+    holder: dict[str, Any] = {}
+
+    def on_event(event: dict[str, Any]) -> None:
+        got.append(event)
+
+    def run() -> None:
+        with app.connection_for_read() as conn:
+            recv = app.events.Receiver(conn, handlers={"*": on_event})
+            holder["recv"] = recv
+            ready.set()
+            recv.capture(limit=None, timeout=None, wakeup=False)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(10)
+    # the receiver is bound once an event of our own comes back
+    probe = f"probe-{uuid.uuid4().hex[:8]}"
+    with app.events.default_dispatcher() as dispatcher:
+        def probed() -> bool:
+            dispatcher.send("jobbers-test-probe", probe=probe)
+            return any(e.get("probe") == probe for e in got)
+        wait_for(probed, timeout=15, interval=0.2, message="the event receiver to listen")
+    yield got
+    holder["recv"].should_stop = True
+    thread.join(5)
+
+
+def _found(text: str) -> list[str]:
+    return [s for s in PLANTED if s in text]
+
+
+def test_planted_secrets_are_found_in_none_of_the_places_people_read(
+        djapp, jobbers, dj_worker, events, operator, client, tmp_path: Path):
+    key = f"djproj:leak:{uuid.uuid4().hex[:8]}"
+    result = djapp.leaky_login.apply_async((key, SECRET),
+                                           {"password": PASSWORD, "dsn": DSN, "auth": AUTH})
+    entry = wait_for(lambda: DeadLetterEntry.objects.filter(task_id=result.id).first(),
+                     timeout=30, message="the dead-letter entry in PostgreSQL")
+    wait_for(lambda: any(e["type"] == "task-failed" and e.get("uuid") == result.id
+                         for e in events), timeout=20, message="the task-failed event")
+
+    # what Celery's result backend says of the failure (the resubmission replaces it)
+    backend_failure = repr(djapp.app.backend.get_task_meta(result.id))
+    assert "PermissionError" in backend_failure
+
+    # the task got the real values; the stored payload keeps them for resubmission
+    got = [json.loads(v) for v in jobbers.store.client.lrange(f"{key}:got", 0, -1)]
+    assert got == [[SECRET, PASSWORD, DSN, AUTH]]
+    assert (entry.args, entry.kwargs) == ([key, SECRET],
+                                          {"password": PASSWORD, "dsn": DSN, "auth": AUTH})
+
+    # resubmit: it runs again with the real values and completes
+    jobbers.store.client.set(key, "fixed")
+    client.force_login(operator)
+    answers: dict[str, str] = {}
+    response = client.post("/jobbers/dead-letter-queue/resubmit", {"task_ids": [result.id]},
+                           content_type="application/json")
+    assert response.status_code == 200, response.content
+    answers["API resubmit answer"] = response.content.decode()
+    wait_for(lambda: (r := jobbers.get(result.id)) and r.state == TaskState.COMPLETED,
+             timeout=30, message="the resubmitted task to complete")
+    got = [json.loads(v) for v in jobbers.store.client.lrange(f"{key}:got", 0, -1)]
+    assert got == [[SECRET, PASSWORD, DSN, AUTH]] * 2
+    wait_for(lambda: sum(e["type"] == "task-received" and e.get("uuid") == result.id
+                         for e in events) == 2 and any(
+        e["type"] == "task-succeeded" and e.get("uuid") == result.id for e in events),
+        timeout=20, message="the resubmission's events")
+
+    # the places people read
+    places: dict[str, str] = {}
+    places["worker log"] = (tmp_path / "worker.log").read_text()
+    places["result backend (the failure)"] = backend_failure
+    assert f"{result.id}] received" in places["worker log"]  # the log is the worker's
+    for event in events:
+        if event.get("uuid") == result.id:
+            places[f"event {event['type']}"] = json.dumps(event, default=str)
+    assert {"event task-received", "event task-failed"} <= set(places)
+    record = jobbers.get(result.id)
+    places["jobbers record and history"] = repr(record) + repr(jobbers.history(result.id))
+    entry.refresh_from_db()
+    places["dead-letter rows"] = repr([
+        (f.exception_message, f.traceback) for f in entry.failures.all()]) + repr(
+        (entry.exception_message, entry.traceback))
+    pages = {
+        "admin DLQ list": reverse("admin:jobbers_deadletterentry_changelist"),
+        "admin DLQ entry": reverse("admin:jobbers_deadletterentry_change", args=[entry.pk]),
+        "admin failure groups": reverse("admin:jobbers_failuregroup_changelist"),
+        "admin live task": reverse("admin:jobbers_task", args=[result.id]),
+        "API DLQ list": "/jobbers/dead-letter-queue",
+        "API DLQ history": f"/jobbers/dead-letter-queue/{result.id}/history",
+        "API task detail": f"/jobbers/tasks/{result.id}",
+    }
+    for place, url in pages.items():
+        response = client.get(url)
+        assert response.status_code == 200, (place, response.status_code)
+        places[place] = response.content.decode()
+    places.update(answers)
+
+    leaks = {place: found for place, text in places.items() if (found := _found(text))}
+    print(f"secrets found: {sum(map(len, leaks.values()))} of {len(places)} places searched "
+          f"({len(PLANTED)} secrets each): {sorted(places)}")
+    assert leaks == {}
+    assert places["event task-received"].count("********") >= 3  # reprs shown, redacted
+    assert "********" in places["admin DLQ entry"]
+    assert "PermissionError" in places["API DLQ history"]  # the failure is there, redacted
