@@ -2,13 +2,14 @@
 
 A message whose ``jobbers_version`` header differs from the worker's registered version is
 dropped here (recorded, dead-lettered when the task saves dead letters, rejected without
-requeue) so it never occupies a pool slot.
+requeue) so it never occupies a pool slot. Its ``info()`` (``celery inspect``) shows the
+redacted reprs, not the arguments.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.worker.request import Request
 from celery.worker.state import task_ready
@@ -17,6 +18,9 @@ from jobbers_celery import metrics
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
+
+if TYPE_CHECKING:
+    from celery.worker.request import _InfoDict
 
 __all__ = ["JobbersRequest", "VersionMismatch"]
 
@@ -28,6 +32,12 @@ class VersionMismatch(Exception):
 
 
 class JobbersRequest(Request):
+    def info(self, safe: bool = False) -> _InfoDict:
+        """What ``celery inspect active/reserved/scheduled/query_task`` (so Flower's worker
+        page) show of the task: always the message's ``argsrepr``/``kwargsrepr``, redacted at
+        publish (:mod:`jobbers_celery.taskrepr`), never the arguments themselves."""
+        return super().info(safe=True)
+
     def revoked(self) -> bool:
         if self._already_revoked:
             return True

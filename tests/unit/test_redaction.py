@@ -142,3 +142,21 @@ def test_a_sink_error_loses_the_entrys_values_and_any_credential():
     error = OSError("row ('hunter2-pos') refused by postgres://sink:db-pass-1@db/dlq")
     assert describe_error(error, [entry]) == (
         "OSError: row ('[redacted]') refused by postgres://sink:********@db/dlq")
+
+
+def test_celery_inspect_shows_the_redacted_reprs_never_the_arguments():
+    from celery.contrib.testing.mocks import TaskMessage
+
+    from jobbers_celery.request import JobbersRequest
+
+    app = Celery("redaction-unit", set_as_current=False)
+
+    @app.task(bind=True, base=JobbersTask, name="t.inspect")
+    def sync(self: Any, catalog: str, password: str) -> None: ...
+
+    message = TaskMessage("t.inspect", args=["catalog", "hunter2"],
+                          argsrepr="['catalog', '********']", kwargsrepr="{}")
+    request = JobbersRequest(message, app=app, task=sync)
+    for safe in (False, True):
+        info = request.info(safe=safe)
+        assert (info["args"], info["kwargs"]) == ("['catalog', '********']", "{}")
