@@ -160,3 +160,16 @@ def test_celery_inspect_shows_the_redacted_reprs_never_the_arguments():
     for safe in (False, True):
         info = request.info(safe=safe)
         assert (info["args"], info["kwargs"]) == ("['catalog', '********']", "{}")
+
+
+def test_what_the_record_and_the_dead_letter_store_of_any_exception_has_no_credential():
+    from jobbers_celery.payload import describe_exception
+
+    try:
+        raise OSError("cannot reach https://svc:k3y-55@api.example/v1 (Bearer abc.987)")
+    except OSError as exc:
+        name, message, text = describe_exception(exc)
+    assert name == "OSError"
+    assert message == "cannot reach https://svc:********@api.example/v1 (Bearer ********)"
+    assert "k3y-55" not in text
+    assert "abc.987" not in text
