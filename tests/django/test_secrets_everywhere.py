@@ -29,9 +29,10 @@ AUTH = "Bearer tok-abc.123"  # a bearer token under an innocent key
 PLANTED = (SECRET, PASSWORD, "url-pass-5", "tok-abc.123", "exc-0nly-tok")
 
 
-@pytest.fixture
-def dj_worker_args() -> list[str]:
-    return ["-E", "-l", "DEBUG"]  # task events on; the log at its most talkative
+@pytest.fixture(params=["prefork", "threads"])
+def dj_worker_args(request: pytest.FixtureRequest) -> list[str]:
+    # task events on; the log at its most talkative; the pool (the last -P wins)
+    return ["-E", "-l", "DEBUG", "-P", request.param]
 
 
 @pytest.fixture
