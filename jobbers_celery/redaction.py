@@ -42,10 +42,12 @@ REDACTED = "********"
 #: A known secret value shorter than this is not searched for in text.
 MIN_KNOWN_CHARS = 4
 _MAX_DEPTH = 32
+#: Characters a string is kept past the visible part (the longest credential pattern).
+_MARGIN = 600
 
 # scheme://user:password@ - the password is anything up to the @ of the authority
 # (every repetition not anchored by a literal is bounded: linear time on any input)
-_URL_RE = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/?#@'\"]{0,256}:)"
+_URL_RE = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/?#@'\"]{0,256}:)"
                      r"(?P<secret>[^\s/?#@'\"]{1,256})(?=@)")
 _AUTH_RE = re.compile(r"(?P<head>\b(?:Bearer|Basic)\s+)(?P<secret>[A-Za-z0-9\-._~+/]+=*)",
                       re.IGNORECASE)
@@ -99,18 +101,26 @@ class Redactor:
         return any(n in name for n in self.needles)
 
     def value(self, value: Any, limit: int | None = None) -> Any:
-        """A copy of ``value`` (JSON-like) with its secrets replaced by :data:`REDACTED`;
-        with ``limit``, strings are first cut to that many characters (for a display that
-        shows no more of them anyway: cheaper on big arguments)."""
-        return self._value(value, 0, limit)
+        """A copy of ``value`` (JSON-like) with its secrets replaced by :data:`REDACTED`.
+
+        With ``limit``, for a display that shows no more than that many characters of it
+        (a repr cut at ``limit``): what lies beyond is left out, strings and lists cut, so a
+        big value costs no more than a small one."""
+        return self._value(value, 0, [limit] if limit else None)
 
     def arguments(self, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
                   params: Parameters | None = None,
                   limit: int | None = None) -> tuple[list[Any], dict[str, Any]]:
-        """``args`` and ``kwargs`` as shown: positional ones matched to ``params``."""
-        shown_args = [REDACTED if params and self.is_secret_key(params.name_of(n))
-                      else self._value(a, 1, limit) for n, a in enumerate(args or ())]
-        shown_kwargs = self._value(dict(kwargs or {}), 0, limit)
+        """``args`` and ``kwargs`` as shown: positional ones matched to ``params``
+        (``limit``: as for :meth:`value`, for each of them)."""
+        budget = [limit] if limit else None
+        shown_args: list[Any] = []
+        for n, arg in enumerate(args or ()):
+            if budget is not None and budget[0] <= 0:
+                break
+            secret = params is not None and self.is_secret_key(params.name_of(n))
+            shown_args.append(REDACTED if secret else self._value(arg, 1, budget))
+        shown_kwargs = self._value(dict(kwargs or {}), 0, [limit] if limit else None)
         return shown_args, shown_kwargs
 
     def text(self, text: str, known: Iterable[str] = ()) -> str:
@@ -146,16 +156,36 @@ class Redactor:
                              if len(f) >= MIN_KNOWN_CHARS)
         return frozenset(forms)
 
-    def _value(self, value: Any, depth: int, limit: int | None) -> Any:
+    def _value(self, value: Any, depth: int, budget: list[int] | None) -> Any:
+        """``budget``: characters of repr still visible (``None``: all of it); what is past
+        it is left out. A string is cut a margin past it, so that a credential starting in
+        the visible part is still whole when the patterns look at it."""
         if depth > _MAX_DEPTH:
             return value
         if isinstance(value, str):
-            return self.text(value if limit is None else value[:limit])
+            if budget is not None:
+                value = value[:max(budget[0], 0) + _MARGIN]
+                budget[0] -= len(value) + 4
+            return self.text(value)
         if isinstance(value, Mapping):
-            return {k: REDACTED if self.is_secret_key(k) else self._value(v, depth + 1, limit)
-                    for k, v in value.items()}
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                if budget is not None:
+                    if budget[0] <= 0:
+                        break
+                    budget[0] -= len(str(key)) + 4
+                out[key] = (REDACTED if self.is_secret_key(key)
+                            else self._value(item, depth + 1, budget))
+            return out
         if isinstance(value, list | tuple):
-            return [self._value(v, depth + 1, limit) for v in value]
+            items: list[Any] = []
+            for item in value:
+                if budget is not None and budget[0] <= 0:
+                    break
+                items.append(self._value(item, depth + 1, budget))
+            return items
+        if budget is not None:
+            budget[0] -= 3  # a number, None, ...: a few characters at least
         return value
 
     def _secret_leaves(self, value: Any, depth: int) -> Iterator[str]:

@@ -14,7 +14,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +32,10 @@ log = logging.getLogger("jobbers.redaction")
 
 #: Exceptions followed along ``__cause__``/``__context__``.
 _MAX_CHAIN = 16
+#: Characters of Celery's repr compared to tell it from a caller's own.
+_PROBE = 96
+#: The parameters of each task object, read once (``inspect.signature`` is not free).
+_PARAMETERS: weakref.WeakKeyDictionary[Any, Parameters | None] = weakref.WeakKeyDictionary()
 
 
 def redactor_of(config: JobbersConfig) -> Redactor:
@@ -38,9 +44,18 @@ def redactor_of(config: JobbersConfig) -> Redactor:
 
 def task_parameters(task: Task[Any, Any] | None) -> Parameters | None:
     """The positional parameters of a registered task (``run``: bound for ``bind=True``
-    tasks and class-based ones, so ``self`` is left out)."""
+    tasks and class-based ones, so ``self`` is left out); read once per task object."""
+    if task is None:
+        return None
+    try:
+        return _PARAMETERS[task]
+    except (KeyError, TypeError):
+        pass
     run = getattr(task, "run", None)
-    return parameters(run) if run is not None else None
+    found = parameters(run) if run is not None else None
+    with contextlib.suppress(TypeError):  # not weakly referenceable: read each time
+        _PARAMETERS[task] = found
+    return found
 
 
 def redact_headers(app: Celery, task: Task[Any, Any] | None, headers: dict[str, Any],
@@ -55,7 +70,6 @@ def redact_headers(app: Celery, task: Task[Any, Any] | None, headers: dict[str, 
     if not isinstance(args, Sequence) or isinstance(args, str) or not isinstance(kwargs, Mapping):
         return
     amqp = app.amqp
-    levels = app.conf.task_repr_maxlevels
     shown_args, shown_kwargs = redact.arguments(
         args, kwargs, task_parameters(task),
         limit=2 * max(amqp.argsrepr_maxsize, amqp.kwargsrepr_maxsize))
@@ -63,10 +77,26 @@ def redact_headers(app: Celery, task: Task[Any, Any] | None, headers: dict[str, 
                                       ("kwargsrepr", kwargs, shown_kwargs,
                                        amqp.kwargsrepr_maxsize)):
         given = headers.get(header)
-        if isinstance(given, str) and given != saferepr(real, size, maxlevels=levels):
+        if shown == (list(real) if header == "argsrepr" else dict(real)):
+            # nothing secret in the values (the usual case: no repr made twice); a repr of
+            # the caller's own may still say something
+            if isinstance(given, str):
+                headers[header] = redact.text(given)
+            continue
+        levels = app.conf.task_repr_maxlevels
+        if isinstance(given, str) and not _is_celerys(given, real, levels):
             headers[header] = redact.text(given)  # the caller's own repr
         else:
             headers[header] = saferepr(shown, size, maxlevels=levels)
+
+
+def _is_celerys(given: str, real: Any, levels: int) -> bool:
+    """Whether ``given`` is the repr Celery made of ``real`` (not one passed to
+    ``apply_async``): compared on a short repr, as Celery's is costly on big values."""
+    probe = saferepr(real, _PROBE, maxlevels=levels)
+    if len(probe) < _PROBE - 8:  # the whole repr
+        return given == probe
+    return given.startswith(probe[:_PROBE // 2])
 
 
 def redact_exception(exc: BaseException, task: Task[Any, Any], args: Any, kwargs: Any,

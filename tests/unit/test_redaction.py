@@ -173,3 +173,13 @@ def test_what_the_record_and_the_dead_letter_store_of_any_exception_has_no_crede
     assert message == "cannot reach https://svc:********@api.example/v1 (Bearer ********)"
     assert "k3y-55" not in text
     assert "abc.987" not in text
+
+
+def test_a_big_value_is_redacted_as_far_as_its_repr_shows_it():
+    shown = R.value(["x" * 100_000, "postgres://u:pw-99@h/db"], limit=50)
+    assert shown == ["x" * 650]  # cut a margin past what a 50-character repr shows
+    url = "y" * 40 + "postgres://u:pw-99@h/db"
+    assert R.value([url], limit=50) == ["y" * 40 + "postgres://u:********@h/db"]
+    rows = R.value({"rows": [{"id": n, "token": "t"} for n in range(10_000)]}, limit=200)
+    assert 5 < len(rows["rows"]) < 100
+    assert all(row["token"] == REDACTED for row in rows["rows"])
