@@ -118,6 +118,9 @@ def redact_exception(exc: BaseException, task: Task[Any, Any], args: Any, kwargs
 
 
 def _redact_one(exc: BaseException, redact: Redactor, known: frozenset[str]) -> None:
+    notes = getattr(exc, "__notes__", None)  # add_note(): printed with the traceback
+    if isinstance(notes, list):
+        exc.__notes__ = [redact.text(n, known) if isinstance(n, str) else n for n in notes]
     text = str(exc)
     if redact.text(text, known) == text:
         return

@@ -111,9 +111,11 @@ def test_an_exception_and_its_chain_are_redacted_in_place():
 
     exc = ValueError("upstream said: Bearer xyz.987 refused")
     exc.__cause__ = KeyError("no row for hunter2")
+    exc.add_note("retrying with password=hunter2")
     redact_exception(exc, fetch, ["catalog", "hunter2"], {}, R)
     assert str(exc) == "upstream said: Bearer ******** refused"
     assert exc.__cause__.args == (f"no row for {REDACTED}",)  # still a KeyError's
+    assert exc.__notes__ == [f"retrying with password={REDACTED}"]
 
     plain = RuntimeError("nothing secret", 42)
     redact_exception(plain, fetch, ["catalog", "hunter2"], {}, R)
