@@ -19,6 +19,7 @@ from django.urls import reverse
 from jobbers_celery import TaskState
 from jobbers_django.models import DeadLetterEntry
 from tests.conftest import wait_for
+from tests.rabbitmq import RabbitVhost, use_broker
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -74,6 +75,29 @@ def _found(text: str) -> list[str]:
 
 def test_planted_secrets_are_found_in_none_of_the_places_people_read(
         djapp, jobbers, dj_worker, events, operator, client, tmp_path: Path):
+    plant_and_search(djapp, jobbers, events, client, operator, tmp_path)
+
+
+@pytest.fixture
+def on_rabbitmq(djapp: Any, rabbitmq: RabbitVhost,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process and the worker on the session's RabbitMQ vhost (state in Redis)."""
+    rabbitmq.reset()
+    with use_broker(djapp.app, rabbitmq.url, monkeypatch):
+        yield
+    rabbitmq.reset()
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.parametrize("dj_worker_args", [["-E", "-l", "DEBUG", "-P", "prefork"]])
+def test_on_rabbitmq_too(on_rabbitmq, djapp, jobbers, dj_worker, events, operator, client,
+                         tmp_path: Path):
+    plant_and_search(djapp, jobbers, events, client, operator, tmp_path)
+    assert "transport:   amqp://" in (tmp_path / "worker.log").read_text()
+
+
+def plant_and_search(djapp: Any, jobbers: Any, events: list[dict[str, Any]], client: Any,
+                     operator: Any, tmp_path: Path) -> None:
     key = f"djproj:leak:{uuid.uuid4().hex[:8]}"
     result = djapp.leaky_login.apply_async((key, SECRET),
                                            {"password": PASSWORD, "dsn": DSN, "auth": AUTH})
