@@ -34,14 +34,25 @@ from jobbers_celery.records import (
     TaskRecord,
     Transition,
 )
+from jobbers_celery.redaction import (
+    DEFAULT_REDACT_KEYS,
+    REDACTED,
+    Parameters,
+    Redactor,
+    parameters,
+    redactor,
+)
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
 from jobbers_celery.states import TaskState
 from jobbers_celery.task import JobbersTask
+from jobbers_celery.taskrepr import task_parameters
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "DEFAULT_REDACT_KEYS",
+    "REDACTED",
     "UNPUBLISHABLE",
     "AttemptSuperseded",
     "BackoffStrategy",
@@ -59,7 +70,9 @@ __all__ = [
     "JobbersConfig",
     "JobbersError",
     "JobbersTask",
+    "Parameters",
     "PurgeReport",
+    "Redactor",
     "RedisDeadLetterSink",
     "ResubmitVersion",
     "ShutdownPolicy",
@@ -74,4 +87,7 @@ __all__ = [
     "__version__",
     "get_jobbers",
     "install",
+    "parameters",
+    "redactor",
+    "task_parameters",
 ]

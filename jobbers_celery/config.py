@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from jobbers_celery.errors import ConfigurationError
+from jobbers_celery.redaction import DEFAULT_REDACT_KEYS
 
 __all__ = ["DEFAULT_SINK", "JobbersConfig"]
 
@@ -62,6 +63,10 @@ class JobbersConfig:
     #: Size in bytes of a task's payload (args, kwargs and publish options as JSON) above
     #: which its first publish logs a warning; 0: never warn.
     payload_warn_bytes: int = 256 * 1024
+    #: Substrings of argument keys and parameter names whose values are shown redacted in
+    #: Celery's ``argsrepr``/``kwargsrepr`` (worker logs, task events, Flower) and in
+    #: exception messages (case-insensitive; see :mod:`jobbers_celery.redaction`).
+    redact_keys: tuple[str, ...] = DEFAULT_REDACT_KEYS
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any], broker_url: str | None = None) -> JobbersConfig:
@@ -108,6 +113,11 @@ class JobbersConfig:
                 "jobbers_payload_warn_bytes must be a whole number of bytes >= 0 (0: never "
                 f"warn), got {self.payload_warn_bytes!r}"
             )
+        keys: object = self.redact_keys  # a list from a settings file is fine too
+        if (not isinstance(keys, list | tuple)
+                or not all(isinstance(k, str) and k for k in keys)):
+            raise ConfigurationError(
+                f"jobbers_redact_keys must be a list of non-empty strings, got {keys!r}")
         if not isinstance(self.redis_transport_options, Mapping):
             raise ConfigurationError(
                 "jobbers_redis_transport_options must be a dict, "

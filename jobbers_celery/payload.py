@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from kombu.utils.json import JSONEncoder as _KombuEncoder
 from kombu.utils.json import loads as _kombu_loads
 
+from jobbers_celery.redaction import redactor
+
 if TYPE_CHECKING:
     from celery import Celery
 
@@ -163,9 +165,12 @@ def republish(
 
 
 def describe_exception(exc: BaseException) -> tuple[str, str, str]:
-    """(qualified type name, message, formatted traceback) of an exception."""
+    """(qualified type name, message, formatted traceback) of an exception, credentials
+    taken out by look (what the record and the dead letter store: a task's own exception
+    was redacted further, with its arguments' secret values, before it got here)."""
     cls = type(exc)
     module = cls.__module__
     name = cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
     text = "".join(tb.format_exception(cls, exc, exc.__traceback__))
-    return name, str(exc), text
+    redact = redactor()
+    return name, redact.text(str(exc)), redact.text(text)

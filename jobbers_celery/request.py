@@ -15,13 +15,14 @@
 - A task whose delivery ended ``cancelled`` in the record raises
   :class:`~jobbers_celery.task.Revoked`; :meth:`on_failure` tells Celery as its own revoke
   does (REVOKED in the result backend, a ``task-revoked`` event, ``task_revoked``).
+- Its ``info()`` (``celery inspect``) shows the redacted reprs, not the arguments.
 """
 
 from __future__ import annotations
 
 import logging
 import signal as signals
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from billiard.einfo import ExceptionInfo
 from celery.exceptions import InvalidTaskError
@@ -34,6 +35,9 @@ from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
 from jobbers_celery.task import Revoked
+
+if TYPE_CHECKING:
+    from celery.worker.request import _InfoDict
 
 __all__ = ["JobbersRequest", "VersionMismatch"]
 
@@ -59,6 +63,12 @@ def revoke_reason(signum: Any) -> str:
 
 
 class JobbersRequest(Request):
+    def info(self, safe: bool = False) -> _InfoDict:
+        """What ``celery inspect active/reserved/scheduled/query_task`` (so Flower's worker
+        page) show of the task: always the message's ``argsrepr``/``kwargsrepr``, redacted at
+        publish (:mod:`jobbers_celery.taskrepr`), never the arguments themselves."""
+        return super().info(safe=True)
+
     def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
         # Celery's consumer catches only InvalidTaskError from a request it builds: any other
         # error of a malformed message (a body that is not [args, kwargs, embed], a missing

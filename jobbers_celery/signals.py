@@ -1,7 +1,8 @@
 """Signal handlers. They only record: Celery swallows their exceptions, so no decision
 that changes a task's outcome is made here (those live in :class:`JobbersTask`).
 
-- ``before_task_publish`` (every publishing process): stamp headers, record ``submitted``.
+- ``before_task_publish`` (every publishing process): redact ``argsrepr``/``kwargsrepr``
+  (:mod:`jobbers_celery.taskrepr`), stamp headers, record ``submitted``.
 - ``task_failure`` in the worker's main process (lost pool child, rejected message, hard
   time limit): record ``failed``; in the pool the task class has already recorded it.
 - ``task_unknown`` (main process): no worker has this name, record ``dropped``.
@@ -26,7 +27,7 @@ from typing import Any
 from celery import signals
 from celery._state import get_current_app
 
-from jobbers_celery import liveness, metrics, results, shutdown, sinks
+from jobbers_celery import liveness, metrics, results, shutdown, sinks, taskrepr
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import (
@@ -70,6 +71,11 @@ def on_before_publish(
     jobbers, task = _for_publish(sender)
     if jobbers is None:
         return
+    try:  # what logs and task events show; the body keeps the real values
+        taskrepr.redact_headers(jobbers.app, task, headers, body,
+                                taskrepr.redactor_of(jobbers.config))
+    except Exception:
+        log.exception("could not redact the argsrepr of %s[%s]", sender, headers.get("id"))
     opts = getattr(task, "jobbers_options", None)
     try:
         jobbers.recorder.publish(

@@ -13,7 +13,8 @@ parked in the Redis outbox, or, when Redis is unreachable too, in the local spoo
 see :mod:`jobbers_celery.spool`), in memory only when the disk refuses as well, and written
 again later, also by another process. What it logs of an entry is its task id, name, attempt
 and reason, and where it was kept: never its arguments, checkpoint or exception message, and
-the sink's error with any of those values taken out.
+the sink's error with any of those values, and any credential (a URL's password, a token),
+taken out.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from jobbers_celery import metrics
 from jobbers_celery.records import DeadLetter
+from jobbers_celery.redaction import redactor
 from jobbers_celery.spool import DeadLetterSpool
 from jobbers_celery.store.keys import Keys
 
@@ -574,6 +576,8 @@ def _describe(exc: BaseException, entries: Iterable[DeadLetter]) -> str:
     for value in sorted(_values(entries), key=len, reverse=True):
         if value in text:
             text = text.replace(value, "[redacted]")
+    # and credentials by look: a database error may quote the sink's own connection URL
+    text = redactor().text(text)
     if len(text) > _MAX_ERROR_CHARS:
         text = text[:_MAX_ERROR_CHARS] + "... [cut]"
     return text

@@ -24,7 +24,7 @@ from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, So
 from celery.utils.saferepr import saferepr
 from kombu.exceptions import OperationalError
 
-from jobbers_celery import liveness, metrics, payload, results, shutdown, softlimit
+from jobbers_celery import liveness, metrics, payload, results, shutdown, softlimit, taskrepr
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
 from jobbers_celery.beat import (
     CHECKPOINT_MAX_BYTES,
@@ -420,6 +420,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             except BaseException as exc:
                 if getattr(self.request, _DONE, False):
                     raise
+                self._redact(exc)
                 if isinstance(exc, SoftTimeLimitExceeded) and self.jobbers_options.timeout:
                     exc = TaskTimeout(
                         f"ran longer than timeout={self.jobbers_options.timeout:g}s")
@@ -787,6 +788,16 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             cause = why if isinstance(why, BaseException) else RuntimeError(f"rejected: {why!r}")
             self._fail(cause, reason="rejected")
 
+    def _redact(self, exc: BaseException) -> None:
+        """Take the secrets out of the message of ``exc`` before Celery logs it and sends it
+        in task events, and jobbers records it (see :mod:`jobbers_celery.taskrepr`)."""
+        req = self.request
+        try:
+            redact = taskrepr.redactor_of(_jobbers(self).config)
+        except Exception:  # noqa: BLE001 - not installed: nothing to redact by
+            return
+        taskrepr.redact_exception(exc, self, req.args, req.kwargs, redact)
+
     # ------------------------------------------------------------------ retries
     def retry(
         self,
@@ -817,6 +828,8 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         req = self.request
         limit = self.max_retries if max_retries is None else max_retries
         n = int(req.retries or 0) + 1
+        if exc is not None:
+            self._redact(exc)
         if limit is not None and n > limit:
             # the arguments as Celery shows them in messages and logs (argsrepr): bounded,
             # or a big payload would be copied into the record, the dead letter and the result
@@ -824,6 +837,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 f"Can't retry {self.name}[{req.id}] args:{saferepr(req.args, _REPR_MAX)} "
                 f"kwargs:{saferepr(req.kwargs, _REPR_MAX)}"
             )
+            self._redact(error)
             if self._fail(error, reason="retries exhausted"):
                 raise Revoked("cancellation requested") from error
             raise error

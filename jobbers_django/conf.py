@@ -12,9 +12,11 @@
 ``JOBBERS_CANCEL_PERMISSION``
     Who may cancel tasks (admin "Live tasks" page and API). Default ``"jobbers.cancel_task"``.
 ``JOBBERS_REDACT_KEYS``
-    Substrings of argument keys whose values are shown as ``********`` (case-insensitive).
-    Default: password, passwd, token, secret, api_key, apikey, authorization, credential,
-    private_key. Resubmission always uses the real values.
+    Substrings of argument keys and parameter names whose values are shown as ``********``
+    (case-insensitive). Default (``None``): the Celery app's ``jobbers_redact_keys``, whose
+    default is password, passwd, token, secret, api_key, apikey, authorization, credential,
+    private_key. Credentials in strings (URL passwords, ``Bearer`` tokens) are redacted
+    whatever their key. Resubmission always uses the real values.
 ``JOBBERS_DISPLAY_MAX_CHARS``
     Characters of JSON shown of each of a dead-letter entry's args, kwargs, checkpoint and
     publish options (admin and API); a longer value is cut, keeping its shape, with a
@@ -33,10 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "JOBBERS_READ_PERMISSION": "staff",
     "JOBBERS_RESUBMIT_PERMISSION": "jobbers.resubmit_deadletter",
     "JOBBERS_CANCEL_PERMISSION": "jobbers.cancel_task",
-    "JOBBERS_REDACT_KEYS": (
-        "password", "passwd", "token", "secret", "api_key", "apikey", "authorization",
-        "credential", "private_key",
-    ),
+    "JOBBERS_REDACT_KEYS": None,
     "JOBBERS_DISPLAY_MAX_CHARS": 16384,
 }
 

@@ -1,54 +1,116 @@
-"""Arguments that look like secrets are shown redacted wherever people read them, and long
-ones cut.
+"""Secrets are shown redacted wherever people read them (admin, API), and long values cut.
+
+The redaction is jobbers_celery's (:class:`jobbers_celery.Redactor`), the one that also
+redacts Celery's ``argsrepr``/``kwargsrepr`` and task exceptions in the worker: values under
+keys that contain one of ``JOBBERS_REDACT_KEYS`` (case-insensitive, ``-`` and ``_`` alike, at
+any depth; unset: the Celery app's ``jobbers_redact_keys``), positional arguments whose
+parameter (of the task registered in this process's Celery app) has such a name, and
+credentials in any string (a URL's password, ``Bearer``/``Basic`` tokens, ``password=...``).
+Exception messages and tracebacks lose those credentials and the secret values of the
+entry's own arguments.
 
 Only the display is redacted and cut: the stored arguments stay whole, because resubmission
-needs the real values. Keys match when they contain one of ``JOBBERS_REDACT_KEYS``
-(case-insensitive, ``-`` and ``_`` alike), at any depth of dicts and lists. A value whose
-JSON is longer than ``JOBBERS_DISPLAY_MAX_CHARS`` is cut to about that many characters,
-keeping its shape (a list stays a list): long strings end with, and lists and dicts gain,
-a ``[cut for display: ...]`` marker saying how much there was.
+needs the real values. A value whose JSON is longer than ``JOBBERS_DISPLAY_MAX_CHARS`` is cut
+to about that many characters, keeping its shape (a list stays a list): long strings end
+with, and lists and dicts gain, a ``[cut for display: ...]`` marker saying how much there was.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
+from jobbers_celery import (
+    DEFAULT_REDACT_KEYS,
+    REDACTED,
+    Parameters,
+    Redactor,
+    TaskRecord,
+    Transition,
+    redactor,
+    task_parameters,
+)
 from jobbers_django import conf
 
-REDACTED = "********"
+__all__ = ["CUT", "REDACTED", "arguments", "current", "display", "redact", "shown", "text"]
+
+_Read = TypeVar("_Read", TaskRecord, Transition)
+
 #: What a cut value says, with how much it held.
 CUT = "[cut for display: {}]"
 
 
-def _needles() -> tuple[str, ...]:
-    keys: Iterable[str] = conf.get("REDACT_KEYS")
-    return tuple(k.lower().replace("-", "_") for k in keys)
+def current() -> Redactor:
+    """The redactor of ``JOBBERS_REDACT_KEYS`` (unset: the Celery app's
+    ``jobbers_redact_keys``, else the defaults)."""
+    keys = conf.get("REDACT_KEYS")
+    if keys is None:
+        try:
+            from jobbers_django.services import get_jobbers
+
+            keys = get_jobbers().config.redact_keys
+        except Exception:  # noqa: BLE001 - no app installed here: the defaults
+            keys = DEFAULT_REDACT_KEYS
+    return redactor(tuple(keys))
 
 
-def is_secret_key(key: object, needles: tuple[str, ...] | None = None) -> bool:
-    if not isinstance(key, str):
-        return False
-    name = key.lower().replace("-", "_")
-    return any(n in name for n in (needles if needles is not None else _needles()))
+def redact(value: Any) -> Any:
+    """A copy of ``value`` with its secrets replaced (keys, credentials in strings)."""
+    return current().value(value)
 
 
-def redact(value: Any, needles: tuple[str, ...] | None = None) -> Any:
-    """A copy of ``value`` with the values under secret-looking keys replaced."""
-    needles = needles if needles is not None else _needles()
-    if isinstance(value, dict):
-        return {k: REDACTED if is_secret_key(k, needles) else redact(v, needles)
-                for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact(v, needles) for v in value]
-    return value
+def _parameters(task_name: str | None) -> Parameters | None:
+    if not task_name:
+        return None
+    try:
+        from jobbers_django.services import get_app
+
+        return task_parameters(get_app().tasks.get(task_name))
+    except Exception:  # noqa: BLE001 - the app cannot be loaded: keys and patterns only
+        return None
 
 
-def display(value: Any, limit: int | None = None) -> tuple[Any, bool]:
-    """``value`` as people see it: redacted, then cut to about ``limit`` characters of JSON
-    (default ``JOBBERS_DISPLAY_MAX_CHARS``; 0: never cut). Returns it and whether it was cut."""
-    shown = redact(value)
+def arguments(task_name: str | None, args: Any,
+              kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+    """A task's ``args`` and ``kwargs`` as shown: positional ones matched to the parameter
+    names of the task of that name, if this process's Celery app has it."""
+    return current().arguments(args if isinstance(args, Sequence) else [],
+                               kwargs if isinstance(kwargs, Mapping) else {},
+                               _parameters(task_name))
+
+
+def text(value: str | None, task_name: str | None = None, args: Any = None,
+         kwargs: Any = None) -> str:
+    """An exception message or traceback as shown: credentials taken out, and the secret
+    values of the task's arguments (when given)."""
+    if not value:
+        return value or ""
+    red = current()
+    known = red.secrets(args if isinstance(args, Sequence) else [],
+                        kwargs if isinstance(kwargs, Mapping) else {},
+                        _parameters(task_name)) if args or kwargs else frozenset()
+    return red.text(value, known)
+
+
+def shown(read: _Read) -> _Read:
+    """A record (its error message) or a transition (its reason) as shown: credentials taken
+    out by look (the worker took out the secret values of the task's arguments already)."""
+    if isinstance(read, TaskRecord):
+        if read.error is None or not read.error.message:
+            return read
+        return dataclasses.replace(read, error=dataclasses.replace(
+            read.error, message=text(read.error.message)))
+    return dataclasses.replace(read, reason=text(read.reason)) if read.reason else read
+
+
+def display(value: Any, limit: int | None = None, *,
+            redacted: bool = False) -> tuple[Any, bool]:
+    """``value`` as people see it: redacted (unless ``redacted`` says it is already), then
+    cut to about ``limit`` characters of JSON (default ``JOBBERS_DISPLAY_MAX_CHARS``; 0:
+    never cut). Returns it and whether it was cut."""
+    shown = value if redacted else redact(value)
     limit = conf.get("DISPLAY_MAX_CHARS") if limit is None else limit
     if not limit or len(json.dumps(shown, ensure_ascii=False, default=str)) <= limit:
         return shown, False

@@ -27,7 +27,7 @@ from jobbers_django.models import (
     Status,
     VersionChoice,
 )
-from jobbers_django.redaction import display, redact
+from jobbers_django.redaction import arguments, display, redact, text
 
 __all__ = [
     "FILTER_FIELDS",
@@ -102,6 +102,25 @@ class DisplayJSONField(RedactedJSONField):
 
     def to_representation(self, value: Any) -> Any:
         shown, cut = display(value)
+        cut_fields = getattr(self.parent, "cut_fields", None)
+        if cut and isinstance(cut_fields, list):
+            cut_fields.append(self.field_name)
+        return shown
+
+
+class ArgumentsField(serializers.JSONField):
+    """An entry's ``args`` or ``kwargs`` as shown (``source="*"``: the entry): redacted by
+    key, credential and, for positional ones, the task's parameter names; then cut."""
+
+    def __init__(self, part: str, **kwargs: Any) -> None:
+        self.part = part
+        kwargs.update(source="*", read_only=True)
+        super().__init__(**kwargs)
+
+    def to_representation(self, value: Any) -> Any:
+        shown_args, shown_kwargs = arguments(value.task_name, value.args, value.kwargs)
+        shown, cut = display(shown_args if self.part == "args" else shown_kwargs,
+                             redacted=True)
         cut_fields = getattr(self.parent, "cut_fields", None)
         if cut and isinstance(cut_fields, list):
             cut_fields.append(self.field_name)
@@ -272,10 +291,11 @@ class _UTCModelSerializer(serializers.ModelSerializer[Any]):
 class DeadLetterEntrySerializer(_UTCModelSerializer):
     """A dead-letter entry (its last failure; the traceback is in its history)."""
 
-    args = DisplayJSONField(help_text="positional arguments (secret-looking keys redacted, "
-                            "long values cut: see `truncated`)")
-    kwargs = DisplayJSONField(help_text="keyword arguments (secret-looking keys redacted, "
-                              "long values cut: see `truncated`)")
+    args = ArgumentsField("args", help_text="positional arguments (secrets redacted: by the "
+                          "task's parameter names and by look; long values cut: see "
+                          "`truncated`)")
+    kwargs = ArgumentsField("kwargs", help_text="keyword arguments (secrets redacted: by "
+                            "key and by look; long values cut: see `truncated`)")
     checkpoint = DisplayJSONField(allow_null=True)
     options = DisplayJSONField(help_text="publish options (queue, routing, headers), "
                                "secret-looking keys redacted, long values cut")
@@ -298,6 +318,9 @@ class DeadLetterEntrySerializer(_UTCModelSerializer):
         self.cut_fields: list[str] = []  # filled by the DisplayJSONFields
         data = super().to_representation(instance)
         data["truncated"] = self.cut_fields
+        if data.get("exception_message"):
+            data["exception_message"] = text(data["exception_message"], instance.task_name,
+                                             instance.args, instance.kwargs)
         return data
 
 
@@ -317,6 +340,17 @@ class FailureSerializer(_UTCModelSerializer):
         fields = ("attempt", "retry_attempt", "reason", "exception_type",
                   "exception_message", "traceback", "worker", "failed_at", "fingerprint")
         read_only_fields = fields
+
+    def to_representation(self, instance: Any) -> Any:
+        # the entry (in the context) lends its arguments' secret values; without it,
+        # credentials are taken out by look only
+        entry = self.context.get("entry")
+        data = super().to_representation(instance)
+        for name in ("exception_message", "traceback"):
+            if data.get(name):
+                data[name] = (text(data[name], entry.task_name, entry.args, entry.kwargs)
+                              if entry is not None else text(data[name]))
+        return data
 
 
 class FailureHistorySerializer(serializers.Serializer[Any]):
@@ -358,9 +392,17 @@ class DiscardResultSerializer(_ActionResultSerializer):
                                       help_text="ids marked discarded")
 
 
+class RedactedTextField(serializers.CharField):
+    """A message as shown to people: credentials taken out by look (the worker has taken
+    out the secret values of the task's arguments already, see ``taskrepr``)."""
+
+    def to_representation(self, value: Any) -> str:
+        return text(super().to_representation(value))
+
+
 class ErrorInfoSerializer(serializers.Serializer[Any]):
     type = serializers.CharField()
-    message = serializers.CharField()
+    message = RedactedTextField()
 
 
 _STATE_CHOICES = [(s.value, s.value) for s in TaskState]
@@ -397,7 +439,7 @@ class TransitionSerializer(serializers.Serializer[Any]):
     at = UTCDateTimeField()
     attempt = serializers.IntegerField()
     worker = serializers.CharField(allow_null=True)
-    reason = serializers.CharField(allow_null=True)
+    reason = RedactedTextField(allow_null=True)
 
 
 class ScheduledTasksSerializer(serializers.Serializer[Any]):

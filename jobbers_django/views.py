@@ -251,7 +251,8 @@ class DeadLetterHistoryView(JobbersAPIView):
             raise exceptions.NotFound(f"task {task_id} is not in the dead-letter queue")
         data = {"task_id": entry.task_id, "task_name": entry.task_name,
                 "status": entry.status, "failures": services.failure_history(task_id)}
-        return Response(s.FailureHistorySerializer(data).data)
+        # the entry lends its arguments' secret values to the redaction of the messages
+        return Response(s.FailureHistorySerializer(data, context={"entry": entry}).data)
 
 
 def _refreshed(sample: list[DeadLetterEntry]) -> list[DeadLetterEntry]:

@@ -14,9 +14,10 @@ from jobbers_django.redaction import display, redact
 __all__ = ["compact_json", "duration", "json_block", "local_time", "since"]
 
 
-def json_block(value: Any) -> str:
-    """A stored JSON value as people see it: redacted, long values cut (with a note)."""
-    shown, cut = display(value)
+def json_block(value: Any, *, redacted: bool = False) -> str:
+    """A stored JSON value as people see it: redacted (unless ``redacted`` says it is
+    already), long values cut (with a note)."""
+    shown, cut = display(value, redacted=redacted)
     text = json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False, default=str)
     if cut:
         return format_html("<pre class=\"jobbers-json\">{}</pre><p class=\"help\">Cut for "

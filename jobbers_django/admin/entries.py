@@ -41,11 +41,13 @@ from jobbers_django.admin.pagination import BoundedPaginator
 from jobbers_django.models import (
     Action,
     DeadLetterEntry,
+    DeadLetterFailure,
     FailureGroup,
     Source,
     Status,
     VersionChoice,
 )
+from jobbers_django.redaction import arguments, text
 
 __all__ = ["CONFIRM_SHOWN", "DeadLetterEntryAdmin", "summary"]
 
@@ -72,7 +74,7 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
     fieldsets = (
         (None, {"fields": ("task_id", "task_name", "task_version", "queue", "status",
                            "group")}),
-        ("Last failure", {"fields": ("reason", "exception_type", "exception_message",
+        ("Last failure", {"fields": ("reason", "exception_type", "exception_message_display",
                                      "traceback_display", "worker", "attempt",
                                      "retry_attempt", "failure_count", "first_failed_at",
                                      "last_failed_at")}),
@@ -82,7 +84,8 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         ("Resubmission", {"fields": ("resubmit_count", "resubmitted_at", "discarded_at",
                                      "publish_pending")}),
     )
-    readonly_fields = ("group", "traceback_display", "args_display", "kwargs_display",
+    readonly_fields = ("group", "exception_message_display", "traceback_display",
+                       "args_display", "kwargs_display",
                        "checkpoint_display", "options_display")
 
     # -------------------------------------------------------------- list
@@ -108,10 +111,11 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
 
     @admin.display(description="exception")
     def exception(self, obj: DeadLetterEntry) -> str:
-        return format_html("<span title=\"{}\">{}</span>", obj.exception_message,
-                           Truncator(f"{obj.exception_type}: {obj.exception_message}"
-                                     if obj.exception_type else obj.exception_message)
-                           .chars(90))
+        # the list does not read the arguments: credentials are taken out by look only
+        message = text(obj.exception_message)
+        return format_html("<span title=\"{}\">{}</span>", message,
+                           Truncator(f"{obj.exception_type}: {message}"
+                                     if obj.exception_type else message).chars(90))
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any],
                            search_term: str) -> tuple[QuerySet[Any], bool]:
@@ -129,7 +133,7 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         group = FailureGroup.objects.filter(fingerprint=obj.fingerprint).first()
         url = reverse("admin:jobbers_deadletterentry_changelist")
         label = (f"{group.failures} failures, {group.dead} dead now: "
-                 f"{Truncator(group.message).chars(80)}" if group else obj.fingerprint)
+                 f"{Truncator(text(group.message)).chars(80)}" if group else obj.fingerprint)
         return format_html("<a href=\"{}?{}\">{}</a>", url,
                            urlencode({"fingerprint": obj.fingerprint}), label)
 
@@ -138,15 +142,19 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         if not obj.traceback:
             return "-"
         return format_html("<details><summary>show</summary><pre>{}</pre></details>",
-                           obj.traceback)
+                           text(obj.traceback, obj.task_name, obj.args, obj.kwargs))
+
+    @admin.display(description="exception message")
+    def exception_message_display(self, obj: DeadLetterEntry) -> str:
+        return text(obj.exception_message, obj.task_name, obj.args, obj.kwargs)
 
     @admin.display(description="args")
     def args_display(self, obj: DeadLetterEntry) -> str:
-        return json_block(obj.args)
+        return json_block(arguments(obj.task_name, obj.args, obj.kwargs)[0], redacted=True)
 
     @admin.display(description="kwargs")
     def kwargs_display(self, obj: DeadLetterEntry) -> str:
-        return json_block(obj.kwargs)
+        return json_block(arguments(obj.task_name, obj.args, obj.kwargs)[1], redacted=True)
 
     @admin.display(description="checkpoint")
     def checkpoint_display(self, obj: DeadLetterEntry) -> str:
@@ -161,7 +169,7 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
                            obj: DeadLetterEntry | None = None) -> HttpResponse:
         if obj is not None:
             context.update(
-                failures=list(services.failure_history(obj.task_id)),
+                failures=_redacted(obj, services.failure_history(obj.task_id)),
                 lifecycle=lifecycle(obj.task_id),
                 can_resubmit=obj.status == Status.DEAD and self.has_resubmit_permission(request),
                 changelist_url=reverse("admin:jobbers_deadletterentry_changelist"),
@@ -311,3 +319,14 @@ def summary(result: services.ActionResult, reset_retry_count: bool,
         text += f"; {len(result.skipped)} skipped (" + ", ".join(
             f"{count} {reason}" for reason, count in why.items()) + ")"
     return text + "."
+
+
+def _redacted(entry: DeadLetterEntry, failures: Any) -> list[DeadLetterFailure]:
+    """The entry's failures for the page, their messages and tracebacks redacted (copies in
+    memory, never saved)."""
+    shown = list(failures)
+    for failure in shown:
+        failure.exception_message = text(failure.exception_message, entry.task_name,
+                                         entry.args, entry.kwargs)
+        failure.traceback = text(failure.traceback, entry.task_name, entry.args, entry.kwargs)
+    return shown

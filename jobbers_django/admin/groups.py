@@ -13,6 +13,7 @@ from jobbers_django.admin.base import ReadOnlyAdmin
 from jobbers_django.admin.display import compact_json, local_time
 from jobbers_django.admin.filters import ExceptionTypeFilter, TaskNameFilter
 from jobbers_django.models import DeadLetterAudit, FailureGroup, Status
+from jobbers_django.redaction import text
 
 __all__ = ["DeadLetterAuditAdmin", "FailureGroupAdmin"]
 
@@ -30,9 +31,10 @@ class FailureGroupAdmin(ReadOnlyAdmin):
     @admin.display(description="normalised message")
     def normalised_message(self, obj: FailureGroup) -> str:
         url = reverse("admin:jobbers_deadletterentry_changelist")
+        message = text(obj.message)  # credentials taken out by look
         return format_html("<a href=\"{}?{}\" title=\"{}\">{}</a>", url,
-                           urlencode({"fingerprint": obj.fingerprint}), obj.message,
-                           Truncator(obj.message or "(no message)").chars(90))
+                           urlencode({"fingerprint": obj.fingerprint}), message,
+                           Truncator(message or "(no message)").chars(90))
 
     @admin.display(description="first seen", ordering="first_seen")
     def first(self, obj: FailureGroup) -> str:

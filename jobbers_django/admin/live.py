@@ -18,6 +18,7 @@ from jobbers_django import permissions, services
 from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
 from jobbers_django.admin.display import compact_json, duration, since
 from jobbers_django.models import DeadLetterEntry, Source
+from jobbers_django.redaction import shown
 
 __all__ = ["LivePagesAdmin", "lifecycle"]
 
@@ -50,12 +51,12 @@ class LivePagesAdmin(ReadOnlyAdmin):
             task_id__in=[r.task_id for r in overview.stalled]).values_list("task_id", "pk"))
         context.update(
             counts=[(state.value, overview.counts.get(state.value, 0)) for state in TaskState],
-            running=[{"record": r, "progress": compact_json(r.progress),
+            running=[{"record": shown(r), "progress": compact_json(r.progress),
                       "elapsed": duration(since(now, r.retried_at or r.started_at)),
                       "heartbeat_ago": duration(since(now, r.heartbeat_at))}
                      for r in overview.running],
-            stalled=[{"record": r, "entry_pk": entries.get(r.task_id)} for r in overview.stalled],
-            scheduled=[{"record": r, "due_in": duration(since(r.run_at, now))
+            stalled=[{"record": shown(r), "entry_pk": entries.get(r.task_id)} for r in overview.stalled],
+            scheduled=[{"record": shown(r), "due_in": duration(since(r.run_at, now))
                         if r.run_at and r.run_at > now else "due"} for r in overview.scheduled],
             cleaner=overview.cleaner, now=now,
         )
@@ -101,8 +102,8 @@ def lifecycle(task_id: str) -> dict[str, Any]:
         detail = services.task_detail(task_id)
     except STORE_ERRORS as exc:
         return {"error": f"Redis is unreachable, so the lifecycle cannot be shown: {exc}"}
-    record = detail.record
-    return {"record": record, "transitions": detail.transitions,
+    record = shown(detail.record) if detail.record else None
+    return {"record": record, "transitions": [shown(t) for t in detail.transitions],
             "progress": compact_json(record.progress) if record else "",
             "cancellable": record is not None and record.state in (
                 TaskState.SUBMITTED, TaskState.SCHEDULED, TaskState.STARTED)}

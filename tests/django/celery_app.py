@@ -53,3 +53,23 @@ def big_import(self: JobbersTask, key: str, data: str) -> int:
     if not redis.Redis.from_url(REDIS_URL).exists(key):
         raise ValueError(f"upstream rejected {key}")
     return len(data)
+
+
+@app.task(base=JobbersTask, bind=True, name="djproj.leaky_login", dead_letter_policy="save")
+def leaky_login(self: JobbersTask, key: str, secret: str, password: str = "", dsn: str = "",
+                auth: str = "") -> str:
+    """Writes what it was given to ``key:got`` (the test checks the real values arrived),
+    retries once after 0.3 s, then, until ``key`` is set, fails quoting every secret it has,
+    and one of its own."""
+    import json
+
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    runs = client.rpush(f"{key}:got", json.dumps([secret, password, dsn, auth]))
+    if runs == 1:  # a delayed retry: the scheduler republishes it
+        raise self.retry(exc=ConnectionError(f"{dsn} said no to {password}"), countdown=0.3)
+    if not client.exists(key):
+        raise PermissionError(f"login to {dsn} with {auth} refused: password {password!r} "
+                              f"and secret {secret} rejected; server said Bearer exc-0nly-tok")
+    return "ok"

@@ -157,8 +157,16 @@ def committed(django_capture_on_commit_callbacks: Any) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def dj_worker(djapp: Any, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    """A prefork worker of tests.django.celery_app writing to pytest-django's test database."""
+def dj_worker_args() -> list[str]:
+    """More ``celery worker`` options for ``dj_worker`` (a module overrides it: ``-E``...)."""
+    return []
+
+
+@pytest.fixture
+def dj_worker(djapp: Any, tmp_path: Path,
+              dj_worker_args: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """A prefork worker of tests.django.celery_app writing to pytest-django's test database
+    (its log in ``tmp_path / "worker.log"``)."""
     name = f"dj-{uuid.uuid4().hex[:8]}@localhost"
     log_path = tmp_path / "worker.log"
     env = subprocess_env({"DJANGO_SETTINGS_MODULE": "tests.django.settings",
@@ -167,7 +175,7 @@ def dj_worker(djapp: Any, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "tests.django.celery_app", "worker",
              "-P", "prefork", "-c", "1", "-n", name, "-l", "INFO", "--without-mingle",
-             "--without-gossip", "--without-heartbeat"],
+             "--without-gossip", "--without-heartbeat", *dj_worker_args],
             cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True,
             start_new_session=True)
 

@@ -512,7 +512,8 @@ def test_a_big_payload_is_cut_on_its_page_and_resubmitted_whole(
     from jobbers_celery import payload
 
     big = "x" * 2_000_000
-    [task_id] = make_entries(1, args=["catalog-42", big])
+    # big_import(key, data): the second parameter is no secret (flaky_import's is: password)
+    [task_id] = make_entries(1, name="djproj.big_import", args=["catalog-42", big])
     client.force_login(operator)
     detail = client.get(reverse("admin:jobbers_deadletterentry_change",
                                 args=[entry(task_id).pk]))

@@ -54,3 +54,27 @@ def test_short_values_and_a_zero_limit_are_not_cut(settings):
     assert display("x" * 17_000)[1]
     settings.JOBBERS_DISPLAY_MAX_CHARS = 0
     assert display("x" * 100_000) == ("x" * 100_000, False)
+
+
+def test_positional_arguments_by_the_task_parameter_names_and_credentials_by_look(djapp):
+    from jobbers_django.redaction import arguments, text
+
+    # djproj.flaky_import(key, password): the second positional argument is the password
+    args, kwargs = arguments("djproj.flaky_import", ["catalog", "hunter2"],
+                             {"dsn": "postgres://u:pg-pass1@db/app"})
+    assert args == ["catalog", REDACTED]
+    assert kwargs == {"dsn": f"postgres://u:{REDACTED}@db/app"}
+    # an unknown task: keys and looks only
+    assert arguments("nobody.knows", ["catalog", "hunter2"], {})[0] == ["catalog", "hunter2"]
+    message = "login as u with hunter2 failed (Authorization: Bearer abc.123)"
+    assert text(message, "djproj.flaky_import", ["catalog", "hunter2"], {}) == (
+        f"login as u with {REDACTED} failed (Authorization: Bearer {REDACTED})")
+
+
+def test_the_keys_default_to_the_celery_apps_setting(settings, djapp):
+    from jobbers_django.redaction import current
+
+    settings.JOBBERS_CELERY_APP = "tests.django.celery_app.app"
+    assert current().needles == tuple(djapp.jobbers.config.redact_keys)
+    settings.JOBBERS_REDACT_KEYS = ["iban"]
+    assert current().needles == ("iban",)

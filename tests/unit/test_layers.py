@@ -23,13 +23,14 @@ NAME = "jobbers_celery"
 
 LAYERS: dict[str, list[str]] = {
     "core": ["states", "errors", "backoff", "options", "config", "records", "payload",
-             "spool", "softlimit"],
+             "spool", "softlimit", "redaction"],
     "store": ["store", "store.base", "store.keys", "store.fastcall", "store.redis",
               "store.connect"],
     "services": ["metrics", "sinks", "results", "recorder", "publisher", "cleaner",
                  "liveness", "scheduler"],
     "root": ["jobbers"],
-    "adapter": ["shutdown", "beat", "task", "request", "signals", "refusals", "runtime",
+    "adapter": ["shutdown", "beat", "taskrepr", "task", "request", "signals", "refusals",
+                "runtime",
                 "install", ""],
 }
 RANK = {f"{NAME}.{m}".rstrip("."): n for n, mods in enumerate(LAYERS.values()) for m in mods}
