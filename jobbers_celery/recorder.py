@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from jobbers_celery import metrics
+from jobbers_celery import metrics, tracing
 from jobbers_celery import payload as pl
 from jobbers_celery.records import DeadLetter, from_ms
 from jobbers_celery.sinks import DeadLetterDispatcher
@@ -161,6 +161,7 @@ class Recorder:
         now = _internal.get()
         epoch: str | None = None
         if now is None:
+            tracing.stamp(headers)  # the trace its republishes continue (see tracing)
             payload = pl.from_publish(headers, body, exchange, routing_key, properties)
             if payload is None:
                 log.warning("task %s[%s] uses a message protocol jobbers cannot record", name,

@@ -24,7 +24,7 @@ from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, So
 from celery.utils.saferepr import saferepr
 from kombu.exceptions import OperationalError
 
-from jobbers_celery import liveness, metrics, payload, results, shutdown, softlimit
+from jobbers_celery import liveness, metrics, payload, results, shutdown, softlimit, tracing
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
 from jobbers_celery.beat import (
     CHECKPOINT_MAX_BYTES,
@@ -801,6 +801,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             raise error
         delay = self._retry_delay(n, eta, countdown)
         sig = self.signature_from_request(req, args, kwargs, retries=n, **options)
+        headers = dict(sig.options.get("headers") or {})
+        tracing.stamp(headers)  # this attempt's span, if any: the retry continues its trace
+        if headers:
+            sig.options["headers"] = headers
         fields = {**self._pending_checkpoint(),
                   **(error_fields(exc) if exc is not None else {}), "retries": str(n)}
         setattr(req, _DONE, True)
