@@ -188,6 +188,26 @@ class Recorder:
         if epoch:
             headers[pl.HEADER_EPOCH] = epoch
 
+    def publish_later(self, task_id: str, name: str, payload: dict[str, Any], *,
+                      version: int | None, dead_letter: bool, delay_ms: int,
+                      reason: str) -> StepResult:
+        """A first publish with a delay (``countdown``/``eta``): ``unsubmitted -> submitted
+        -> scheduled`` in one step, with ``payload``, which the scheduler publishes when
+        ``run_at`` comes, as for a delayed retry: no ETA message waits at the broker (where
+        a Redis broker delivers it again after its visibility timeout). Raises
+        ``TypeError`` if ``payload`` is not JSON."""
+        msg = pl.dumps(payload)
+        if len(msg) > self.payload_warn_bytes > 0:
+            _warn_large_payload(name, task_id, len(msg), self.payload_warn_bytes)
+        create = {"name": name, "queue": pl.queue_of(payload["options"])}
+        if dead_letter:
+            create["dlq"] = "1"
+        if version is not None:
+            create["ver"] = str(version)
+        return self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
+                                 fields={"msg": msg}, reason="published", name=name,
+                                 later=(delay_ms, reason))
+
     def late_submit(self, task_id: str, name: str, version: int, queue: str, dead_letter: bool,
                     msg: str, retries: int) -> StepResult:
         """A worker records the submission of a message published without a record."""

@@ -1,6 +1,6 @@
 """All attempts of a task are one trace (docs/howto/metrics.md, "Traces"): the delayed
-retries the scheduler publishes and a dead-letter resubmit continue the publishing client's
-trace, with the OpenTelemetry SDK and ``opentelemetry-instrumentation-celery`` in the
+retries and the delayed first run the scheduler publishes and a dead-letter resubmit
+continue the publishing client's trace, with the OpenTelemetry SDK and ``opentelemetry-instrumentation-celery`` in the
 worker's main process or in its pool children only.
 
 The client is this test process: it publishes inside a span of a private SDK tracer (no
@@ -56,6 +56,7 @@ def test_retries_and_a_dead_letter_resubmit_stay_in_the_clients_trace(proj, work
     with TRACER.start_as_current_span("client") as client:
         flaky = proj.flaky.apply_async((retries, 0.2))
         once = proj.fail_once.delay(unique("trace"))
+        later = proj.add.apply_async((1, 2), countdown=0.2)  # the scheduler publishes it
     trace_id = client.get_span_context().trace_id
     wait_state(jobbers, flaky.id, S.COMPLETED, worker=worker)
     wait_state(jobbers, once.id, S.FAILED, worker=worker)
@@ -72,6 +73,12 @@ def test_retries_and_a_dead_letter_resubmit_stay_in_the_clients_trace(proj, work
     assert sum(r["parent_span_id"] in by_id for r in runs) == retries
     [first] = [r for r in runs if r["parent_span_id"] not in by_id]
     assert first["parent_span_id"] == client.get_span_context().span_id
+
+    [published_later] = _spans(otel, later.id, 1, "apply_async/proj.add")
+    [ran_later] = _spans(otel, later.id, 1, "run/proj.add")
+    assert published_later["parent_span_id"] == client.get_span_context().span_id
+    assert ran_later["parent_span_id"] == published_later["span_id"]
+    assert ran_later["trace_id"] == trace_id
 
     once_runs = _spans(otel, once.id, 2, "run/proj.fail_once")
     assert [s["trace_id"] for s in once_runs] == [trace_id, trace_id]
