@@ -1,6 +1,7 @@
-"""All attempts of a task are one trace (docs/howto/metrics.md, "Traces"): the delayed
-retries and the delayed first run the scheduler publishes and a dead-letter resubmit
-continue the publishing client's trace, with the OpenTelemetry SDK and ``opentelemetry-instrumentation-celery`` in the
+"""All attempts of a task are one trace (docs/howto/metrics.md, "Traces across retries and
+resubmits"): the delayed retries and the delayed first run the scheduler publishes, an
+immediate retry, and a resubmit from the dead-letter entry or from the record (the payload
+a stall recovery publishes) continue the publishing client's trace, with the OpenTelemetry SDK and ``opentelemetry-instrumentation-celery`` in the
 worker's main process or in its pool children only.
 
 The client is this test process: it publishes inside a span of a private SDK tracer (no
@@ -44,19 +45,22 @@ def _spans(otel: Otel, task_id: str, count: int, name: str) -> list[dict[str, An
     return spans
 
 
-def test_retries_and_a_dead_letter_resubmit_stay_in_the_clients_trace(proj, worker_factory,
+def test_every_republish_stays_in_the_clients_trace(proj, worker_factory,
                                                                       otel):
     """SDK and instrumentation in the worker's main process (threads pool: the tasks and
     the scheduler thread in one process): the scheduler's ``apply_async`` span of each
     delayed retry is a child of the attempt that retried, the next attempt its child."""
     jobbers = proj.jobbers
-    worker = worker_factory(pool="threads", concurrency=2, app=OTEL_APP,
+    # one thread: two attempts of a task never overlap there (the instrumentation keeps one
+    # span per task id, and an immediate retry may start before its attempt's span ended)
+    worker = worker_factory(pool="threads", concurrency=1, app=OTEL_APP,
                             env=otel.env(PROJ_OTEL_SPANS="1"))
     retries = 3
     with TRACER.start_as_current_span("client") as client:
         flaky = proj.flaky.apply_async((retries, 0.2))
         once = proj.fail_once.delay(unique("trace"))
         later = proj.add.apply_async((1, 2), countdown=0.2)  # the scheduler publishes it
+        at_once = proj.flaky.delay(1)  # an immediate retry, published by its attempt
     trace_id = client.get_span_context().trace_id
     wait_state(jobbers, flaky.id, S.COMPLETED, worker=worker)
     wait_state(jobbers, once.id, S.FAILED, worker=worker)
@@ -80,21 +84,35 @@ def test_retries_and_a_dead_letter_resubmit_stay_in_the_clients_trace(proj, work
     assert ran_later["parent_span_id"] == published_later["span_id"]
     assert ran_later["trace_id"] == trace_id
 
+    at_once_runs = _spans(otel, at_once.id, 2, "run/proj.flaky")
+    [published_at_once] = _spans(otel, at_once.id, 1, "apply_async/proj.flaky")
+    assert {s["trace_id"] for s in [*at_once_runs, published_at_once]} == {trace_id}
+
     once_runs = _spans(otel, once.id, 2, "run/proj.fail_once")
     assert [s["trace_id"] for s in once_runs] == [trace_id, trace_id]
     assert {s["parent_span_id"] for s in once_runs} == {client.get_span_context().span_id}
 
 
-def test_retries_stay_in_the_trace_with_the_sdk_in_pool_children_only(proj, worker_factory,
+def test_retries_and_a_resubmit_stay_in_the_trace_with_the_sdk_in_children_only(proj, worker_factory,
                                                                        otel):
     """The main process has no SDK: its scheduler's republish still carries the context in
     the message headers, and the child's ``run`` span continues the trace."""
     worker = worker_factory(pool="prefork", concurrency=1, app=OTEL_APP,
                             env=otel.env(PROJ_OTEL="child", PROJ_OTEL_SPANS="1"))
+    jobbers = proj.jobbers
     with TRACER.start_as_current_span("client") as client:
         flaky = proj.flaky.apply_async((2, 0.2))
-    wait_state(proj.jobbers, flaky.id, S.COMPLETED, worker=worker)
+        once = proj.fail_once.delay(unique("trace"))
+    trace_id = client.get_span_context().trace_id
+    wait_state(jobbers, flaky.id, S.COMPLETED, worker=worker)
     runs = _spans(otel, flaky.id, 3, "run/proj.flaky")
-    assert {s["trace_id"] for s in runs} == {client.get_span_context().trace_id}
+    assert {s["trace_id"] for s in runs} == {trace_id}
     run_ids = {s["span_id"] for s in runs}
     assert sum(r["parent_span_id"] in run_ids for r in runs) == 2  # each retry: its attempt
+
+    # the payload on the record, as the cleaner's stall recovery publishes it
+    wait_state(jobbers, once.id, S.FAILED, worker=worker)
+    assert jobbers.resubmit([once.id]) == [once.id]
+    wait_state(jobbers, once.id, S.COMPLETED, worker=worker)
+    once_runs = _spans(otel, once.id, 2, "run/proj.fail_once")
+    assert [s["trace_id"] for s in once_runs] == [trace_id, trace_id]
