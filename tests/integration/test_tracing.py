@@ -45,8 +45,7 @@ def _spans(otel: Otel, task_id: str, count: int, name: str) -> list[dict[str, An
     return spans
 
 
-def test_every_republish_stays_in_the_clients_trace(proj, worker_factory,
-                                                                      otel):
+def test_every_republish_stays_in_the_clients_trace(proj, worker_factory, otel):
     """SDK and instrumentation in the worker's main process (threads pool: the tasks and
     the scheduler thread in one process): the scheduler's ``apply_async`` span of each
     delayed retry is a child of the attempt that retried, the next attempt its child."""
@@ -93,8 +92,8 @@ def test_every_republish_stays_in_the_clients_trace(proj, worker_factory,
     assert {s["parent_span_id"] for s in once_runs} == {client.get_span_context().span_id}
 
 
-def test_retries_and_a_resubmit_stay_in_the_trace_with_the_sdk_in_children_only(proj, worker_factory,
-                                                                       otel):
+def test_retries_and_a_resubmit_stay_in_the_trace_with_the_sdk_in_children_only(
+        proj, worker_factory, otel):
     """The main process has no SDK: its scheduler's republish still carries the context in
     the message headers, and the child's ``run`` span continues the trace."""
     worker = worker_factory(pool="prefork", concurrency=1, app=OTEL_APP,
