@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import traceback as tb
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from kombu.utils.json import JSONEncoder as _KombuEncoder
@@ -28,6 +29,7 @@ __all__ = [
     "HEADER_PUBLISHED_AT",
     "HEADER_TASK",
     "HEADER_VERSION",
+    "deferred",
     "describe_exception",
     "dumps",
     "from_publish",
@@ -126,6 +128,26 @@ def from_signature_options(
 ) -> dict[str, Any]:
     """Payload from a signature's options (``Task.signature_from_request``)."""
     return {"args": list(args or ()), "kwargs": dict(kwargs or {}), "options": _clean(options)}
+
+
+def deferred(args: Any, kwargs: Any, options: Mapping[str, Any], queue: str,
+             now: datetime) -> dict[str, Any]:
+    """Payload of a first publish that waits in the store (``countdown``/``eta``) until the
+    scheduler publishes it: ``expires`` made absolute ``now``, as Celery does when it
+    publishes (it counts from the call, not from the later publish), and ``queue``, the
+    one the router chose, named unless the options route it themselves."""
+    opts = dict(options)
+    expires = opts.get("expires")
+    if isinstance(expires, int | float) and not isinstance(expires, bool):
+        opts["expires"] = (now + timedelta(seconds=expires)).isoformat()
+    elif isinstance(expires, datetime):
+        opts["expires"] = expires.isoformat()
+    named = opts.get("queue")
+    if named is not None and not isinstance(named, str):
+        opts["queue"] = queue  # a kombu Queue: its name
+    elif not (named or opts.get("exchange") or opts.get("routing_key")):
+        opts["queue"] = queue
+    return from_signature_options(args, kwargs, opts)
 
 
 def request_header(request: Any, name: str) -> Any:

@@ -5,8 +5,9 @@ resubmits of ``Jobbers`` and the worker's shutdown and outage paths all republis
 whose ``submitted`` step the recorder already took. They do it here, one way: the payload
 recorded on the task, the headers that name its version and dead-letter policy, inside
 :func:`~jobbers_celery.recorder.internal_publish` so that the publish signal does not record
-the submission twice, and the publish lease confirmed (or left to expire, so that a
-scheduler publishes it again) by the caller.
+the submission twice, inside the trace context the payload carries (see
+:mod:`~jobbers_celery.tracing`: all attempts of a task are one trace), and the publish lease
+confirmed (or left to expire, so that a scheduler publishes it again) by the caller.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobbers_celery import payload as pl
+from jobbers_celery import tracing
 from jobbers_celery.recorder import internal_publish, unrecorded_publish
 from jobbers_celery.store import RedisStore
 
@@ -66,7 +68,7 @@ class Publisher:
             if dead_letter:
                 headers[pl.HEADER_DEAD_LETTER] = 1
             data = {**data, "options": {**data.get("options", {}), "headers": headers}}
-        with internal_publish(now_ms):
+        with internal_publish(now_ms), tracing.inside(data.get("options", {}).get("headers")):
             pl.republish(self.app, name, task_id, data, retries, producer=producer)
 
     def republish_signature(self, sig: Signature[Any], *, leased: str | None) -> None:
@@ -74,17 +76,18 @@ class Publisher:
         ``unsubmitted`` step took a publish lease: the publish records the submission and
         the lease is confirmed), or ``None`` (already ``submitted``: the publish records
         nothing new)."""
-        if leased is not None:
-            sig.apply_async()
-            self.store.confirm_published([leased])
-        else:
-            with internal_publish(self.store.now_ms()):
+        with tracing.inside(sig.options.get("headers")):
+            if leased is not None:
                 sig.apply_async()
+                self.store.confirm_published([leased])
+            else:
+                with internal_publish(self.store.now_ms()):
+                    sig.apply_async()
 
     @staticmethod
     def give_back(sig: Signature[Any]) -> None:
         """Publish a message again without asking the store (it cannot be reached)."""
-        with unrecorded_publish():
+        with unrecorded_publish(), tracing.inside(sig.options.get("headers")):
             sig.apply_async()
 
     def confirm(self, ids: Iterable[str]) -> None:

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from jobbers_celery import metrics
+from jobbers_celery import metrics, tracing
 from jobbers_celery import payload as pl
 from jobbers_celery.records import UNPUBLISHABLE, DeadLetter, from_ms
 from jobbers_celery.sinks import DeadLetterDispatcher
@@ -161,6 +161,7 @@ class Recorder:
         now = _internal.get()
         epoch: str | None = None
         if now is None:
+            tracing.stamp(headers)  # the trace its republishes continue (see tracing)
             payload = pl.from_publish(headers, body, exchange, routing_key, properties)
             if payload is None:
                 log.warning("task %s[%s] uses a message protocol jobbers cannot record", name,
@@ -186,6 +187,26 @@ class Recorder:
         headers[pl.HEADER_PUBLISHED_AT] = now
         if epoch:
             headers[pl.HEADER_EPOCH] = epoch
+
+    def publish_later(self, task_id: str, name: str, payload: dict[str, Any], *,
+                      version: int | None, dead_letter: bool, delay_ms: int,
+                      reason: str) -> StepResult:
+        """A first publish with a delay (``countdown``/``eta``): ``unsubmitted -> submitted
+        -> scheduled`` in one step, with ``payload``, which the scheduler publishes when
+        ``run_at`` comes, as for a delayed retry: no ETA message waits at the broker (where
+        a Redis broker delivers it again after its visibility timeout). Raises
+        ``TypeError`` if ``payload`` is not JSON."""
+        msg = pl.dumps(payload)
+        if len(msg) > self.payload_warn_bytes > 0:
+            _warn_large_payload(name, task_id, len(msg), self.payload_warn_bytes)
+        create = {"name": name, "queue": pl.queue_of(payload["options"])}
+        if dead_letter:
+            create["dlq"] = "1"
+        if version is not None:
+            create["ver"] = str(version)
+        return self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
+                                 fields={"msg": msg}, reason="published", name=name,
+                                 later=(delay_ms, reason))
 
     def late_submit(self, task_id: str, name: str, version: int, queue: str, dead_letter: bool,
                     msg: str, retries: int) -> StepResult:

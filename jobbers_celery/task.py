@@ -21,10 +21,20 @@ from typing import Any, ClassVar, NoReturn
 
 from celery import Task
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
+from celery.utils import uuid
 from celery.utils.saferepr import saferepr
 from kombu.exceptions import OperationalError
 
-from jobbers_celery import liveness, metrics, payload, results, shutdown, softlimit, taskrepr
+from jobbers_celery import (
+    liveness,
+    metrics,
+    payload,
+    results,
+    shutdown,
+    softlimit,
+    taskrepr,
+    tracing,
+)
 from jobbers_celery.backoff import BackoffStrategy, compute_delay
 from jobbers_celery.beat import (
     CHECKPOINT_MAX_BYTES,
@@ -798,6 +808,74 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             return
         taskrepr.redact_exception(exc, self, req.args, req.kwargs, redact)
 
+    # ------------------------------------------------------------------ publish
+    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
+                    producer: Any = None, link: Any = None, link_error: Any = None,
+                    shadow: str | None = None, **options: Any) -> Any:
+        """Celery's ``apply_async``, except that a ``countdown`` or ``eta`` in the future
+        waits in the store, not in an ETA message at the broker (which a Redis broker
+        delivers again once its visibility timeout passes): the task is recorded
+        ``scheduled`` (``run_at`` set, listed by ``scheduled()``) and a worker's scheduler
+        publishes it when due, as it does a delayed retry. ``expires`` still counts from
+        this call. If the store cannot take it, it goes out as Celery's ETA message."""
+        delay = _seconds_until(options.get("countdown"), options.get("eta"))
+        jobbers = Jobbers.find(self.app)
+        if delay > 0 and jobbers is not None and not self.app.conf.task_always_eager:
+            later = self._publish_later(jobbers, args, kwargs, task_id, link, link_error,
+                                        shadow, options, delay)
+            if later is not None:
+                return later
+        return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow,
+                                   **options)
+
+    def _publish_later(self, jobbers: Jobbers, args: Any, kwargs: Any, task_id: str | None,
+                       link: Any, link_error: Any, shadow: str | None,
+                       options: dict[str, Any], delay: float) -> Any:
+        """Record the first publish ``scheduled`` after ``delay`` seconds; returns its
+        ``AsyncResult``, or ``None`` when it must go out as an ETA message instead."""
+        check = getattr(self, "__header__", None) if self.typing else None
+        if check is not None:
+            check(*(args or ()), **(kwargs or {}))  # the TypeError apply_async raises
+        namer: Callable[..., str | None] = self.shadow_name  # a subclass may name it
+        opts: dict[str, Any] = {**self._get_exec_options(),  # type: ignore[attr-defined]
+                                **options, "link": link, "link_error": link_error,
+                                "shadow": shadow or namer(args, kwargs, options)}
+        for key in ("countdown", "eta", "producer", "connection", "publisher"):
+            opts.pop(key, None)
+        opts.setdefault("ignore_result", self.ignore_result)
+        parent = self.app.current_worker_task
+        if parent is not None and parent.request.id:  # as send_task links it to its parent
+            opts.setdefault("parent_id", parent.request.id)
+            opts.setdefault("root_id", parent.request.root_id or parent.request.id)
+        headers = dict(opts.get("headers") or {})
+        tracing.stamp(headers)  # the publishing client's trace: the scheduler continues it
+        opts["headers"] = headers
+        routed = self.app.amqp.router.route(dict(opts), self.name, args, kwargs,
+                                            self)  # type: ignore[arg-type]  # as Celery does
+        queue = str(getattr(routed.get("queue"), "name", None) or routed.get("routing_key")
+                    or "")
+        task_id = task_id or uuid()
+        opt = self.jobbers_options
+        why = "countdown" if options.get("countdown") else "eta"
+        try:
+            res = jobbers.recorder.publish_later(
+                task_id, self.name, payload.deferred(args, kwargs, opts, queue, datetime.now(UTC)),
+                version=opt.version, dead_letter=opt.dead_letter_policy is DeadLetterPolicy.SAVE,
+                delay_ms=round(delay * 1000), reason=f"delayed first run ({why})")
+        except TypeError:
+            log.warning("%s[%s]: its publish options or arguments are not JSON: sent as an "
+                        "ETA message, which waits at the broker", self.name, task_id)
+            return None
+        except UNREACHABLE:
+            log.warning("%s[%s]: the state store cannot be reached: sent as an ETA message, "
+                        "which waits at the broker", self.name, task_id)
+            return None
+        if not (res.applied and res.state is S.SCHEDULED):
+            log.warning("%s[%s]: not recorded as a delayed first run (the task is %s): sent "
+                        "as an ETA message", self.name, task_id, res.previous)
+            return None
+        return self.AsyncResult(task_id)
+
     # ------------------------------------------------------------------ retries
     def retry(
         self,
@@ -843,6 +921,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             raise error
         delay = self._retry_delay(n, eta, countdown)
         sig = self.signature_from_request(req, args, kwargs, retries=n, **options)
+        headers = dict(sig.options.get("headers") or {})
+        tracing.stamp(headers)  # this attempt's span, if any: the retry continues its trace
+        if headers:
+            sig.options["headers"] = headers
         fields = {**self._pending_checkpoint(),
                   **(error_fields(exc) if exc is not None else {}), "retries": str(n)}
         setattr(req, _DONE, True)
@@ -891,6 +973,18 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if opts.retry_delay is None:
             return 0.0
         return compute_delay(opts.backoff_strategy, opts.retry_delay, n, opts.max_retry_delay)
+
+
+def _seconds_until(countdown: Any, eta: Any) -> float:
+    """Seconds a publish's ``countdown`` (which wins, as in Celery) or ``eta`` (naive: UTC)
+    puts it off; 0 for neither, or one already past."""
+    if countdown:
+        return max(0.0, float(countdown))
+    if not eta:
+        return 0.0
+    when = datetime.fromisoformat(eta) if isinstance(eta, str) else eta
+    aware = when if when.tzinfo else when.replace(tzinfo=UTC)
+    return max(0.0, (aware - datetime.now(UTC)).total_seconds())
 
 
 def _id(req: Any) -> str:

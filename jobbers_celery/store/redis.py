@@ -218,13 +218,16 @@ class RedisStore:
         delete: Sequence[str] = (),
         lease_ms: int | None = None,
         ret: Sequence[str] = (),
+        later: tuple[int, str] | None = None,
     ) -> StepResult:
         """``-> submitted`` from ``sources``: a publish (``create`` makes the record if
         missing), a worker's late record of one, or a resubmit (``lease_ms``: a publish
-        lease the publisher confirms)."""
+        lease the publisher confirms). ``later`` (delay in ms, reason): then ``submitted ->
+        scheduled`` in the same script, a first publish with a delay (``state`` says
+        ``scheduled`` when both applied)."""
         return self.step(task_id, TaskState.SUBMITTED, sources=sources, create=create,
                          set_fields=fields, delete=delete, lease_ms=lease_ms, reason=reason,
-                         ret=ret, name=name)
+                         ret=ret, name=name, later=later)
 
     def start(
         self,
@@ -364,6 +367,7 @@ class RedisStore:
         name: str | None = None,
         write_result: ResultWrite | None = None,
         expect_refusal: bool = False,
+        later: tuple[int, str] | None = None,
     ) -> StepResult:
         """The general form of a step, every option at hand: for tests and tools that set
         up records; jobbers itself calls the typed transitions above (through its recorder).
@@ -377,6 +381,7 @@ class RedisStore:
         in the same script if (and only if) the step applies. ``expect_refusal``: a refusal
         is routine for this caller (logged at debug, still counted). ``bump``: count an
         attempt without starting (drops), so each dead letter has its own attempt number.
+        ``later``: see :meth:`submit`.
         """
         from_list, src = self._sources(to, sources)
         spec: dict[str, Any] = {
@@ -425,6 +430,12 @@ class RedisStore:
             spec["reason"] = reason
         if ret:
             spec["ret"] = list(ret)
+        if later is not None:
+            if to is not TaskState.SUBMITTED or TaskState.SUBMITTED not in allowed_from(
+                    TaskState.SCHEDULED):
+                raise ValueError("later: only after a step to submitted")
+            spec["later"] = {"delay_ms": int(later[0]), "reason": later[1]}
+            targets.add(TaskState.SCHEDULED)
         return self._run(task_id, to, src.union(targets), spec, wid, name, create,
                          write_result, ret, fence, expect_refusal)
 

@@ -8,6 +8,7 @@ import time
 from celery import Celery
 
 from jobbers_celery import BackoffStrategy, DeadLetterPolicy, JobbersTask, install
+from tests.integration.plain_fault_proj import restore_options
 
 REDIS_URL = os.environ["JOBBERS_TEST_REDIS_URL"]
 # JOBBERS_TEST_BROKER_URL: another broker (RabbitMQ, tests/rabbitmq.py); state stays in Redis.
@@ -30,6 +31,9 @@ app.conf.update(
     task_acks_late=os.environ.get("PROJ_ACKS_LATE") == "1",
     # the metric gauges' lease (test_metrics shortens it to see another process take over)
     jobbers_metrics_gauge_lease=float(os.environ.get("PROJ_METRICS_LEASE", "120")),
+    # PROJ_VISIBILITY (seconds): a short Redis-broker visibility timeout, swept every second
+    broker_transport_options=restore_options(float(os.environ["PROJ_VISIBILITY"]))
+    if os.environ.get("PROJ_VISIBILITY") else {},
 )
 jobbers = install(app)
 

@@ -23,7 +23,7 @@ NAME = "jobbers_celery"
 
 LAYERS: dict[str, list[str]] = {
     "core": ["states", "errors", "backoff", "options", "config", "records", "payload",
-             "spool", "softlimit", "redaction"],
+             "spool", "softlimit", "redaction", "tracing"],
     "store": ["store", "store.base", "store.keys", "store.fastcall", "store.redis",
               "store.connect"],
     "services": ["metrics", "sinks", "results", "recorder", "publisher", "cleaner",

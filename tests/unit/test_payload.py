@@ -49,3 +49,23 @@ def test_describe_exception_names_the_type_and_keeps_the_traceback():
     assert (name, message) == ("ConnectionError", "refused")
     assert "Traceback" in text
     assert "refused" in text
+
+
+def test_a_deferred_first_publish_keeps_expires_from_the_call_and_names_its_queue():
+    now = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    data = payload.deferred([1], {}, {"expires": 30, "headers": {"t": 1}, "countdown": 5},
+                            "celery", now)
+    assert data["options"] == {"expires": "2030-01-01T00:00:30+00:00", "headers": {"t": 1},
+                               "queue": "celery"}  # countdown is not an option it keeps
+    at = now + dt.timedelta(hours=1)
+    assert payload.deferred([], {}, {"expires": at}, "q", now)["options"]["expires"] == \
+        at.isoformat()
+    # routed by the caller: kept as given
+    assert payload.deferred([], {}, {"queue": "imports"}, "celery", now)["options"] == \
+        {"queue": "imports"}
+    assert payload.deferred([], {}, {"exchange": "x", "routing_key": "a.b"}, "celery",
+                            now)["options"] == {"exchange": "x", "routing_key": "a.b"}
+    from kombu import Queue
+
+    assert payload.deferred([], {}, {"queue": Queue("imports")}, "imports",
+                            now)["options"] == {"queue": "imports"}

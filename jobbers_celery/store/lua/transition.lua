@@ -2,12 +2,21 @@
 -- KEYS: shared layout, then task hash and, for a step that may create the record, the name
 -- index and the epoch key.
 -- ARGV[1] states order, ARGV[2] JSON spec.
--- Returns what step() returns; a step that may create the record and applied also returns
--- the dataset's epoch id last (made here if there is none yet).
+-- spec.later {delay_ms, reason}: once the step to submitted applied, a second one to
+-- scheduled (run_at = now + delay_ms) in the same script: a first publish with a countdown
+-- or an eta waits in the store, never half-recorded (two history entries).
+-- Returns what step() returns (with the state after the second step, if any); a step that
+-- may create the record and applied also returns the dataset's epoch id last (made here if
+-- there is none yet).
 local ctx, k = context()
 ctx.name_idx = KEYS[k + 1]
 local spec = cjson.decode(ARGV[2])
 local out = step(ctx, KEYS[k], spec)
+if spec.later and out[1] == 1 and out[5] == 'submitted' then
+  local later = step(ctx, KEYS[k], {id = spec.id, to = 'scheduled', from = {'submitted'},
+    delay_ms = spec.later.delay_ms, reason = spec.later.reason, ttl = spec.ttl})
+  if later[1] == 1 then out[5] = later[5] end
+end
 if spec.create and out[1] == 1 then
   local epoch = redis.call('GET', KEYS[k + 2])
   if not epoch then
