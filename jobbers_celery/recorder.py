@@ -409,10 +409,12 @@ class Recorder:
         ``on_shutdown`` (or, where the pool cannot interrupt it, at its next heartbeat)."""
         return self.store.cancel(task_id, reason, keep_reason=True)
 
-    def revoked(self, task_id: str, *, worker: str | None) -> StepResult:
-        """``submitted -> cancelled``: Celery's revoke reached the worker before the task ran."""
-        return self.store.unstarted(task_id, S.CANCELLED,
-                                    reason="revoked: the worker did not run it", worker=worker)
+    def revoked(self, task_id: str, *, worker: str | None, expired: bool = False) -> StepResult:
+        """``submitted -> cancelled``: Celery's revoke reached the worker before the task ran,
+        or the message's ``expires`` had passed when the worker received it."""
+        reason = ("expired: the worker did not run it (its expires had passed)" if expired
+                  else "revoked: the worker did not run it")
+        return self.store.unstarted(task_id, S.CANCELLED, reason=reason, worker=worker)
 
     def drop(self, task_id: str, name: str, *, reason: str, worker: str | None = None,
              exc: BaseException | None = None, enqueued_ms: float | None = None,

@@ -158,7 +158,7 @@ def on_task_prerun(sender: Any = None, task_id: str | None = None, task: Any = N
 
 
 def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = False,
-                    signum: Any = None, **_: Any) -> None:
+                    signum: Any = None, expired: bool = False, **_: Any) -> None:
     task_id = getattr(request, "id", None)
     if not isinstance(sender, JobbersTask) or not task_id:
         return
@@ -174,7 +174,7 @@ def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = 
                 task_id, sender.name, wid=liveness.worker_id(), signum=signum, worker=worker,
                 enqueued_ms=metrics.ms_value(request_header(request, HEADER_ENQUEUED_AT)))
         else:
-            jobbers.recorder.revoked(task_id, worker=worker)
+            jobbers.recorder.revoked(task_id, worker=worker, expired=bool(expired))
     except Exception:
         log.exception("could not record the revoke of %s[%s]", sender.name, task_id)
 

@@ -825,8 +825,24 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                                         shadow, options, delay)
             if later is not None:
                 return later
+        if self.app.conf.task_send_sent_event and "argsrepr" not in options \
+                and "kwargsrepr" not in options:
+            self._redacted_reprs(args, kwargs, options)
         return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow,
                                    **options)
+
+    def _redacted_reprs(self, args: Any, kwargs: Any, options: dict[str, Any]) -> None:
+        """The ``task-sent`` event is built before ``before_task_publish`` (where every
+        publish gets its redacted reprs): give it redacted ones too."""
+        try:
+            reprs = taskrepr.sent_reprs(self.app, self, args, kwargs,
+                                        taskrepr.redactor_of(_jobbers(self).config))
+        except Exception:  # not installed, odd arguments: Celery's own reprs
+            log.debug("no redacted reprs for the task-sent event of %s", self.name,
+                      exc_info=True)
+            return
+        if reprs is not None:
+            options["argsrepr"], options["kwargsrepr"] = reprs
 
     def _publish_later(self, jobbers: Jobbers, args: Any, kwargs: Any, task_id: str | None,
                        link: Any, link_error: Any, shadow: str | None,

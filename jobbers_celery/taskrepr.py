@@ -26,7 +26,7 @@ from celery.utils.saferepr import saferepr
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.redaction import Parameters, Redactor, parameters, redactor
 
-__all__ = ["redact_exception", "redact_headers", "redactor_of", "task_parameters"]
+__all__ = ["redact_exception", "redact_headers", "redactor_of", "sent_reprs", "task_parameters"]
 
 log = logging.getLogger("jobbers.redaction")
 
@@ -88,6 +88,26 @@ def redact_headers(app: Celery, task: Task[Any, Any] | None, headers: dict[str, 
             headers[header] = redact.text(given)  # the caller's own repr
         else:
             headers[header] = saferepr(shown, size, maxlevels=levels)
+
+
+def sent_reprs(app: Celery, task: Task[Any, Any], args: Any, kwargs: Any,
+               redact: Redactor) -> tuple[str, str] | None:
+    """Redacted ``argsrepr``/``kwargsrepr`` to pass to ``apply_async``, for the ``task-sent``
+    event (``task_send_sent_event``), which Celery builds before ``before_task_publish``;
+    ``None`` when the arguments hold nothing to hide (Celery makes its own reprs)."""
+    args = () if args is None else args
+    kwargs = {} if kwargs is None else kwargs
+    if not isinstance(args, Sequence) or isinstance(args, str) or not isinstance(kwargs, Mapping):
+        return None
+    amqp = app.amqp
+    shown_args, shown_kwargs = redact.arguments(
+        args, kwargs, task_parameters(task),
+        limit=2 * max(amqp.argsrepr_maxsize, amqp.kwargsrepr_maxsize))
+    if shown_args == list(args) and shown_kwargs == dict(kwargs):
+        return None
+    levels = app.conf.task_repr_maxlevels
+    return (saferepr(shown_args, amqp.argsrepr_maxsize, maxlevels=levels),
+            saferepr(shown_kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels))
 
 
 def _is_celerys(given: str, real: Any, levels: int) -> bool:

@@ -99,8 +99,14 @@ def test_on_rabbitmq_too(on_rabbitmq, djapp, jobbers, dj_worker, events, operato
 def plant_and_search(djapp: Any, jobbers: Any, events: list[dict[str, Any]], client: Any,
                      operator: Any, tmp_path: Path) -> None:
     key = f"djproj:leak:{uuid.uuid4().hex[:8]}"
-    result = djapp.leaky_login.apply_async((key, SECRET),
-                                           {"password": PASSWORD, "dsn": DSN, "auth": AUTH})
+    conf = djapp.app.conf
+    sent_event = conf.task_send_sent_event
+    conf.task_send_sent_event = True  # the client's task-sent event, built before the publish
+    try:
+        result = djapp.leaky_login.apply_async((key, SECRET),
+                                               {"password": PASSWORD, "dsn": DSN, "auth": AUTH})
+    finally:
+        conf.task_send_sent_event = sent_event
     entry = wait_for(lambda: DeadLetterEntry.objects.filter(task_id=result.id).first(),
                      timeout=30, message="the dead-letter entry in PostgreSQL")
     wait_for(lambda: any(e["type"] == "task-failed" and e.get("uuid") == result.id
@@ -142,7 +148,8 @@ def plant_and_search(djapp: Any, jobbers: Any, events: list[dict[str, Any]], cli
         if event.get("uuid") == result.id:
             place = f"event {event['type']}"
             places[place] = places.get(place, "") + json.dumps(event, default=str)
-    assert {"event task-received", "event task-retried", "event task-failed"} <= set(places)
+    assert {"event task-sent", "event task-received", "event task-retried",
+            "event task-failed"} <= set(places)
     record = jobbers.get(result.id)
     places["jobbers record and history"] = repr(record) + repr(jobbers.history(result.id))
     entry.refresh_from_db()
@@ -174,5 +181,6 @@ def plant_and_search(djapp: Any, jobbers: Any, events: list[dict[str, Any]], cli
     assert received.count(f"'{key}', '********'") == 3  # the positional secret
     assert received.count("'Bearer ********'") == 3
     assert received.count("u:********@db.example") == 3
+    assert "'password': '********'" in places["event task-sent"]
     assert "********" in places["admin DLQ entry"]
     assert "PermissionError" in places["API DLQ history"]  # the failure is there, redacted

@@ -77,5 +77,6 @@ def test_an_eta_whose_expires_passed_when_due_does_not_run(proj, worker_factory,
     assert path(jobbers, result.id)[-2:] == [("scheduled", "submitted"),
                                              ("submitted", "cancelled")]
     assert jobbers.history(result.id)[1].reason == "delayed first run (eta)"
+    assert jobbers.history(result.id)[-1].reason.startswith("expired: ")
     wait_for(lambda: result.state == "REVOKED", message="the result to say REVOKED")
     assert r.lrange(key, 0, -1) == []
