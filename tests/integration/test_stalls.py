@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from jobbers_celery import TaskState
 from jobbers_celery.cleaner import Cleaner, CleanReport
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.liveness import gaps
+from jobbers_celery.liveness import HALT_GRACE_S, gaps, refresh_period
 from tests.conftest import ROOT, subprocess_env, wait_for
 from tests.integration import stall_cases
 from tests.integration.beat_helpers import Beat
@@ -40,6 +41,7 @@ from tests.integration.lifecycle_helpers import (
     COMPLETE,
     PUBLISH,
     START,
+    dead_letters,
     ms,
     path,
     transitions,
@@ -113,21 +115,32 @@ def test_frozen_worker_is_superseded_and_its_late_heartbeat_rejected(proj, worke
             stop_group(frozen, signal.SIGCONT)
         resumed_ms = jobbers.store.now_ms()
 
-        # the old attempt wakes up, heartbeats, is told it was superseded, and stops
-        wait_for(lambda: int(jobbers.store.client.hget(stats, "rejected:heartbeat") or 0)
-                 == rejected_before + 1, timeout=10, message="the late heartbeat rejected")
-        wait_for(lambda: "attempt 1 is no longer the running attempt" in frozen.log,
-                 timeout=10, message="AttemptSuperseded in the frozen worker's log")
+        # the old attempt wakes up and stops: its heartbeat is rejected (it is told it was
+        # superseded), or its worker's liveness refresh, waking up with it, ends it first
+        # (SIGTERM: the stall verdict was on an attempt the worker still runs)
+        superseded = "attempt 1 is no longer the running attempt"
+        ended = f"ending proj.resumable[{result.id}] attempt 1: declared stalled"
+        wait_for(lambda: superseded in frozen.log or ended in frozen.log, timeout=10,
+                 message="AttemptSuperseded, or the attempt ended by its worker")
         done = wait_state(jobbers, result.id, S.COMPLETED, timeout=30, worker=other)
+        rejected = int(jobbers.store.client.hget(stats, "rejected:heartbeat") or 0)
+        if ended in frozen.log:
+            wait_for(lambda: "; ended by its worker (SIGTERM "
+                     in (transitions(jobbers, result.id, S.STALLED)[0].reason or ""),
+                     timeout=10, message="the note on the stall")
+            assert rejected in (rejected_before, rejected_before + 1)
+        else:
+            assert rejected == rejected_before + 1
     assert not beat.errors
     assert frozen.proc.poll() is None, "the frozen worker goes on after SIGCONT"
 
     [stalled] = transitions(jobbers, result.id, S.STALLED)
     latency_ms = ms(stalled.at) - stopped_ms
-    print(f"\nSIGSTOP -> stalled: {latency_ms} ms; SIGCONT -> heartbeat rejected; "
-          f"{stalled.reason}")
+    how = "ended by its worker" if ended in frozen.log else "heartbeat rejected"
+    print(f"\nSIGSTOP -> stalled: {latency_ms} ms; SIGCONT -> {how}; {stalled.reason}")
     assert stalled.attempt == 1
-    m = HB_REASON.match(stalled.reason or "") or WORKER_REASON.match(stalled.reason or "")
+    reason = (stalled.reason or "").split("; ended by its worker")[0]
+    m = HB_REASON.match(reason) or WORKER_REASON.match(reason)
     assert m is not None, stalled.reason
     assert m["worker"] == frozen.name
     assert latency_ms <= (LOST_AFTER_S + 2 * INTERVAL_S) * 1000
@@ -141,7 +154,7 @@ def test_frozen_worker_is_superseded_and_its_late_heartbeat_rejected(proj, worke
     assert done.worker == other.name
     assert done.checkpoint == steps
     assert result.get(timeout=10) == steps
-    assert int(jobbers.store.client.hget(stats, "rejected:heartbeat") or 0) == rejected_before + 1
+    assert int(jobbers.store.client.hget(stats, "rejected:heartbeat") or 0) == rejected
 
     # after SIGCONT the old attempt did at most the step it was in (no new step after it)
     runs = jobbers.store.client.lrange(key, 0, -1)
@@ -151,6 +164,96 @@ def test_frozen_worker_is_superseded_and_its_late_heartbeat_rejected(proj, worke
     new = [int(r[2:]) for r in runs if r.startswith("2:")]
     assert new == list(range(new[0], steps)), runs
     print(f"runs: {runs} (SIGCONT at {resumed_ms - stopped_ms} ms after SIGSTOP)")
+
+
+# --------------------------------------------------------------------------- 2b. frozen tasks
+
+#: The note the worker adds to the reason of the stall of an attempt it ended (liveness.py).
+ENDED_NOTE = re.compile(r"; ended by its worker \(SIGTERM (?P<term>\d+\.\d)s"
+                        r"(?:, SIGKILL (?P<kill>\d+\.\d)s)? after the verdict\)$")
+CANNOT_STOP = "this worker's pool cannot stop a running task"
+
+
+def _noted_stall(jobbers: Jobbers, task_id: str) -> Any:
+    [stalled] = transitions(jobbers, task_id, S.STALLED)
+    return ENDED_NOTE.search(stalled.reason or "") and stalled
+
+
+def test_a_frozen_task_is_ended_by_its_worker_and_its_slot_runs_the_next(proj, worker_factory):
+    """prefork -c 1: attempt 1 of ``freezes`` stops heartbeating. Once the cleaner declares
+    it stalled, the worker ends it (SIGTERM; SIGKILL after the grace when the task ignores
+    SIGTERM: billiard replaces the child), and the recovered attempt 2 runs in the one slot.
+    The stall's history entry says how it ended; no failure, no dead letter."""
+    jobbers = proj.jobbers
+    client = jobbers.store.client
+    worker = worker_factory(pool="prefork", concurrency=1)
+    figures = []
+    with Beat(jobbers) as beat:
+        for deaf in (False, True):
+            key = unique("freezes")
+            result = proj.freezes.delay(key, 120.0, deaf)
+            wait_state(jobbers, result.id, S.COMPLETED, timeout=40, worker=worker)
+            assert result.get(timeout=10) == 2
+            assert path(jobbers, result.id) == PUBLISH + START + STALL + START + COMPLETE
+            starts = transitions(jobbers, result.id, S.STARTED)
+            assert [t.attempt for t in starts] == [1, 2]
+            assert {t.worker for t in starts} == {worker.name}
+            # the note follows at the liveness refresh after the attempt's request ended
+            stalled = wait_for(functools.partial(_noted_stall, jobbers, result.id),
+                               timeout=10, message="the note on the stall")
+            reason = stalled.reason or ""
+            assert reason.startswith("stalled: no heartbeat for "), reason
+            m = ENDED_NOTE.search(reason)
+            assert m is not None, reason
+            assert (m["kill"] is not None) is deaf, reason
+            [one, two] = [r.split(":") for r in client.lrange(key, 0, -1)]
+            assert (one[0], two[0]) == ("1", "2")
+            if deaf:
+                assert one[1] != two[1], "the killed child was replaced"
+            assert dead_letters(jobbers, result.id) == []
+            freed_ms = ms(starts[1].at) - ms(stalled.at)
+            figures.append((deaf, freed_ms, m.group(0)))
+            # generous: the grace, a few liveness refreshes and a loaded machine
+            assert freed_ms < (HALT_GRACE_S + 15) * 1000
+    assert not beat.errors
+    log = worker.log
+    assert "Traceback" not in log, log
+    assert CANNOT_STOP not in log
+    for deaf, freed_ms, note in figures:
+        print(f"\n{'SIGTERM ignored' if deaf else 'SIGTERM'}: verdict -> attempt 2 started "
+              f"in the freed slot: {freed_ms} ms ({note.lstrip('; ')})")
+
+
+def test_a_frozen_task_on_threads_is_reported_once_and_keeps_its_slot(proj, worker_factory):
+    """threads -c 2: a thread cannot be stopped. The worker warns once for the stalled
+    attempt (not at every refresh), the history says so, and the recovered attempt runs
+    in the other slot."""
+    jobbers = proj.jobbers
+    client = jobbers.store.client
+    worker = worker_factory(pool="threads", concurrency=2)
+    with Beat(jobbers) as beat:
+        key = unique("freezes")
+        result = proj.freezes.delay(key, 60.0)
+        wait_state(jobbers, result.id, S.COMPLETED, timeout=40, worker=worker)
+        assert result.get(timeout=10) == 2
+        wait_for(lambda: worker.log.count(CANNOT_STOP) == 1, timeout=10,
+                 message="the warning")
+        [wid] = [w for w in client.zrange(jobbers.store.keys.workers, 0, -1)
+                 if w.startswith(f"{worker.name}:")]
+        seen = client.zscore(jobbers.store.keys.workers, wid)
+        # two more liveness refreshes (the frozen attempt still runs): no second warning
+        period_ms = refresh_period(LOST_AFTER_S) * 1000
+        wait_for(lambda: client.zscore(jobbers.store.keys.workers, wid) > seen + 2 * period_ms,
+                 timeout=10, message="two more liveness refreshes")
+    assert not beat.errors
+    assert worker.log.count(CANNOT_STOP) == 1, worker.log
+    assert f"freezes[{result.id}] attempt 1 was declared stalled" in worker.log
+    [stalled] = transitions(jobbers, result.id, S.STALLED)
+    assert (stalled.reason or "").endswith(
+        "; its worker's pool cannot stop it: it keeps its slot until it returns"), stalled
+    assert stalled.attempt == 1
+    assert path(jobbers, result.id) == PUBLISH + START + STALL + START + COMPLETE
+    assert client.lrange(key, 0, -1)[0].startswith("1:")
 
 
 # --------------------------------------------------------------------------- 3. two cleaners
