@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from jobbers_celery.store import RedisStore
     from jobbers_celery.store.redis import Halt
 
-__all__ = ["HALT_GRACE_S", "Liveness", "gaps", "refresh_period", "set_worker_id", "worker_id"]
+__all__ = ["HALTED", "HALT_GRACE_S", "Liveness", "gaps", "refresh_period", "set_worker_id", "worker_id"]
 
 log = logging.getLogger("jobbers.liveness")
 
@@ -84,6 +84,12 @@ ORPHAN_GRACE_MIN_MS = 10_000
 #: Seconds a pool child gets to end a stalled attempt after SIGTERM (the task unwinds and
 #: its refused steps cost a round trip) before it is killed with SIGKILL.
 HALT_GRACE_S = 3.0
+
+#: The flag on a request (Celery's, in the main process) whose stalled attempt its worker
+#: ended: however its pool process reports the end (the task ignored, a ``Terminated`` or
+#: ``WorkerLostError`` after SIGKILL), ``JobbersRequest`` only marks it done and acknowledges
+#: its message, which the stall recovery has replaced (no failure, no revoke).
+HALTED = "jobbers_halted"
 
 #: The flag on a request's context that tells the main process's ``task_failure`` handler
 #: the attempt's outcome is recorded (``task._DONE``, one layer up): a stalled attempt's is.
@@ -218,8 +224,9 @@ class Liveness:
         # Like shutdown.interrupt, not Request.cancel()/terminate(): the request stays
         # active until its child is done with it (so it can be killed if SIGTERM is not
         # enough), and its end is no revoke and no failure: the stall verdict recorded it.
-        request._already_cancelled = True
-        setattr(request._context, _OUTCOME_RECORDED, True)
+        setattr(request, HALTED, True)
+        request._already_cancelled = True  # and, whatever handles its end, no revoke...
+        setattr(request._context, _OUTCOME_RECORDED, True)  # ...nor failure is recorded
         self._halting[key] = _Halting(request, halt.attempt, verdict_at, time.monotonic(), ago)
         log.warning("ending %s[%s] attempt %s: declared stalled %.1fs ago; SIGTERM to its "
                     "pool process %s", request.name, request.id, halt.attempt, ago,

@@ -2,7 +2,8 @@
 
 A message whose ``jobbers_version`` header differs from the worker's registered version is
 dropped here (recorded, dead-lettered when the task saves dead letters, rejected without
-requeue) so it never occupies a pool slot.
+requeue) so it never occupies a pool slot. A request whose stalled attempt the worker ended
+(see :mod:`jobbers_celery.liveness`) ends quietly, its message acknowledged.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from celery.worker.state import task_ready
 
 from jobbers_celery import metrics
 from jobbers_celery.jobbers import Jobbers
+from jobbers_celery.liveness import HALTED
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
 
@@ -28,6 +30,16 @@ class VersionMismatch(Exception):
 
 
 class JobbersRequest(Request):
+    def on_failure(self, exc_info: Any, send_failed_event: bool = True,
+                   return_ok: bool = False) -> Any:
+        if getattr(self, HALTED, False):
+            # its worker ended this stalled attempt (liveness): recorded, and replaced by
+            # the recovery; Celery would leave a terminated task's message unacknowledged
+            # (on RabbitMQ, holding a prefetch slot until the connection closes)
+            task_ready(self)
+            return self.acknowledge()
+        return super().on_failure(exc_info, send_failed_event, return_ok)
+
     def revoked(self) -> bool:
         if self._already_revoked:
             return True

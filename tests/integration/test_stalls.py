@@ -16,7 +16,6 @@ import dataclasses
 import functools
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from jobbers_celery import TaskState
 from jobbers_celery.cleaner import Cleaner, CleanReport
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.liveness import HALT_GRACE_S, gaps, refresh_period
+from jobbers_celery.liveness import gaps, refresh_period
 from tests.conftest import ROOT, subprocess_env, wait_for
 from tests.integration import stall_cases
 from tests.integration.beat_helpers import Beat
@@ -41,7 +40,6 @@ from tests.integration.lifecycle_helpers import (
     COMPLETE,
     PUBLISH,
     START,
-    dead_letters,
     ms,
     path,
     transitions,
@@ -168,60 +166,13 @@ def test_frozen_worker_is_superseded_and_its_late_heartbeat_rejected(proj, worke
 
 # --------------------------------------------------------------------------- 2b. frozen tasks
 
-#: The note the worker adds to the reason of the stall of an attempt it ended (liveness.py).
-ENDED_NOTE = re.compile(r"; ended by its worker \(SIGTERM (?P<term>\d+\.\d)s"
-                        r"(?:, SIGKILL (?P<kill>\d+\.\d)s)? after the verdict\)$")
 CANNOT_STOP = "this worker's pool cannot stop a running task"
 
 
-def _noted_stall(jobbers: Jobbers, task_id: str) -> Any:
-    [stalled] = transitions(jobbers, task_id, S.STALLED)
-    return ENDED_NOTE.search(stalled.reason or "") and stalled
-
-
-def test_a_frozen_task_is_ended_by_its_worker_and_its_slot_runs_the_next(proj, worker_factory):
-    """prefork -c 1: attempt 1 of ``freezes`` stops heartbeating. Once the cleaner declares
-    it stalled, the worker ends it (SIGTERM; SIGKILL after the grace when the task ignores
-    SIGTERM: billiard replaces the child), and the recovered attempt 2 runs in the one slot.
-    The stall's history entry says how it ended; no failure, no dead letter."""
-    jobbers = proj.jobbers
-    client = jobbers.store.client
-    worker = worker_factory(pool="prefork", concurrency=1)
-    figures = []
-    with Beat(jobbers) as beat:
-        for deaf in (False, True):
-            key = unique("freezes")
-            result = proj.freezes.delay(key, 120.0, deaf)
-            wait_state(jobbers, result.id, S.COMPLETED, timeout=40, worker=worker)
-            assert result.get(timeout=10) == 2
-            assert path(jobbers, result.id) == PUBLISH + START + STALL + START + COMPLETE
-            starts = transitions(jobbers, result.id, S.STARTED)
-            assert [t.attempt for t in starts] == [1, 2]
-            assert {t.worker for t in starts} == {worker.name}
-            # the note follows at the liveness refresh after the attempt's request ended
-            stalled = wait_for(functools.partial(_noted_stall, jobbers, result.id),
-                               timeout=10, message="the note on the stall")
-            reason = stalled.reason or ""
-            assert reason.startswith("stalled: no heartbeat for "), reason
-            m = ENDED_NOTE.search(reason)
-            assert m is not None, reason
-            assert (m["kill"] is not None) is deaf, reason
-            [one, two] = [r.split(":") for r in client.lrange(key, 0, -1)]
-            assert (one[0], two[0]) == ("1", "2")
-            if deaf:
-                assert one[1] != two[1], "the killed child was replaced"
-            assert dead_letters(jobbers, result.id) == []
-            freed_ms = ms(starts[1].at) - ms(stalled.at)
-            figures.append((deaf, freed_ms, m.group(0)))
-            # generous: the grace, a few liveness refreshes and a loaded machine
-            assert freed_ms < (HALT_GRACE_S + 15) * 1000
-    assert not beat.errors
-    log = worker.log
-    assert "Traceback" not in log, log
-    assert CANNOT_STOP not in log
-    for deaf, freed_ms, note in figures:
-        print(f"\n{'SIGTERM ignored' if deaf else 'SIGTERM'}: verdict -> attempt 2 started "
-              f"in the freed slot: {freed_ms} ms ({note.lstrip('; ')})")
+def test_a_frozen_task_is_ended_by_its_worker_and_its_slot_runs_the_next(proj, worker_factory,
+                                                                          r):
+    stall_cases.frozen_task_is_ended_by_its_worker_and_its_slot_runs_the_next(
+        proj, worker_factory, r)
 
 
 def test_a_frozen_task_on_threads_is_reported_once_and_keeps_its_slot(proj, worker_factory):
