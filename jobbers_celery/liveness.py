@@ -235,6 +235,8 @@ class Liveness:
     def _follow_halts(self, active: list[Any]) -> None:
         """Note the signalled attempts whose request has ended; SIGKILL the child of those
         still running ``HALT_GRACE_S`` after SIGTERM."""
+        from celery.worker import state
+
         live = {id(r) for r in active}
         for key in [k for k in self._unstoppable if k not in live]:
             del self._unstoppable[key]
@@ -246,7 +248,8 @@ class Liveness:
                 self._notes.append((request.id, halting.attempt, halting.note()))
                 log.info("%s[%s] attempt %s ended (%s)", request.name, request.id,
                          halting.attempt, halting.note())
-            elif halting.kill_after_s is None and now - halting.signalled_at >= HALT_GRACE_S:
+            elif (halting.kill_after_s is None and now - halting.signalled_at >= HALT_GRACE_S
+                  and request in state.active_requests):  # not ended since the snapshot
                 halting.kill_after_s = time.time() - halting.verdict_at
                 try:
                     self.pool.terminate_job(request.worker_pid, signal.SIGKILL)
