@@ -11,6 +11,13 @@ whose ``cancel(terminate=True)`` grace has run out, and hands the cleaner the ta
 as running here for longer than ``worker_lost_after`` that the worker does not run (their
 end was lost with a Redis failover or restart). It runs until ``worker_shutdown``, after
 the pool has drained, so tasks finishing during a warm shutdown are not taken for dead.
+
+It also ends the attempts the cleaner declared stalled while this worker runs them (a
+frozen task, or one whose worker was cut off from Redis), so that a frozen task does not
+hold its pool slot for good: on prefork, SIGTERM to the child running it, SIGKILL if the
+child is still busy with it ``HALT_GRACE_S`` later (billiard then replaces the child); the
+stall entry of the attempt's history says how it ended. Threads and solo cannot stop a
+running task: the worker logs a warning once per such attempt, and the history says so.
 """
 
 from __future__ import annotations
@@ -18,7 +25,10 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
 import socket
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,8 +37,9 @@ if TYPE_CHECKING:
     from jobbers_celery.config import JobbersConfig
     from jobbers_celery.options import TaskOptions
     from jobbers_celery.store import RedisStore
+    from jobbers_celery.store.redis import Halt
 
-__all__ = ["Liveness", "gaps", "refresh_period", "set_worker_id", "worker_id"]
+__all__ = ["HALTED", "HALT_GRACE_S", "Liveness", "gaps", "refresh_period", "set_worker_id", "worker_id"]
 
 log = logging.getLogger("jobbers.liveness")
 
@@ -70,6 +81,42 @@ def gaps(config: JobbersConfig) -> tuple[int, int]:
 ORPHAN_GRACE_MIN_MS = 10_000
 
 
+#: Seconds a pool child gets to end a stalled attempt after SIGTERM (the task unwinds and
+#: its refused steps cost a round trip) before it is killed with SIGKILL.
+HALT_GRACE_S = 3.0
+
+#: The flag on a request (Celery's, in the main process) whose stalled attempt its worker
+#: ended: however its pool process reports the end (the task ignored, a ``Terminated`` or
+#: ``WorkerLostError`` after SIGKILL), ``JobbersRequest`` only marks it done and acknowledges
+#: its message, which the stall recovery has replaced (no failure, no revoke).
+HALTED = "jobbers_halted"
+
+#: The flag on a request's context that tells the main process's ``task_failure`` handler
+#: the attempt's outcome is recorded (``task._DONE``, one layer up): a stalled attempt's is.
+_OUTCOME_RECORDED = "jobbers_outcome_recorded"
+
+
+#: The note on the stall of an attempt a threads or solo worker cannot stop.
+_UNSTOPPABLE = "its worker's pool cannot stop it: it keeps its slot until it returns"
+
+
+@dataclass(slots=True)
+class _Halting:
+    """A stalled attempt this worker signalled, until its request ends."""
+
+    request: Any
+    attempt: int
+    verdict_at: float  # time.time() of the verdict, as seen here
+    signalled_at: float  # time.monotonic() of the SIGTERM
+    term_after_s: float  # since the verdict
+    kill_after_s: float | None = None
+
+    def note(self) -> str:
+        kill = (f", SIGKILL {self.kill_after_s:.1f}s" if self.kill_after_s is not None
+                else "")
+        return f"ended by its worker (SIGTERM {self.term_after_s:.1f}s{kill} after the verdict)"
+
+
 def _snapshot(requests: Any) -> list[Any]:
     """A copy of Celery's active-requests WeakSet, which the consumer changes meanwhile."""
     for _ in range(10):
@@ -92,34 +139,127 @@ class Liveness:
         self.wid = wid
         self.pool = pool
         self._cant_terminate_logged = False
+        #: stalled attempts signalled, by id() of their request (held until it ends)
+        self._halting: dict[int, _Halting] = {}
+        #: stalled attempts this pool cannot stop (threads, solo), by id() of their request
+        self._unstoppable: dict[int, Any] = {}
+        #: history notes not yet written (the next refresh carries them)
+        self._notes: list[tuple[str, int, str]] = []
 
     def refresh(self) -> list[str]:
         """One refresh (one round trip); returns the ids it interrupted."""
         from celery.worker import state
 
         config = self.config
-        running = {}
+        running: dict[str, list[Any]] = {}
         leases = []
-        for request in _snapshot(state.active_requests):
-            running[request.id] = request
+        active = _snapshot(state.active_requests)
+        for request in active:
+            running.setdefault(request.id, []).append(request)
             # a jobbers task (JobbersTask, one layer up) states its options
             opts: TaskOptions | None = getattr(request.task, "jobbers_options", None)
             if opts is not None and opts.max_concurrent:
                 leases.append((request.task.name, request.id))
+        self._follow_halts(active)
         lost_ms = int(config.worker_lost_after * 1000)
+        notes = list(self._notes)
+        sent_at = time.time()
         got = self.store.alive(
             self.wid, gaps(config), leases, lost_ms,
             running=list(running), orphan_ms=lost_ms,
-            orphan_grace_ms=max(lost_ms, ORPHAN_GRACE_MIN_MS),
+            orphan_grace_ms=max(lost_ms, ORPHAN_GRACE_MIN_MS), notes=notes,
         )
+        del self._notes[:len(notes)]
         if got.orphans and self.recover_orphans is not None:
             self.recover_orphans(self.wid, got.orphans)
+        for halt in got.halts:
+            # the verdict by this host's clock, at the latest (Redis measured its age)
+            verdict_at = sent_at - max(0, got.now_ms - halt.verdict_ms) / 1000
+            for request in running.get(halt.task_id, ()):
+                self._halt(request, halt, verdict_at)
         interrupted = []
         for task_id in got.interrupt:
-            request = running.get(task_id)
-            if request is not None and self._terminate(request):
-                interrupted.append(task_id)
+            for request in running.get(task_id, ()):
+                if self._terminate(request):
+                    interrupted.append(task_id)
         return interrupted
+
+    def wake_in(self) -> float | None:
+        """Seconds until a signalled stalled attempt is due for SIGKILL (``None``: none)."""
+        due = [h.signalled_at + HALT_GRACE_S for h in self._halting.values()
+               if h.kill_after_s is None]
+        return max(0.0, min(due) - time.monotonic()) if due else None
+
+    # ------------------------------------------------------------------ stalled attempts
+    def _halt(self, request: Any, halt: Halt, verdict_at: float) -> None:
+        """End ``request`` if it runs the stalled attempt: accepted before the verdict (a
+        later attempt of the same task, which this worker may also run, came after it)."""
+        key = id(request)
+        if key in self._halting or key in self._unstoppable:
+            return
+        accepted = getattr(request, "time_start", None)
+        if not accepted or accepted >= verdict_at or self.pool is None:
+            return
+        from celery.worker import state
+
+        if request not in state.active_requests:
+            return  # ended since the snapshot
+        ago = time.time() - verdict_at
+        try:
+            self.pool.terminate_job(request.worker_pid, signal.SIGTERM)
+        except NotImplementedError:
+            self._unstoppable[key] = request
+            log.warning(
+                "%s[%s] attempt %s was declared stalled %.1fs ago, but this worker's pool "
+                "cannot stop a running task: it keeps its slot until it returns (its next "
+                "heartbeat() raises AttemptSuperseded). Put timeouts on what such a task "
+                "waits for, or run it on a prefork worker, which stops it and enforces "
+                "time limits",
+                request.name, request.id, halt.attempt, ago)
+            self._notes.append((request.id, halt.attempt, _UNSTOPPABLE))
+            return
+        except Exception:
+            log.exception("could not end %s[%s], declared stalled", request.name, request.id)
+            return
+        # Like shutdown.interrupt, not Request.cancel()/terminate(): the request stays
+        # active until its child is done with it (so it can be killed if SIGTERM is not
+        # enough), and its end is no revoke and no failure: the stall verdict recorded it.
+        setattr(request, HALTED, True)
+        request._already_cancelled = True  # and, whatever handles its end, no revoke...
+        setattr(request._context, _OUTCOME_RECORDED, True)  # ...nor failure is recorded
+        self._halting[key] = _Halting(request, halt.attempt, verdict_at, time.monotonic(), ago)
+        log.warning("ending %s[%s] attempt %s: declared stalled %.1fs ago; SIGTERM to its "
+                    "pool process %s", request.name, request.id, halt.attempt, ago,
+                    request.worker_pid)
+
+    def _follow_halts(self, active: list[Any]) -> None:
+        """Note the signalled attempts whose request has ended; SIGKILL the child of those
+        still running ``HALT_GRACE_S`` after SIGTERM."""
+        from celery.worker import state
+
+        live = {id(r) for r in active}
+        for key in [k for k in self._unstoppable if k not in live]:
+            del self._unstoppable[key]
+        now = time.monotonic()
+        for key, halting in list(self._halting.items()):
+            request = halting.request
+            if key not in live:
+                del self._halting[key]
+                self._notes.append((request.id, halting.attempt, halting.note()))
+                log.info("%s[%s] attempt %s ended (%s)", request.name, request.id,
+                         halting.attempt, halting.note())
+            elif (halting.kill_after_s is None and now - halting.signalled_at >= HALT_GRACE_S
+                  and request in state.active_requests):  # not ended since the snapshot
+                halting.kill_after_s = time.time() - halting.verdict_at
+                try:
+                    self.pool.terminate_job(request.worker_pid, signal.SIGKILL)
+                except Exception:
+                    log.exception("could not kill the pool process of %s[%s]", request.name,
+                                  request.id)
+                    continue
+                log.warning("killing the pool process %s of %s[%s] attempt %s: still busy "
+                            "with it %.1fs after SIGTERM", request.worker_pid, request.name,
+                            request.id, halting.attempt, HALT_GRACE_S)
 
     def _terminate(self, request: Any) -> bool:
         if self.pool is None:

@@ -16,6 +16,8 @@
   :class:`~jobbers_celery.task.Revoked`; :meth:`on_failure` tells Celery as its own revoke
   does (REVOKED in the result backend, a ``task-revoked`` event, ``task_revoked``).
 - Its ``info()`` (``celery inspect``) shows the redacted reprs, not the arguments.
+- A request whose stalled attempt the worker ended (see :mod:`jobbers_celery.liveness`) ends
+  quietly, its message acknowledged.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from celery.worker.state import task_ready
 
 from jobbers_celery import metrics
 from jobbers_celery.jobbers import Jobbers
+from jobbers_celery.liveness import HALTED
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
 from jobbers_celery.task import Revoked
@@ -112,6 +115,12 @@ class JobbersRequest(Request):
                    return_ok: bool = False) -> Any:
         # billiard wraps it (ExceptionWithTraceback, whose .exc it is) unless the pool is
         # in this process
+        if getattr(self, HALTED, False):
+            # its worker ended this stalled attempt (liveness): recorded, and replaced by
+            # the recovery; Celery would leave a terminated task's message unacknowledged
+            # (on RabbitMQ, holding a prefetch slot until the connection closes)
+            task_ready(self)
+            return self.acknowledge()
         exc = getattr(exc_info.exception, "exc", exc_info.exception)
         if isinstance(exc, Revoked) and not self._already_revoked:
             self._announce_jobbers_cancel(exc.reason)

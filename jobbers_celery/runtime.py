@@ -142,7 +142,8 @@ def liveness_thread(refresher: liveness.Liveness) -> Periodic:
 
     def tick() -> float:
         refresher.refresh()
-        return period
+        due = refresher.wake_in()  # a stalled attempt's SIGKILL may come before the period
+        return period if due is None else min(period, due)
 
     return Periodic("jobbers-liveness", "jobbers liveness refresh",
                     logging.getLogger("jobbers.liveness"), tick, period)

@@ -67,7 +67,8 @@ def scenario_rows(tasks: Any) -> list[Row]:
             lambda: tasks.import_supplier_feed.delay("globex", feed_b), dead_letter=True),
         Row("freeze", "render_invoice_pdf('INV-7')",
             "renders pages, then freezes without heartbeating: after "
-            "max_heartbeat_interval=2 s the cleaner declares it stalled, into the DLQ",
+            "max_heartbeat_interval=2 s the cleaner declares it stalled, into the DLQ; "
+            "its worker ends it, freeing the slot",
             "stalled", lambda: tasks.render_invoice_pdf.delay("INV-7"), dead_letter=True),
         Row("cancel", "export_orders('2025-10')",
             "a long export; cancelled while it runs, it stops at its next heartbeat",

@@ -69,13 +69,15 @@ def import_supplier_feed(self: JobbersTask, supplier: str, rows: list[dict[str, 
 def render_invoice_pdf(self: JobbersTask, invoice: str, pages: int = 3,
                        freeze_for: float = 15.0) -> str:
     """Renders a few pages, then freezes (waits on a lock nobody releases) and stops
-    heartbeating: after 2 s of silence the cleaner declares it ``stalled`` (to the DLQ)."""
+    heartbeating: after 2 s of silence the cleaner declares it ``stalled`` (to the DLQ), and
+    its prefork worker ends it (SIGTERM to its child), freeing the slot."""
     for page in range(1, pages + 1):
         time.sleep(0.2)
         self.heartbeat(progress={"page": page})
     threading.Event().wait(freeze_for)  # the "deadlock"
-    # Too late: this attempt was declared stalled; heartbeat() raises AttemptSuperseded
-    # and the task's late result is never recorded.
+    # Reached only where the worker cannot end it (threads, solo pools): too late, this
+    # attempt was declared stalled; heartbeat() raises AttemptSuperseded and the task's
+    # late result is never recorded.
     self.heartbeat(progress={"page": pages + 1})
     return f"invoice {invoice}.pdf"
 

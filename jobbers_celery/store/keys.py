@@ -104,6 +104,12 @@ class Keys:
         """Sorted set of the tasks a worker incarnation started and has not finished."""
         return f"{self._ns}:wtasks:{wid}"
 
+    def halts(self, wid: str) -> str:
+        """Hash of the tasks a worker incarnation runs whose attempt the cleaner declared
+        stalled: id -> ``<verdict ms>|<attempt>``; the incarnation's liveness refresh reads
+        it, ends those attempts (see ``alive.lua``) and forgets each once it no longer runs it."""
+        return f"{self._ns}:halt:{wid}"
+
     def concurrency(self, name: str) -> str:
         """Sorted set of running ``name`` tasks holding a ``max_concurrent`` lease (expiry)."""
         return f"{self._ns}:conc:{name}"

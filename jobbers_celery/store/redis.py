@@ -125,11 +125,21 @@ def is_outage(exc: BaseException) -> bool:
     return isinstance(exc, UNREACHABLE) or as_refusal(exc) is not None
 
 
+class Halt(NamedTuple):
+    """A task a worker runs whose attempt the cleaner declared stalled (see ``alive.lua``)."""
+
+    task_id: str
+    verdict_ms: int  # Redis clock
+    attempt: int
+
+
 class Alive(NamedTuple):
     """What a liveness refresh hands back (see ``RedisStore.alive``)."""
 
     interrupt: list[str]
     orphans: list[str]
+    halts: tuple[Halt, ...] = ()
+    now_ms: int = 0
 
 
 class RedisStore:
@@ -589,16 +599,19 @@ class RedisStore:
     def alive(
         self, wid: str, gaps: tuple[int, int], leases: Sequence[tuple[str, str]],
         lease_cap_ms: int, running: Sequence[str] | None = None, orphan_ms: int = 0,
-        orphan_grace_ms: int | None = None,
+        orphan_grace_ms: int | None = None, notes: Sequence[tuple[str, int, str]] = (),
     ) -> Alive:
         """A worker's liveness refresh (one round trip). ``leases``: (task name, task id) of
         the capped tasks it runs. Returns the ids whose ``terminate`` grace has run out and,
         when ``running`` (the ids it runs) is given, the orphans: tasks recorded as started
         by it for longer than ``orphan_ms`` that it does not run, none until
-        ``orphan_grace_ms`` (default ``orphan_ms``) after an outage ended."""
+        ``orphan_grace_ms`` (default ``orphan_ms``) after an outage ended; and the halts:
+        tasks it runs whose attempt the cleaner declared stalled. ``notes``: (task id,
+        attempt, text) appended to the reason of that attempt's stall in the history."""
         k = self.keys
-        keys = [k.clock, k.workers, k.worker_tasks(wid), k.cancelling,
-                *(k.concurrency(name) for name, _ in leases)]
+        keys = [k.clock, k.workers, k.worker_tasks(wid), k.cancelling, k.halts(wid),
+                *(k.concurrency(name) for name, _ in leases),
+                *(k.task(task_id) for task_id, _, _ in notes)]
         spec: dict[str, Any] = {"wid": wid, "gap_ms": gaps[0], "cgap_ms": gaps[1],
                                 "lease_cap_ms": int(lease_cap_ms),
                                 "leases": [task_id for _, task_id in leases]}
@@ -606,8 +619,17 @@ class RedisStore:
             spec.update(running=list(running), orphan_ms=int(orphan_ms),
                         orphan_grace_ms=int(orphan_ms if orphan_grace_ms is None
                                             else orphan_grace_ms))
+        if notes:
+            spec["notes"] = [{"id": task_id, "attempt": int(attempt), "text": text}
+                             for task_id, attempt, text in notes]
         raw = self._alive(keys, [_json(spec)])
-        return Alive([str(x) for x in raw[1] or ()], [str(x) for x in raw[2] or ()])
+        flat = [str(x) for x in raw[3] or ()] if len(raw) > 3 else []
+        halts = []
+        for task_id, value in zip(flat[::2], flat[1::2], strict=True):
+            verdict, _, attempt = value.partition("|")
+            halts.append(Halt(task_id, int(verdict), int(attempt or 0)))
+        return Alive([str(x) for x in raw[1] or ()], [str(x) for x in raw[2] or ()],
+                     tuple(halts), int(raw[0]))
 
     # ------------------------------------------------------------------ cleaner
     def cleaner_due(self, gaps: tuple[int, int], lost_ms: int, limit: int) -> CleanerScan:
@@ -673,8 +695,9 @@ class RedisStore:
         k = self.keys
         keys += [k.clock, k.workers]
         for task_id, _, wid, name in items:
-            keys += [k.task(task_id), k.worker_tasks(wid), k.concurrency(name)]
+            keys += [k.task(task_id), k.worker_tasks(wid), k.concurrency(name), k.halts(wid)]
         keys += [k.worker_tasks(wid) for wid in forget]
+        keys += [k.halts(wid) for wid in forget]
         spec = {
             "items": [{"id": i, "kind": kind, "wid": wid} for i, kind, wid, _ in items],
             "lost_ms": int(lost_ms),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from celery import Celery
@@ -436,3 +437,18 @@ class SlowResubmit(JobbersTask):
 @app.task(base=SlowResubmit, bind=True, name="proj.on_resubmit_slow", on_shutdown="resubmit")
 def on_resubmit_slow(self: JobbersTask, key: str, seconds: float, step: float = 0.1) -> str:
     return _policy_body(self, key, seconds, step)
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.freezes", max_heartbeat_interval=1,
+          max_stall_recoveries=1, dead_letter_policy="save")
+def freezes(self: JobbersTask, key: str, seconds: float, deaf: bool = False) -> int:
+    """Logs "<attempt>:<pid>" to ``key``; attempt 1 then heartbeats once and freezes for
+    ``seconds`` without another heartbeat (``deaf``: ignoring SIGTERM too, prefork only);
+    later attempts return at once."""
+    _redis().rpush(key, f"{self.attempt}:{os.getpid()}")
+    if self.attempt == 1:
+        self.heartbeat()
+        if deaf:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(seconds)
+    return self.attempt

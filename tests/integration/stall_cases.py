@@ -1,11 +1,12 @@
-"""The stall-recovery case run on two brokers, and the helpers it shares with test_stalls.py.
+"""The stall-recovery cases run on two brokers, and the helpers they share with test_stalls.py.
 
-test_stalls.py (Redis broker) and test_on_rabbitmq.py (RabbitMQ) call it with the same
+test_stalls.py (Redis broker) and test_on_rabbitmq.py (RabbitMQ) call them with the same
 arguments.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -13,12 +14,15 @@ from datetime import datetime
 from typing import Any
 
 from jobbers_celery import TaskState
+from jobbers_celery.liveness import HALT_GRACE_S
 from tests.conftest import wait_for
+from tests.integration import shutdown_cases
 from tests.integration.beat_helpers import Beat
 from tests.integration.lifecycle_helpers import (
     COMPLETE,
     PUBLISH,
     START,
+    dead_letters,
     ms,
     path,
     transitions,
@@ -150,3 +154,66 @@ def killed_worker_task_is_stalled_and_resumed_once_on_another_worker(
     wait_for(lambda: not any(w.startswith(wid) for w in
                              jobbers.store.client.zrange(jobbers.store.keys.workers, 0, -1)),
              timeout=10, message="the dead incarnation to be forgotten")
+
+
+#: The note the worker adds to the reason of the stall of an attempt it ended (liveness.py).
+ENDED_NOTE = re.compile(r"; ended by its worker \(SIGTERM (?P<term>\d+\.\d)s"
+                        r"(?:, SIGKILL (?P<kill>\d+\.\d)s)? after the verdict\)$")
+
+
+def _noted_stall(jobbers: Any, task_id: str) -> Any:
+    [stalled] = transitions(jobbers, task_id, S.STALLED)
+    return ENDED_NOTE.search(stalled.reason or "") and stalled
+
+
+def _no_message_left(r: Any, task_id: str) -> bool:
+    held = shutdown_cases.broker(r)  # the module's: test_on_rabbitmq.py replaces it
+    return held[task_id] == 0 and held["<unacked>"] == 0
+
+
+def frozen_task_is_ended_by_its_worker_and_its_slot_runs_the_next(proj, worker_factory, r):
+    """prefork -c 1: attempt 1 of ``freezes`` stops heartbeating. Once the cleaner declares
+    it stalled, the worker ends it (SIGTERM; SIGKILL after the grace when the task ignores
+    SIGTERM: billiard replaces the child), and the recovered attempt 2 runs in the one slot.
+    The stall's history entry says how it ended; no failure, no dead letter."""
+    jobbers = proj.jobbers
+    client = jobbers.store.client
+    worker = worker_factory(pool="prefork", concurrency=1)
+    figures = []
+    with Beat(jobbers) as beat:
+        for deaf in (False, True):
+            key = unique("freezes")
+            result = proj.freezes.delay(key, 120.0, deaf)
+            wait_state(jobbers, result.id, S.COMPLETED, timeout=40, worker=worker)
+            assert result.get(timeout=10) == 2
+            assert path(jobbers, result.id) == PUBLISH + START + STALL + START + COMPLETE
+            starts = transitions(jobbers, result.id, S.STARTED)
+            assert [t.attempt for t in starts] == [1, 2]
+            assert {t.worker for t in starts} == {worker.name}
+            # the note follows at the liveness refresh after the attempt's request ended
+            stalled = wait_for(functools.partial(_noted_stall, jobbers, result.id),
+                               timeout=10, message="the note on the stall")
+            reason = stalled.reason or ""
+            assert reason.startswith("stalled: no heartbeat for "), reason
+            m = ENDED_NOTE.search(reason)
+            assert m is not None, reason
+            assert (m["kill"] is not None) is deaf, reason
+            [one, two] = [r.split(":") for r in client.lrange(key, 0, -1)]
+            assert (one[0], two[0]) == ("1", "2")
+            if deaf:
+                assert one[1] != two[1], "the killed child was replaced"
+            assert dead_letters(jobbers, result.id) == []
+            # both messages are done with: none queued, none left unacknowledged (acks_late)
+            wait_for(functools.partial(_no_message_left, r, result.id), timeout=10,
+                     message="no message of the task left in the broker")
+            freed_ms = ms(starts[1].at) - ms(stalled.at)
+            figures.append((deaf, freed_ms, m.group(0)))
+            # generous: the grace, a few liveness refreshes and a loaded machine
+            assert freed_ms < (HALT_GRACE_S + 15) * 1000
+    assert not beat.errors
+    log = worker.log
+    assert "Traceback" not in log, log
+    assert "cannot stop a running task" not in log
+    for deaf, freed_ms, note in figures:
+        print(f"\n{'SIGTERM ignored' if deaf else 'SIGTERM'}: verdict -> attempt 2 started "
+              f"in the freed slot: {freed_ms} ms ({note.lstrip('; ')})")

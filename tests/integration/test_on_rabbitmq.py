@@ -107,6 +107,14 @@ def test_killed_worker_task_is_stalled_and_resumed_once(proj, worker_factory, mo
         assert "it is started (duplicate or stale delivery)" in logs
 
 
+def test_a_frozen_task_is_ended_by_its_worker_and_its_slot_runs_the_next(proj, worker_factory,
+                                                                          r, monkeypatch):
+    # acks_late: the ended attempt's message is acknowledged, not left holding a prefetch slot
+    monkeypatch.setenv("PROJ_ACKS_LATE", "1")
+    stall_cases.frozen_task_is_ended_by_its_worker_and_its_slot_runs_the_next(
+        proj, worker_factory, r)
+
+
 # ------------------------------------------------------------------- on_shutdown, prefork
 
 

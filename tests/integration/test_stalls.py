@@ -113,21 +113,32 @@ def test_frozen_worker_is_superseded_and_its_late_heartbeat_rejected(proj, worke
             stop_group(frozen, signal.SIGCONT)
         resumed_ms = jobbers.store.now_ms()
 
-        # the old attempt wakes up, heartbeats, is told it was superseded, and stops
-        wait_for(lambda: int(jobbers.store.client.hget(stats, "rejected:heartbeat") or 0)
-                 == rejected_before + 1, timeout=10, message="the late heartbeat rejected")
-        wait_for(lambda: "attempt 1 is no longer the running attempt" in frozen.log,
-                 timeout=10, message="AttemptSuperseded in the frozen worker's log")
+        # the old attempt wakes up and stops: its heartbeat is rejected (it is told it was
+        # superseded), or its worker's liveness refresh, waking up with it, ends it first
+        # (SIGTERM: the stall verdict was on an attempt the worker still runs)
+        superseded = "attempt 1 is no longer the running attempt"
+        ended = f"ending proj.resumable[{result.id}] attempt 1: declared stalled"
+        wait_for(lambda: superseded in frozen.log or ended in frozen.log, timeout=10,
+                 message="AttemptSuperseded, or the attempt ended by its worker")
         done = wait_state(jobbers, result.id, S.COMPLETED, timeout=30, worker=other)
+        rejected = int(jobbers.store.client.hget(stats, "rejected:heartbeat") or 0)
+        if ended in frozen.log:
+            wait_for(lambda: "; ended by its worker (SIGTERM "
+                     in (transitions(jobbers, result.id, S.STALLED)[0].reason or ""),
+                     timeout=10, message="the note on the stall")
+            assert rejected in (rejected_before, rejected_before + 1)
+        else:
+            assert rejected == rejected_before + 1
     assert not beat.errors
     assert frozen.proc.poll() is None, "the frozen worker goes on after SIGCONT"
 
     [stalled] = transitions(jobbers, result.id, S.STALLED)
     latency_ms = ms(stalled.at) - stopped_ms
-    print(f"\nSIGSTOP -> stalled: {latency_ms} ms; SIGCONT -> heartbeat rejected; "
-          f"{stalled.reason}")
+    how = "ended by its worker" if ended in frozen.log else "heartbeat rejected"
+    print(f"\nSIGSTOP -> stalled: {latency_ms} ms; SIGCONT -> {how}; {stalled.reason}")
     assert stalled.attempt == 1
-    m = HB_REASON.match(stalled.reason or "") or WORKER_REASON.match(stalled.reason or "")
+    reason = (stalled.reason or "").split("; ended by its worker")[0]
+    m = HB_REASON.match(reason) or WORKER_REASON.match(reason)
     assert m is not None, stalled.reason
     assert m["worker"] == frozen.name
     assert latency_ms <= (LOST_AFTER_S + 2 * INTERVAL_S) * 1000
@@ -141,7 +152,7 @@ def test_frozen_worker_is_superseded_and_its_late_heartbeat_rejected(proj, worke
     assert done.worker == other.name
     assert done.checkpoint == steps
     assert result.get(timeout=10) == steps
-    assert int(jobbers.store.client.hget(stats, "rejected:heartbeat") or 0) == rejected_before + 1
+    assert int(jobbers.store.client.hget(stats, "rejected:heartbeat") or 0) == rejected
 
     # after SIGCONT the old attempt did at most the step it was in (no new step after it)
     runs = jobbers.store.client.lrange(key, 0, -1)
@@ -151,6 +162,50 @@ def test_frozen_worker_is_superseded_and_its_late_heartbeat_rejected(proj, worke
     new = [int(r[2:]) for r in runs if r.startswith("2:")]
     assert new == list(range(new[0], steps)), runs
     print(f"runs: {runs} (SIGCONT at {resumed_ms - stopped_ms} ms after SIGSTOP)")
+
+
+# --------------------------------------------------------------------------- 2b. frozen tasks
+
+CANNOT_STOP = "this worker's pool cannot stop a running task"
+
+
+def test_a_frozen_task_is_ended_by_its_worker_and_its_slot_runs_the_next(proj, worker_factory,
+                                                                          r):
+    stall_cases.frozen_task_is_ended_by_its_worker_and_its_slot_runs_the_next(
+        proj, worker_factory, r)
+
+
+@pytest.mark.parametrize("pool", ["threads", "solo"])
+def test_a_frozen_task_on_threads_or_solo_is_reported_once_and_keeps_its_slot(
+        proj, worker_factory, pool):
+    """threads -c 1, solo: a thread cannot be stopped. The worker warns once for the stalled
+    attempt (not at each of the liveness refreshes while it runs), the history says so, the
+    attempt keeps the one slot until it returns, its late completion is refused, and then
+    the recovered attempt runs in that slot."""
+    jobbers = proj.jobbers
+    client = jobbers.store.client
+    worker = worker_factory(pool=pool, concurrency=1)
+    frozen_s = 5.0  # several refreshes (every 0.6 s) after the verdict (after 1-2 s)
+    with Beat(jobbers) as beat:
+        key = unique("freezes")
+        result = proj.freezes.delay(key, frozen_s)
+        wait_state(jobbers, result.id, S.COMPLETED, timeout=40, worker=worker)
+        assert result.get(timeout=10) == 2
+        wait_for(lambda: f"freezes[{result.id}] attempt 1 rejected" in worker.log,
+                 timeout=10, message="the late completion of attempt 1 refused")
+    assert not beat.errors
+    log = worker.log
+    assert log.count(CANNOT_STOP) == 1, log
+    assert f"freezes[{result.id}] attempt 1 was declared stalled" in log
+    [stalled] = transitions(jobbers, result.id, S.STALLED)
+    assert (stalled.reason or "").endswith(
+        "; its worker's pool cannot stop it: it keeps its slot until it returns"), stalled
+    assert stalled.attempt == 1
+    assert path(jobbers, result.id) == PUBLISH + START + STALL + START + COMPLETE
+    assert [r.split(":")[0] for r in client.lrange(key, 0, -1)] == ["1", "2"]
+    [_, second] = transitions(jobbers, result.id, S.STARTED)
+    print(f"\n[{pool}] verdict -> attempt 2 started: {ms(second.at) - ms(stalled.at)} ms "
+          f"(the slot held until attempt 1 returned, {frozen_s:g} s after it started)")
 
 
 # --------------------------------------------------------------------------- 3. two cleaners

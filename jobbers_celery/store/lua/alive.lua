@@ -1,20 +1,24 @@
 -- alive.lua: a worker's main process says it is alive (every few seconds, from a thread).
 -- Refreshes its liveness entry and the concurrency leases of the capped tasks it runs, ticks
 -- the shared clock, and hands back the cancel(terminate=True) requests now due for tasks
--- it runs, so it can interrupt them, and the tasks recorded as running here that it does
--- not run (orphans, see below).
+-- it runs, so it can interrupt them, the tasks recorded as running here that it does
+-- not run (orphans, see below), and the tasks it runs whose attempt the cleaner declared
+-- stalled (halts, see below); it writes the notes the worker adds to such an attempt's
+-- stall entry in the history (how it ended it).
 -- KEYS[1] clock hash  KEYS[2] workers set  KEYS[3] this incarnation's worker-tasks set
--- KEYS[4] cancelling set  KEYS[5..] concurrency-lease sets, one per lease in ARGV
+-- KEYS[4] cancelling set  KEYS[5] this incarnation's halt hash  KEYS[6..] concurrency-lease
+-- sets, one per lease in ARGV, then one task hash per note in ARGV
 -- ARGV[1] JSON {wid, gap_ms, cgap_ms, lease_cap_ms, leases = {id...}, running = {id...},
--- orphan_ms, orphan_grace_ms} (lease i uses KEYS[4 + i]; running and the orphan_ fields
--- optional)
--- Returns {now_ms, {ids to interrupt}, {orphan ids}}
+-- orphan_ms, orphan_grace_ms, notes = {{id, attempt, text}...}} (lease i uses KEYS[5 + i],
+-- note j KEYS[5 + #leases + j]; running, notes and the orphan_ fields optional)
+-- Returns {now_ms, {ids to interrupt}, {orphan ids}, {halt id, "<verdict ms>|<attempt>",
+-- ...}}
 local now = redis_now()
 local req = cjson.decode(ARGV[1])
 tick(KEYS[1], now, req.gap_ms, req.cgap_ms, true)
 redis.call('ZADD', KEYS[2], now, req.wid)
 for i, id in ipairs(req.leases) do
-  redis.call('ZADD', KEYS[4 + i], 'XX', now + tonumber(req.lease_cap_ms), id)
+  redis.call('ZADD', KEYS[5 + i], 'XX', now + tonumber(req.lease_cap_ms), id)
 end
 local due = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)) do
@@ -42,4 +46,44 @@ if req.orphan_ms and now - resumed > grace then
     if not running[id] then orphans[#orphans + 1] = id end
   end
 end
-return {now, due, orphans}
+-- Halts: the attempts stall.lua ended while this worker may still run them (frozen, or cut
+-- off from Redis). Those it still runs are handed back every refresh until they end; the
+-- others have ended: forgotten. (Read only when running is given: an old caller that
+-- does not say what it runs forgets nothing.)
+local halts = {}
+if req.running then
+  local marks = redis.call('HGETALL', KEYS[5])
+  if #marks > 0 then
+    local running = {}
+    for _, id in ipairs(req.running) do running[id] = true end
+    for i = 1, #marks, 2 do
+      if running[marks[i]] then
+        halts[#halts + 1] = marks[i]
+        halts[#halts + 1] = marks[i + 1]
+      else
+        redis.call('HDEL', KEYS[5], marks[i])
+      end
+    end
+  end
+end
+-- Notes: appended to the reason of the stall entry of that attempt in the task's history
+-- (the newest such entry among the last 20), so the history tells how the attempt ended
+-- without a transition of its own (stalled -> stalled is none).
+for j, note in ipairs(req.notes or {}) do
+  local task = KEYS[5 + #req.leases + j]
+  local n = tonumber(redis.call('HGET', task, 'hn') or '0') or 0
+  for i = n, math.max(1, n - 19), -1 do
+    local e = redis.call('HGET', task, 'h' .. i)
+    if e and string.sub(e, 1, 8) == 'stalled|' then
+      local _, _, attempt = string.find(e, '^stalled|[^|]*|([^|]*)|')
+      if attempt == tostring(note.attempt) then
+        -- once, should a refresh whose reply was lost send it again
+        if not string.find(e, note.text, 1, true) then
+          redis.call('HSET', task, 'h' .. i, e .. '; ' .. note.text)
+        end
+        break
+      end
+    end
+  end
+end
+return {now, due, orphans, halts}

@@ -8,9 +8,14 @@
 -- restart or failover nobody could report). A stalled task is resubmitted at once (stalled -> submitted, same
 -- id, publish lease) while it has stall recoveries left; otherwise it is returned for the
 -- dead-letter queue. Dead incarnations left without tasks are forgotten.
+-- A verdict on an attempt its worker may still run (kinds "hb" and "worker": frozen, or cut
+-- off from Redis) also enters it in that incarnation's halt hash (id -> "<now>|<attempt>"):
+-- the worker, alive, ends the attempt at its next liveness refresh (alive.lua), freeing
+-- its pool slot.
 -- KEYS: shared layout (states started, stalled, submitted), clock hash, a spare key, then
--- per item (task hash, worker-tasks set, concurrency-lease set), then one
--- worker-tasks set per incarnation in req.forget.
+-- per item (task hash, worker-tasks set, concurrency-lease set, halt hash of its
+-- incarnation), then one worker-tasks set per incarnation in req.forget, then their halt
+-- hashes, in the same order.
 -- ARGV[1] states order, ARGV[2] JSON {items = {{id, kind, wid}}, lost_ms, lease_ms, ttl,
 -- forget = {wid...}}
 -- Returns JSON {recovered = {{id, msg, retries, name, queue, now, started}}, dead = {{id,
@@ -30,9 +35,10 @@ local FIELDS = {'state', 'attempt', 'hb_at', 'hb_iv', 'wid', 'srec', 'stalls', '
 local function secs(ms) return string.format('%.1fs', ms / 1000) end
 
 for i, item in ipairs(req.items) do
-  local base = k + 2 + 3 * (i - 1)
+  local base = k + 2 + 4 * (i - 1)
   local task = KEYS[base]
   ctx.wtasks, ctx.conc = KEYS[base + 1], KEYS[base + 2]
+  local halts = KEYS[base + 3]
   local v = redis.call('HMGET', task, unpack(FIELDS))
   local f = {}
   for j, name in ipairs(FIELDS) do f[name] = v[j] end
@@ -84,6 +90,9 @@ for i, item in ipairs(req.items) do
       set = {err = cjson.encode({type = 'Stalled', message = reason})}})
     if r[1] == 1 then
       stalled = stalled + 1
+      if item.kind ~= 'gone' then
+        redis.call('HSET', halts, item.id, now .. '|' .. attempt)
+      end
       local started = f.retry_at or f.start_at or ''
       local done = tonumber(f.stalls or '0') or 0
       local allowed = tonumber(f.srec or '0') or 0
@@ -104,11 +113,12 @@ for i, item in ipairs(req.items) do
   end
 end
 
-local base = k + 2 + 3 * #req.items
+local base = k + 2 + 4 * #req.items
 for i, wid in ipairs(req.forget) do
   local seen = tonumber(redis.call('ZSCORE', workers, wid) or '')
   if redis.call('ZCARD', KEYS[base + i - 1]) == 0 and (not seen or now - seen > lost_ms) then
     redis.call('ZREM', workers, wid)
+    redis.call('DEL', KEYS[base + #req.forget + i - 1])
   end
 end
 

@@ -1,0 +1,140 @@
+"""The liveness refresh ends the attempts the cleaner declared stalled while this worker runs
+them (see ``jobbers_celery.liveness``): SIGTERM to the pool child, SIGKILL after the grace,
+a note on the stall once the request has ended, nothing for a later attempt of the same task;
+a pool that cannot stop a task warns once per attempt. End to end (real workers, Redis):
+tests/integration/test_stalls.py."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+import weakref
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from celery.worker import state
+
+from jobbers_celery import liveness
+from jobbers_celery.config import JobbersConfig
+from jobbers_celery.liveness import HALT_GRACE_S, Liveness
+from jobbers_celery.store.redis import Alive, Halt
+
+
+class _Store:
+    """Answers each ``alive`` call with the halts given; keeps the notes it was sent."""
+
+    def __init__(self) -> None:
+        self.halts: tuple[Halt, ...] = ()
+        self.now_ms = 1_000_000
+        self.notes: list[tuple[str, int, str]] = []
+
+    def alive(self, *_: Any, notes: Any = (), **__: Any) -> Alive:
+        self.notes += list(notes)
+        return Alive([], [], self.halts, self.now_ms)
+
+
+class _Pool:
+    def __init__(self, can: bool = True) -> None:
+        self.can = can
+        self.signalled: list[tuple[int, int]] = []
+
+    def terminate_job(self, pid: int, sig: int) -> None:
+        if not self.can:
+            raise NotImplementedError("threads")
+        self.signalled.append((pid, sig))
+
+
+class _Request:
+    _already_cancelled = False
+
+    def __init__(self, task_id: str, pid: int, accepted_ago_s: float) -> None:
+        self.id = task_id
+        self.name = "proj.freezes"
+        self.worker_pid = pid
+        self.time_start = time.time() - accepted_ago_s
+        self.task = SimpleNamespace(name=self.name)
+        self._context = SimpleNamespace()
+
+
+@pytest.fixture
+def active(monkeypatch: pytest.MonkeyPatch) -> weakref.WeakSet[Any]:
+    requests: weakref.WeakSet[Any] = weakref.WeakSet()
+    monkeypatch.setattr(state, "active_requests", requests)
+    return requests
+
+
+def _liveness(store: _Store, pool: _Pool) -> Liveness:
+    config = JobbersConfig(redis_url="redis://unused", worker_lost_after=3)
+    return Liveness(store, config, "w@h:1:abc", pool)  # type: ignore[arg-type]
+
+
+def test_the_stalled_attempt_is_terminated_then_killed_and_noted(
+        active: weakref.WeakSet[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    store, pool = _Store(), _Pool()
+    live = _liveness(store, pool)
+    frozen = _Request("t1", 101, accepted_ago_s=60)
+    later = _Request("t1", 102, accepted_ago_s=0.5)  # the recovered attempt, same worker
+    active.add(frozen)
+    active.add(later)
+    store.halts = (Halt("t1", store.now_ms - 2000, 1),)  # declared stalled 2 s ago
+    live.refresh()
+    assert pool.signalled == [(101, signal.SIGTERM)]
+    assert frozen._already_cancelled
+    assert frozen._context.jobbers_outcome_recorded
+    assert not later._already_cancelled
+    live.refresh()  # handed back again while it runs: not signalled twice
+    assert pool.signalled == [(101, signal.SIGTERM)]
+    due = live.wake_in()
+    assert due is not None
+    assert 0 < due <= HALT_GRACE_S
+    # past the grace, still running: SIGKILL
+    clock = time.monotonic() + HALT_GRACE_S + 0.1
+    monkeypatch.setattr(liveness, "time", SimpleNamespace(time=time.time,
+                                                          monotonic=lambda: clock))
+    live.refresh()
+    assert pool.signalled == [(101, signal.SIGTERM), (101, signal.SIGKILL)]
+    assert live.wake_in() is None
+    assert store.notes == []
+    active.discard(frozen)  # billiard replaced the child: the request ended
+    store.halts = ()
+    live.refresh()
+    [(task_id, attempt, text)] = store.notes
+    assert (task_id, attempt) == ("t1", 1)
+    assert text.startswith("ended by its worker (SIGTERM 2.")
+    assert ", SIGKILL " in text
+    assert text.endswith("s after the verdict)")
+    assert pool.signalled[-1] == (101, signal.SIGKILL)  # the later attempt never signalled
+
+
+def test_a_request_accepted_after_the_verdict_is_left_alone(
+        active: weakref.WeakSet[Any]) -> None:
+    store, pool = _Store(), _Pool()
+    live = _liveness(store, pool)
+    later = _Request("t2", 201, accepted_ago_s=0.2)
+    active.add(later)
+    store.halts = (Halt("t2", store.now_ms - 1000, 1),)
+    live.refresh()
+    live.refresh()
+    assert pool.signalled == []
+    assert store.notes == []
+
+
+def test_a_pool_that_cannot_stop_a_task_warns_once_per_attempt(
+        active: weakref.WeakSet[Any], caplog: pytest.LogCaptureFixture) -> None:
+    store, pool = _Store(), _Pool(can=False)
+    live = _liveness(store, pool)
+    frozen = _Request("t3", 301, accepted_ago_s=60)
+    active.add(frozen)
+    store.halts = (Halt("t3", store.now_ms - 1000, 2),)
+    with caplog.at_level(logging.WARNING, logger="jobbers.liveness"):
+        for _ in range(4):
+            live.refresh()
+    warnings = [r for r in caplog.records if "cannot stop a running task" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "proj.freezes[t3] attempt 2" in warnings[0].getMessage()
+    [(task_id, attempt, text)] = store.notes
+    assert (task_id, attempt) == ("t3", 2)
+    assert "cannot stop it" in text
+    assert not frozen._already_cancelled
