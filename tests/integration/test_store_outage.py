@@ -705,6 +705,10 @@ def test_plain_celery_redis_broker_killed_and_restarted(tmp_path: Path,
     assert dropped <= 1  # the one message a BRPOP had taken when the broker died
     if restore:
         assert stuck == 0
+        # kombu gives back any message unacknowledged for ``restore`` seconds: one whose ack
+        # was lost with the broker, and also one a busy worker had prefetched for that long
+        # (seen with the machine loaded: 2 ran twice for 1 lost ack). The price of the
+        # setting, documented; plain Celery's, not jobbers', so only counted here.
     else:
         assert stuck > 0  # the prefetched messages: still there, an hour from now
-    assert twice <= acks_failed
+        assert twice <= acks_failed
