@@ -84,12 +84,19 @@ def _by_ids(sink: RedisDeadLetterSink, ids: Sequence[str], every_attempt: bool
     return found
 
 
-def _select(sink: RedisDeadLetterSink, ids: Sequence[str], queue: str | None,
-            name: str | None, version: int | None, limit: int,
-            every_attempt: bool) -> list[DeadLetter]:
+def _check(ids: Sequence[str], queue: str | None, name: str | None,
+           version: int | None) -> None:
+    """Usage errors, before the store is read: malformed ids, no ids and no filter."""
+    for given in ids:
+        out.parse_dead_letter_id(given)
     if not ids and queue is None and name is None and version is None:
         raise click.UsageError("give entry ids or at least one filter (--queue, --task, "
                                "--version); never all entries by default")
+
+
+def _select(sink: RedisDeadLetterSink, ids: Sequence[str], queue: str | None,
+            name: str | None, version: int | None, limit: int,
+            every_attempt: bool) -> list[DeadLetter]:
     if not ids:
         return sink.select(queue, name, version, limit)
     return [x for x in _by_ids(sink, ids, every_attempt)
@@ -165,8 +172,7 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
     """Publish the entries' tasks again (same ids), from their entries' payloads."""
     if rate is not None or halt_after is not None or of_last is not None:
         raise click.UsageError(_PACING_NEEDS_DJANGO)
-    for given in ids:
-        out.parse_dead_letter_id(given)
+    _check(ids, queue, name, version)
     e = env(ctx, as_json)
     entries = _select(_sink(e), ids, queue, name, version, limit, every_attempt=False)
     shown = _shown(e, entries)
@@ -210,8 +216,7 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
 def discard(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: str | None,
             version: int | None, limit: int, yes: bool, as_json: bool) -> None:
     """Remove entries for good (a TASK_ID: every entry of that task)."""
-    for given in ids:
-        out.parse_dead_letter_id(given)
+    _check(ids, queue, name, version)
     e = env(ctx, as_json)
     sink = _sink(e)
     entries = _select(sink, ids, queue, name, version, limit, every_attempt=True)
