@@ -15,7 +15,15 @@ import click
 from celery.bin.base import CeleryOption
 
 from jobbers_celery.cli import output as out
-from jobbers_celery.cli.base import Command, Env, Failure, NotFound, env, json_option
+from jobbers_celery.cli.base import (
+    Command,
+    Env,
+    Failure,
+    NotFound,
+    confirm,
+    env,
+    json_option,
+)
 from jobbers_celery.cli.dlq import dlq
 from jobbers_celery.options import ResubmitVersion
 from jobbers_celery.states import TaskState
@@ -230,8 +238,8 @@ def purge(ctx: click.Context, name: str | None, queue: str | None,
     click.echo("Purge the tasks matching all of:\n" + out.fields(
         [("  name", name or "(any)"), ("  queue", queue or "(any)"),
          ("  submitted before", before or "(any)")]), err=True)
-    if not yes and not click.confirm(
-            "Remove these finished records and cancel these waiting tasks?", err=True):
+    if not yes and not confirm(
+            "Remove these finished records and cancel these waiting tasks?"):
         _emit(e, {"criteria": criteria, "purged": False}, "Nothing purged.")
         return
     report = e.jobbers.purge(name, queue, before)

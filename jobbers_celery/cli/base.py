@@ -22,7 +22,7 @@ from jobbers_celery.redaction import Parameters, Redactor
 from jobbers_celery.taskrepr import redactor_of, task_parameters
 
 __all__ = ["EXIT_FAILURE", "EXIT_NOT_FOUND", "Command", "Env", "Failure", "NotFound",
-           "env", "json_option"]
+           "confirm", "env", "json_option"]
 
 EXIT_FAILURE = 1
 EXIT_NOT_FOUND = 3
@@ -82,6 +82,16 @@ def env(ctx: click.Context, as_json: bool = False) -> Env:
         raise Failure(f"jobbers is not installed on the Celery app {app.main!r}: call "
                       "jobbers_celery.install(app) in the module that -A names")
     return Env(jobbers, as_json)
+
+
+def confirm(question: str) -> bool:
+    """Ask on stderr (``--json`` output stays clean); no answer (no terminal, end of
+    input) is no."""
+    try:
+        return click.confirm(question, err=True)
+    except click.Abort:
+        click.echo(err=True)
+        return False
 
 
 def json_option(func: _F) -> _F:

@@ -15,7 +15,7 @@ import click
 from celery.bin.base import CeleryOption
 
 from jobbers_celery.cli import output as out
-from jobbers_celery.cli.base import Command, Env, NotFound, env, json_option
+from jobbers_celery.cli.base import Command, Env, NotFound, confirm, env, json_option
 from jobbers_celery.options import ResubmitVersion
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import RedisDeadLetterSink
@@ -224,8 +224,7 @@ def discard(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: s
     if not yes:
         click.echo(_table(shown[:10]), err=True)
         more = " (10 shown)" if len(shown) > 10 else ""
-        if not click.confirm(f"Discard these {len(entries)} entries for good{more}?",
-                             err=True):
+        if not confirm(f"Discard these {len(entries)} entries for good{more}?"):
             click.echo(out.to_json({"discarded": 0}) if as_json else "Nothing discarded.")
             return
     removed = sink.discard(entries)
