@@ -5,14 +5,20 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import entry_points
+from types import SimpleNamespace
 
 import click
 import pytest
+import redis
+from celery import Celery
 from click.testing import CliRunner
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from jobbers_celery import DeadLetter, Redactor, TaskState, WorkerInfo, parameters
+from jobbers_celery import DeadLetter, Redactor, TaskState, WorkerInfo, install, parameters
 from jobbers_celery.cli import jobbers
 from jobbers_celery.cli import output as out
+from tests.conftest import free_port
 
 NOW = datetime(2026, 11, 26, 15, 0, 0, 123000, tzinfo=UTC)
 
@@ -122,3 +128,20 @@ def test_usage_errors_exit_2_before_the_store_is_read(args: list[str], message: 
     result = CliRunner().invoke(jobbers, args, obj=None)
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_an_unreachable_store_exits_1_with_one_line() -> None:
+    app = Celery("cli-unavailable", broker=f"redis://127.0.0.1:{free_port()}/0",
+                 set_as_current=False)
+    jobbers_ = install(app)
+    jobbers_.store.client = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
+    result = CliRunner().invoke(jobbers, ["status"], obj=SimpleNamespace(app=app))
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: the jobbers store is unreachable: ConnectionError")
+
+
+def test_an_app_without_jobbers_exits_1() -> None:
+    app = Celery("cli-bare", set_as_current=False)
+    result = CliRunner().invoke(jobbers, ["tasks"], obj=SimpleNamespace(app=app))
+    assert result.exit_code == 1
+    assert "jobbers is not installed on the Celery app 'cli-bare'" in result.output
