@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 import redis
 from celery.bin.base import CeleryCommand, CeleryOption
+from kombu.exceptions import OperationalError
 
 from jobbers_celery.errors import StoreUnavailable
 from jobbers_celery.jobbers import Jobbers
@@ -43,15 +44,17 @@ class NotFound(click.ClickException):
 
 
 class Command(CeleryCommand):
-    """A Celery command whose store failures end as one clear line and exit 1 (not a
-    traceback)."""
+    """A Celery command whose store (and broker) failures end as one clear line and exit 1,
+    not a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (StoreUnavailable, redis.RedisError, OSError) as exc:
+        except (StoreUnavailable, redis.RedisError) as exc:
             raise Failure(f"the jobbers store is unreachable: {type(exc).__name__}: {exc}"
                           ) from exc
+        except OperationalError as exc:  # kombu's: publishing a cancel or a resubmit
+            raise Failure(f"the broker is unreachable: {exc}") from exc
 
 
 @dataclass

@@ -62,7 +62,7 @@ def _shown(e: Env, entries: Sequence[DeadLetter]) -> list[dict[str, Any]]:
             for x, row in zip(entries, states, strict=True)]
 
 
-def _by_ids(sink: RedisDeadLetterSink, ids: Sequence[str], every_attempt: bool
+def _by_ids(e: Env, sink: RedisDeadLetterSink, ids: Sequence[str], every_attempt: bool
             ) -> list[DeadLetter]:
     """The entries the ids name (a task id: its newest attempt's entry, or all of them);
     exit 3, before anything changes, if one names none."""
@@ -70,18 +70,27 @@ def _by_ids(sink: RedisDeadLetterSink, ids: Sequence[str], every_attempt: bool
     missing: list[str] = []
     for given in ids:
         parsed = out.parse_dead_letter_id(given)
-        exact = sink.entry(parsed.task_id, parsed.attempt) if parsed.attempt else None
-        if exact is None and parsed.attempt is not None:
-            # TASK_ID:N may also be a task id that has a colon in it
-            entries = sink.of_task(given) or []
+        if parsed.attempt is not None:
+            exact = sink.entry(parsed.task_id, parsed.attempt)
+            # else TASK_ID:N may be a task id with a colon in it
+            entries = [exact] if exact else sink.of_task(given)
         else:
-            entries = [exact] if exact else sink.of_task(parsed.task_id)
+            entries = [] if every_attempt else _newest(e, sink, given)
+            entries = entries or sink.of_task(given)
         if not entries:
             missing.append(given)
         found.extend(entries if every_attempt else entries[:1])
     if missing:
         raise NotFound(f"no dead-letter entry for {', '.join(missing)}")
     return found
+
+
+def _newest(e: Env, sink: RedisDeadLetterSink, task_id: str) -> list[DeadLetter]:
+    """The entry of the task's current attempt, if it has one: then it is its newest (two
+    ``HGET``s, where :meth:`~RedisDeadLetterSink.of_task` scans every entry)."""
+    (attempt,) = e.jobbers.store.fields([task_id], ("attempt",))[0]
+    entry = sink.entry(task_id, int(attempt)) if attempt and attempt.isdigit() else None
+    return [entry] if entry else []
 
 
 def _check(ids: Sequence[str], queue: str | None, name: str | None,
@@ -94,12 +103,12 @@ def _check(ids: Sequence[str], queue: str | None, name: str | None,
                                "--version); never all entries by default")
 
 
-def _select(sink: RedisDeadLetterSink, ids: Sequence[str], queue: str | None,
+def _select(e: Env, sink: RedisDeadLetterSink, ids: Sequence[str], queue: str | None,
             name: str | None, version: int | None, limit: int,
             every_attempt: bool) -> list[DeadLetter]:
     if not ids:
         return sink.select(queue, name, version, limit)
-    return [x for x in _by_ids(sink, ids, every_attempt)
+    return [x for x in _by_ids(e, sink, ids, every_attempt)
             if (queue is None or x.queue == queue) and (name is None or x.name == name)
             and (version is None or x.version == version)]
 
@@ -129,7 +138,7 @@ def show(ctx: click.Context, entry_id: str, as_json: bool) -> None:
     """One entry (TASK_ID: its newest attempt's), arguments and traceback redacted."""
     out.parse_dead_letter_id(entry_id)
     e = env(ctx, as_json)
-    shown = _shown(e, _by_ids(_sink(e), [entry_id], every_attempt=False))[0]
+    shown = _shown(e, _by_ids(e, _sink(e), [entry_id], every_attempt=False))[0]
     if as_json:
         click.echo(out.to_json(shown))
         return
@@ -137,7 +146,7 @@ def show(ctx: click.Context, entry_id: str, as_json: bool) -> None:
         ("ID", shown["id"]), ("Task", shown["name"]), ("Version", shown["version"]),
         ("Queue", shown["queue"]), ("Reason", shown["reason"]),
         ("Attempt", shown["attempt"]), ("Retry attempt", shown["retry_attempt"]),
-        ("Worker", shown["worker"]), ("Failed at", out.dead_letter_row(shown)[6]),
+        ("Worker", shown["worker"]), ("Failed at", out.human_iso(shown["failed_at"])),
         ("Task now", shown["task_state_now"] or "gone"),
         ("Args", shown["args"]), ("Kwargs", shown["kwargs"]),
         ("Checkpoint", shown["checkpoint"]),
@@ -174,7 +183,7 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
         raise click.UsageError(_PACING_NEEDS_DJANGO)
     _check(ids, queue, name, version)
     e = env(ctx, as_json)
-    entries = _select(_sink(e), ids, queue, name, version, limit, every_attempt=False)
+    entries = _select(e, _sink(e), ids, queue, name, version, limit, every_attempt=False)
     shown = _shown(e, entries)
     if dry_run:
         if as_json:
@@ -219,7 +228,7 @@ def discard(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: s
     _check(ids, queue, name, version)
     e = env(ctx, as_json)
     sink = _sink(e)
-    entries = _select(sink, ids, queue, name, version, limit, every_attempt=True)
+    entries = _select(e, sink, ids, queue, name, version, limit, every_attempt=True)
     shown = _shown(e, entries)
     if not yes:
         click.echo(_table(shown[:10]), err=True)

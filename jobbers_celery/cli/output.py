@@ -29,6 +29,7 @@ __all__ = [
     "dead_letter_json",
     "dead_letter_row",
     "human_date",
+    "human_iso",
     "iso",
     "parse_before",
     "parse_dead_letter_id",
@@ -225,7 +226,7 @@ def dead_letter_row(shown: Mapping[str, Any]) -> list[Any]:
     if shown["exception_message"]:
         exc = f"{exc}: {shown['exception_message']}" if exc else shown["exception_message"]
     return [shown["id"], shown["name"], shown["version"], shown["queue"], shown["reason"],
-            exc, _date(shown["failed_at"]), shown["task_state_now"] or "gone"]
+            exc, human_iso(shown["failed_at"]), shown["task_state_now"] or "gone"]
 
 
 DEAD_LETTER_HEADERS = ("ID", "TASK", "VER", "QUEUE", "REASON", "EXCEPTION", "FAILED AT",
@@ -251,5 +252,6 @@ def clean_json(report: CleanReport) -> dict[str, Any]:
     return out
 
 
-def _date(value: str | None) -> str:
+def human_iso(value: str | None) -> str:
+    """An ISO date of a JSON form, as people read dates."""
     return human_date(datetime.fromisoformat(value)) if value else "-"
