@@ -132,7 +132,7 @@ def test_reads_and_cancel_in_both_forms(world: World) -> None:
     assert data["counts"]["failed"] >= 1
     assert data["scheduled"] >= 1
     assert data["next_run_at"].endswith("+00:00")
-    assert [w["hostname"] for w in data["workers"]] == [host]
+    assert [(w["hostname"], w["running"]) for w in data["workers"]] == [(host, 1)]  # sleepy
     assert set(data["cleaner"]) == {"last_run_at", "last_duration_ms", "by", "overdue"}
     assert "Live workers:      1" in status.out
     assert host in status.out
