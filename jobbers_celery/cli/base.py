@@ -77,10 +77,10 @@ class Env:
 def env(ctx: click.Context, as_json: bool = False) -> Env:
     """The jobbers of the app ``celery -A`` loaded (exit 1 if none is installed on it)."""
     app = ctx.find_root().obj.app
+    # as `celery shell` does: Django set up (its fixup), the task modules imported, so the
+    # tasks' parameter names (redaction) and versions (--current-version) are known here
+    app.loader.import_default_modules()
     jobbers = Jobbers.find(app)
-    if jobbers is None:
-        app.loader.import_default_modules()  # a Django project installs it on import
-        jobbers = Jobbers.find(app)
     if jobbers is None:
         raise Failure(f"jobbers is not installed on the Celery app {app.main!r}: call "
                       "jobbers_celery.install(app) in the module that -A names")
