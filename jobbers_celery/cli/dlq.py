@@ -106,11 +106,19 @@ def _check(ids: Sequence[str], queue: str | None, name: str | None,
 def _select(e: Env, sink: RedisDeadLetterSink, ids: Sequence[str], queue: str | None,
             name: str | None, version: int | None, limit: int,
             every_attempt: bool) -> list[DeadLetter]:
-    if not ids:
-        return sink.select(queue, name, version, limit)
-    return [x for x in _by_ids(e, sink, ids, every_attempt)
-            if (queue is None or x.queue == queue) and (name is None or x.name == name)
-            and (version is None or x.version == version)]
+    found = (sink.select(queue, name, version, limit) if not ids else
+             [x for x in _by_ids(e, sink, ids, every_attempt)
+              if (queue is None or x.queue == queue) and (name is None or x.name == name)
+              and (version is None or x.version == version)])
+    if every_attempt:
+        return found
+    # a task is resubmitted once, from its newest entry (the others would be skipped)
+    newest: dict[str, DeadLetter] = {}
+    for entry in found:
+        kept = newest.get(entry.task_id)
+        if kept is None or entry.attempt > kept.attempt:
+            newest[entry.task_id] = entry
+    return [x for x in found if newest[x.task_id] is x]
 
 
 def _table(shown: Sequence[dict[str, Any]]) -> str:
@@ -230,11 +238,16 @@ def discard(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: s
     sink = _sink(e)
     entries = _select(e, sink, ids, queue, name, version, limit, every_attempt=True)
     shown = _shown(e, entries)
+    if not entries:
+        click.echo(out.to_json({"discarded": 0, "ids": []}) if as_json
+                   else "No matching entries.")
+        return
     if not yes:
         click.echo(_table(shown[:10]), err=True)
         more = " (10 shown)" if len(shown) > 10 else ""
         if not confirm(f"Discard these {len(entries)} entries for good{more}?"):
-            click.echo(out.to_json({"discarded": 0}) if as_json else "Nothing discarded.")
+            click.echo(out.to_json({"discarded": 0, "ids": []}) if as_json
+                       else "Nothing discarded.")
             return
     removed = sink.discard(entries)
     click.echo(out.to_json({"discarded": removed, "ids": [s["id"] for s in shown]})

@@ -247,6 +247,10 @@ def test_dlq_resubmit_dry_run_and_discard(world: World) -> None:
     assert "Resubmitted 1 of 1." in again.out
     wait_state(j, failed, S.FAILED)
     wait_for(lambda: len(j.sink.of_task(failed)) == 3, message="the third entry")
+    # by filter, a task is resubmitted once: from its newest entry
+    would = ok(cli("dlq", "resubmit", "--task", "proj.boom", "--dry-run", "--json")).json()
+    assert [e["id"] for e in would["would_resubmit"] if e["task_id"] == failed] == [
+        f"{failed}:3"]
     declined = ok(cli("dlq", "discard", failed, stdin="n\n"))
     assert "Nothing discarded." in declined.out
     assert "[y/N]" in declined.err
