@@ -141,7 +141,7 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
                   [(t.at, t.from_state.value, t.to_state.value, t.attempt, t.worker,
                     h["reason"]) for t, h in zip(steps, history, strict=True)]),
     ])
-    _emit(e, {"task": shown, "history": history}, human)
+    _emit(e, {"task_id": task_id, "record": shown, "transitions": history}, human)
 
 
 @jobbers.command(cls=Command)
@@ -173,12 +173,18 @@ def cancel(ctx: click.Context, task_id: str, terminate: bool, as_json: bool) -> 
     if before is None:
         raise NotFound(f"no task {task_id} (unknown, or its record expired)")
     if not e.jobbers.cancel(task_id, terminate=terminate):
+        if as_json:  # the REST API's answer, then the error
+            click.echo(out.to_json({"task_id": task_id, "cancelled": False,
+                                    "outcome": "refused", "state": before.state.value,
+                                    "terminate": terminate}))
         raise Failure(f"task {task_id} is {before.state.value}: nothing to cancel")
     after = e.jobbers.get(task_id)
     state = after.state.value if after else "gone"
-    outcome = "cancelled" if state == "cancelled" else "cancellation requested"
-    _emit(e, {"id": task_id, "outcome": outcome, "state": state, "terminate": terminate},
-          f"{task_id}: {outcome} (it was {before.state.value}, now {state})")
+    outcome = "cancelled" if state == "cancelled" else "requested"
+    _emit(e, {"task_id": task_id, "cancelled": True, "outcome": outcome, "state": state,
+              "terminate": terminate},
+          f"{task_id}: {'cancelled' if outcome == 'cancelled' else 'cancellation requested'}"
+          f" (it was {before.state.value}, now {state})")
 
 
 @jobbers.command(cls=Command)
@@ -204,11 +210,11 @@ def resubmit(ctx: click.Context, task_ids: tuple[str, ...], current_version: boo
     skipped = [t for t in ids if t not in done]
     states = dict(zip(skipped, (r.state.value if r else None for r in
                                 (e.jobbers.get(t) for t in skipped)), strict=True))
-    rows = [(t, "resubmitted" if t in done else
-             f"skipped: {states[t]}" if states[t] else "skipped: unknown") for t in ids]
+    why = {t: f"the task is {states[t]}" if states[t] else "unknown task" for t in skipped}
     _emit(e, {"resubmitted": [t for t in ids if t in done],
-              "skipped": [{"id": t, "state": states[t]} for t in skipped]},
-          out.table(("ID", "OUTCOME"), rows))
+              "skipped": [{"task_id": t, "why": why[t]} for t in skipped]},
+          out.table(("ID", "OUTCOME"), [(t, "resubmitted" if t in done else f"skipped: {why[t]}")
+                                        for t in ids]))
     if any(states[t] is None for t in skipped):
         ctx.exit(3)
     if skipped:

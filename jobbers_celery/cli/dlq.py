@@ -195,7 +195,8 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
     shown = _shown(e, entries)
     if dry_run:
         if as_json:
-            click.echo(out.to_json({"dry_run": True, "would_resubmit": shown}))
+            click.echo(out.to_json({"dry_run": True, "matched": len(shown),
+                                    "entries": shown}))
         else:
             click.echo(_table(shown))
             click.echo(f"Dry run: would resubmit {len(entries)} entr"
@@ -206,19 +207,20 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
         done = set(e.jobbers.resubmit_dead_letters(entries, version=version_of))
     except ValueError as exc:  # --current-version of a task this app does not register
         raise click.UsageError(str(exc)) from exc
-    skipped = [s for s in shown if s["task_id"] not in done]
+    why = {s["id"]: s["unpublishable"] or f"the task is {s['task_state_now'] or 'gone'}"
+           for s in shown if s["task_id"] not in done}
     if as_json:
-        click.echo(out.to_json({"dry_run": False, "resubmitted": sorted(done),
-                                "skipped": [{"id": s["id"], "task_state": s["task_state_now"],
-                                             "unpublishable": s["unpublishable"]}
-                                            for s in skipped]}))
+        click.echo(out.to_json({
+            "dry_run": False, "matched": len(shown),
+            "resubmitted": [s["task_id"] for s in shown if s["task_id"] in done],
+            "skipped": [{"id": s["id"], "task_id": s["task_id"], "why": why[s["id"]]}
+                        for s in shown if s["id"] in why]}))
     else:
         click.echo(out.table(("ID", "TASK", "OUTCOME"), [
-            (s["id"], s["name"], "resubmitted" if s["task_id"] in done else
-             f"skipped: {s['unpublishable'] or 'the task is ' + (s['task_state_now'] or 'gone')}")
-            for s in shown]))
+            (s["id"], s["name"], f"skipped: {why[s['id']]}" if s["id"] in why
+             else "resubmitted") for s in shown]))
         click.echo(f"Resubmitted {len(done)} of {len(entries)}.")
-    if skipped:
+    if why:
         ctx.exit(1)
 
 

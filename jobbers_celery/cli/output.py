@@ -171,9 +171,10 @@ def to_json(value: Any) -> str:
 
 # ---------------------------------------------------------------------------- reads, shown
 def record_json(record: TaskRecord, red: Redactor) -> dict[str, Any]:
-    """A task record as shown (error message, progress and checkpoint redacted)."""
+    """A task record as shown (error message, progress and checkpoint redacted); the keys
+    of the REST API's ``TaskRecord`` (the dataclass's field names)."""
     return {
-        "id": record.task_id, "name": record.name, "version": record.version,
+        "task_id": record.task_id, "name": record.name, "version": record.version,
         "queue": record.queue, "state": record.state.value, "attempt": record.attempt,
         "retry_attempt": record.retry_attempt, "worker": record.worker,
         "submitted_at": iso(record.submitted_at), "started_at": iso(record.started_at),
@@ -186,7 +187,8 @@ def record_json(record: TaskRecord, red: Redactor) -> dict[str, Any]:
 
 
 def transition_json(step: Transition, red: Redactor) -> dict[str, Any]:
-    return {"at": iso(step.at), "from": step.from_state.value, "to": step.to_state.value,
+    return {"at": iso(step.at), "from_state": step.from_state.value,
+            "to_state": step.to_state.value,
             "attempt": step.attempt, "worker": step.worker,
             "reason": red.text(step.reason) if step.reason else None}
 

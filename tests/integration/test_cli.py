@@ -142,20 +142,21 @@ def test_reads_and_cancel_in_both_forms(world: World) -> None:
     assert lines[0].split()[:3] == ["ID", "NAME", "STATE"]
     ids = [line.split()[0] for line in lines[1:]]
     assert ids.index(failed) < ids.index(asleep) < ids.index(added)  # newest first
-    assert [t["id"] for t in tasks_j.json()] == [failed]
-    assert [(t["id"], t["worker"]) for t in filtered_j.json()] == [(added, host)]
+    assert [t["task_id"] for t in tasks_j.json()] == [failed]
+    assert [(t["task_id"], t["worker"]) for t in filtered_j.json()] == [(added, host)]
 
     assert "State:         failed" in show.out
     assert "started      failed" in show.out
     shown = show_j.json()
-    assert shown["task"]["state"] == "failed"
-    assert shown["task"]["error"]["type"] == "ValueError"
-    assert [(h["from"], h["to"]) for h in shown["history"]] == [
+    assert shown["task_id"] == failed
+    assert shown["record"]["state"] == "failed"
+    assert shown["record"]["error"]["type"] == "ValueError"
+    assert [(h["from_state"], h["to_state"]) for h in shown["transitions"]] == [
         ("unsubmitted", "submitted"), ("submitted", "started"), ("started", "failed")]
 
     assert later in sched.out
     assert "RUN AT" in sched.out
-    assert [t["id"] for t in sched_j.json()] == [later]
+    assert [t["task_id"] for t in sched_j.json()] == [later]
 
     assert f"{failed}:1" in dl.out
     assert "TASK NOW" in dl.out
@@ -167,8 +168,8 @@ def test_reads_and_cancel_in_both_forms(world: World) -> None:
     assert "Traceback" in dls_j.json()["traceback"]
 
     scheduled_cancel = ok(cli("cancel", later, "--json")).json()
-    assert scheduled_cancel == {"id": later, "outcome": "cancelled", "state": "cancelled",
-                                "terminate": False}
+    assert scheduled_cancel == {"task_id": later, "cancelled": True, "outcome": "cancelled",
+                                "state": "cancelled", "terminate": False}
     running_cancel = ok(cli("cancel", asleep, "--terminate"))
     assert running_cancel.out.startswith(f"{asleep}: cancellation requested")
     wait_state(j, asleep, S.CANCELLED, worker=world.worker)
@@ -194,7 +195,8 @@ def test_bad_input_and_not_found_exit_codes(world: World) -> None:
     assert "no dead-letter entry for no-such-task" in dlq_unknown.err
     assert resubmit_unknown.rc == 3
     assert resubmit_unknown.json() == {"resubmitted": [],
-                                       "skipped": [{"id": "no-such-task", "state": None}]}
+                                       "skipped": [{"task_id": "no-such-task",
+                                                    "why": "unknown task"}]}
 
 
 def test_resubmit_purge_and_clean(world: World) -> None:
@@ -236,11 +238,11 @@ def test_dlq_resubmit_dry_run_and_discard(world: World) -> None:
                               ["dlq", "resubmit", failed, "--dry-run", "--json"]))
     assert "Dry run: would resubmit" in dry.out
     assert f"{failed}:1" in dry.out
-    assert [e["id"] for e in dry_j.json()["would_resubmit"]] == [f"{failed}:1"]
+    assert [e["id"] for e in dry_j.json()["entries"]] == [f"{failed}:1"]
     assert (j.get(failed), len(j.history(failed))) == before  # nothing changed
 
     assert ok(cli("dlq", "resubmit", failed, "--json")).json() == {
-        "dry_run": False, "resubmitted": [failed], "skipped": []}
+        "dry_run": False, "matched": 1, "resubmitted": [failed], "skipped": []}
     assert wait_state(j, failed, S.FAILED).attempt == 2
     again = ok(cli("dlq", "resubmit", f"{failed}:1"))
     assert "resubmitted" in again.out
@@ -249,7 +251,7 @@ def test_dlq_resubmit_dry_run_and_discard(world: World) -> None:
     wait_for(lambda: len(j.sink.of_task(failed)) == 3, message="the third entry")
     # by filter, a task is resubmitted once: from its newest entry
     would = ok(cli("dlq", "resubmit", "--task", "proj.boom", "--dry-run", "--json")).json()
-    assert [e["id"] for e in would["would_resubmit"] if e["task_id"] == failed] == [
+    assert [e["id"] for e in would["entries"] if e["task_id"] == failed] == [
         f"{failed}:3"]
     declined = ok(cli("dlq", "discard", failed, stdin="n\n"))
     assert "Nothing discarded." in declined.out
