@@ -33,6 +33,7 @@ from jobbers_celery.records import (
     ErrorInfo,
     TaskRecord,
     Transition,
+    WorkerInfo,
 )
 from jobbers_celery.redaction import (
     DEFAULT_REDACT_KEYS,
@@ -83,6 +84,7 @@ __all__ = [
     "TaskState",
     "TaskTimeout",
     "Transition",
+    "WorkerInfo",
     "WorkerShuttingDown",
     "__version__",
     "get_jobbers",

@@ -29,7 +29,7 @@ from jobbers_celery.errors import ConfigurationError, StoreUnavailable
 from jobbers_celery.options import ResubmitVersion, TaskOptions
 from jobbers_celery.publisher import Publisher
 from jobbers_celery.recorder import Recorder
-from jobbers_celery.records import DeadLetter, TaskRecord, Transition
+from jobbers_celery.records import DeadLetter, TaskRecord, Transition, WorkerInfo
 from jobbers_celery.scheduler import Scheduler
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, PayloadDeadLetterSink
 from jobbers_celery.spool import DeadLetterSpool, spool_directory
@@ -195,15 +195,24 @@ class Jobbers:
         name: str | None = None,
         queue: str | None = None,
         limit: int = 100,
+        worker: str | None = None,
     ) -> list[TaskRecord]:
-        """Newest first."""
+        """Newest first. ``worker``: the hostname the task last ran on (``w1@host``)."""
         return self.store.tasks(TaskState(state) if state is not None else None, name, queue,
-                                limit)
+                                limit, worker)
 
     @_store_call
     def scheduled(self, limit: int = 100) -> list[TaskRecord]:
         """Tasks waiting for a delayed retry, soonest ``run_at`` first."""
         return self.store.scheduled(limit)
+
+    @_store_call
+    def workers(self) -> list[WorkerInfo]:
+        """The worker incarnations seen alive within ``jobbers_worker_lost_after`` (what
+        the cleaner also goes by), most recently seen first."""
+        since = self.store.now_ms() - int(self.config.worker_lost_after * 1000)
+        return [WorkerInfo.parse(wid, at, running)
+                for wid, at, running in self.store.workers(since)]
 
     @_store_call
     def counts(self) -> dict[TaskState, int]:

@@ -67,6 +67,27 @@ class Transition:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker incarnation (one ``celery worker`` process; a restart is a new one):
+    its hostname and pid, when its main process last said it was alive (Redis clock), and
+    how many tasks it runs now."""
+
+    incarnation: str
+    hostname: str
+    pid: int | None
+    last_seen_at: datetime
+    running: int
+
+    @classmethod
+    def parse(cls, incarnation: str, last_seen_ms: int, running: int) -> WorkerInfo:
+        """From the store's ``hostname:pid:suffix`` incarnation id."""
+        host, _, rest = incarnation.rpartition(":")[0].rpartition(":")
+        pid = rest if host else ""
+        return cls(incarnation, host or incarnation, int(pid) if pid.isdigit() else None,
+                   datetime.fromtimestamp(last_seen_ms / 1000.0, tz=UTC), running)
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """What a dead-letter sink receives. ``(task_id, attempt)`` identifies it.
 

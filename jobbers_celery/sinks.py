@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -62,6 +63,9 @@ _GIVE_UP_AFTER = 3
 #: anything; a shorter secret is not a secret).
 _MIN_SCRUBBED = 4
 _MAX_ERROR_CHARS = 500
+#: Entries :meth:`RedisDeadLetterSink.select` looks at, at most (newest first), and per read.
+SELECT_EXAMINED = 100_000
+_SELECT_PAGE = 500
 _GAVE_UP = f"not tried: the sink failed {_GIVE_UP_AFTER} times in a row"
 
 
@@ -165,6 +169,53 @@ class RedisDeadLetterSink:
             return []
         raw = cast("list[str | None]", self.client.hmget(self.keys.dead_letters, members))
         return [DeadLetter.from_json(json.loads(r)) for r in raw if r]
+
+    def select(self, queue: str | None = None, name: str | None = None,
+               version: int | None = None, limit: int = 100) -> list[DeadLetter]:
+        """The newest ``limit`` entries matching every given criterion. The sink has no
+        index but time: it reads the entries newest first, in pages, and looks at no more
+        than :data:`SELECT_EXAMINED` of them."""
+        found: list[DeadLetter] = []
+        offset = 0
+        while len(found) < limit and offset < SELECT_EXAMINED:
+            members = cast("list[str]", self.client.zrevrange(
+                self.keys.dead_letter_index, offset, offset + _SELECT_PAGE - 1))
+            if not members:
+                break
+            offset += len(members)
+            raw = cast("list[str | None]", self.client.hmget(self.keys.dead_letters, members))
+            for text in raw:
+                if not text:
+                    continue
+                entry = DeadLetter.from_json(json.loads(text))
+                if ((queue is None or entry.queue == queue)
+                        and (name is None or entry.name == name)
+                        and (version is None or entry.version == version)):
+                    found.append(entry)
+                    if len(found) == limit:
+                        break
+        return found
+
+    def of_task(self, task_id: str) -> list[DeadLetter]:
+        """Every entry of ``task_id`` (one per dead attempt), newest attempt first: one
+        ``HSCAN`` of the entries (no index by task id; for an operator's look-up)."""
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", task_id) + ":*"
+        found = [DeadLetter.from_json(json.loads(text)) for member, text
+                 in self.client.hscan_iter(self.keys.dead_letters, match=pattern, count=1000)
+                 if member.rpartition(":")[0] == task_id]
+        return sorted(found, key=lambda e: e.attempt, reverse=True)
+
+    def discard(self, entries: Iterable[DeadLetter]) -> int:
+        """Remove ``entries``; how many were there (a discarded entry is gone for good: its
+        task can no longer be resubmitted from it)."""
+        members = list(dict.fromkeys(f"{e.task_id}:{e.attempt}" for e in entries))
+        if not members:
+            return 0
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hdel(self.keys.dead_letters, *members)
+        pipe.zrem(self.keys.dead_letter_index, *members)
+        removed, _ = pipe.execute()
+        return int(removed)
 
 
 class DeadLetterDispatcher:

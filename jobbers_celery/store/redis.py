@@ -645,6 +645,19 @@ class RedisStore:
                            cancel=_ids(out["cancel"]),
                            resumed_at_ms=int(out.get("resumed_at") or 0))
 
+    def workers(self, since_ms: int) -> list[tuple[str, int, int]]:
+        """``(incarnation, last seen ms, tasks it runs)`` of every worker incarnation seen
+        alive since ``since_ms``, most recently seen first (two round trips)."""
+        seen = cast("list[tuple[str, float]]", self.client.zrevrangebyscore(
+            self.keys.workers, "+inf", since_ms, withscores=True))
+        if not seen:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for wid, _ in seen:
+            pipe.zcard(self.keys.worker_tasks(wid))
+        running = pipe.execute()
+        return [(wid, int(at), int(n)) for (wid, at), n in zip(seen, running, strict=True)]
+
     def worker_tasks(self, wids: Sequence[str], limit: int) -> dict[str, list[str]]:
         """The tasks each worker incarnation started and did not finish, oldest first."""
         pipe = self.client.pipeline(transaction=False)
@@ -950,10 +963,11 @@ class RedisStore:
         name: str | None = None,
         queue: str | None = None,
         limit: int = 100,
+        worker: str | None = None,
     ) -> list[TaskRecord]:
         """Newest first. Walks the state or name index when given (else every task, newest
-        first) and filters on the other criteria; a queue is a filter only (no index of its
-        own: it would cost every record ~135 bytes)."""
+        first) and filters on the other criteria; a queue or a worker is a filter only (no
+        index of its own: it would cost every record ~135 bytes)."""
         if limit < 1:
             return []
         if state is not None:
@@ -974,7 +988,8 @@ class RedisStore:
             for record in records:
                 if ((state is None or record.state == state)
                         and (name is None or record.name == name)
-                        and (queue is None or record.queue == queue)):
+                        and (queue is None or record.queue == queue)
+                        and (worker is None or record.worker == worker)):
                     found.append(record)
                     if len(found) == limit:
                         break

@@ -138,6 +138,11 @@ def test_the_wheel_alone_runs_a_worker_then_its_extras_run_django(
                     "history": [["unsubmitted", "submitted"], ["submitted", "started"],
                                 ["started", "completed"]]}
     assert "packaging" not in worker.log  # the ModuleNotFoundError of a celery without [redis]
+    # the wheel's celery.commands entry point: `celery jobbers` reads the same store
+    listed = run([venv.bin("celery"), "-A", "bareapp", "jobbers", "tasks", "--json"], cwd=work,
+                 log=log, env=env)
+    tasks, _ = json.JSONDecoder().raw_decode(listed[listed.index("["):])  # then stderr
+    assert [t["state"] for t in tasks] == ["completed"]
     worked_at = time.monotonic()
 
     # the extras, in the same venv: the Django app and metrics, with nothing else

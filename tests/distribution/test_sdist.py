@@ -62,6 +62,7 @@ def test_the_wheel_holds_the_packages_their_data_and_the_licence(dist: Dist) -> 
         names = set(whl.namelist())
         info = next(n for n in names if n.endswith(".dist-info/METADATA"))
         metadata = whl.read(info).decode()
+        entry_points = whl.read(info.replace("METADATA", "entry_points.txt")).decode()
     tops = {n.split("/", 1)[0] for n in names}
     assert tops - {info.split("/", 1)[0]} == {"jobbers_celery", "jobbers_django"}
     expected = (source_files("jobbers_celery", (".py", ".lua", ".typed"))
@@ -71,3 +72,5 @@ def test_the_wheel_holds_the_packages_their_data_and_the_licence(dist: Dist) -> 
     assert "License-Expression: MIT" in metadata.splitlines()
     # kombu's Redis transport imports `packaging`, declared only in kombu's `redis` extra
     assert any(line.startswith("Requires-Dist: celery[redis]") for line in metadata.splitlines())
+    # `celery -A proj jobbers ...`: Celery finds its sub-commands through this entry point
+    assert "[celery.commands]\njobbers = jobbers_celery.cli:jobbers" in entry_points

@@ -98,6 +98,27 @@ def test_redis_sink_is_idempotent_per_task_and_attempt(make_store) -> None:
     assert set(store.client.hkeys(keys.dead_letters)) == {"dl-1:1", "dl-1:2", "dl-2:1"}
 
 
+def test_redis_sink_selects_finds_by_task_and_discards(make_store) -> None:
+    """What ``celery jobbers dlq`` reads and removes (tests/integration/test_cli.py runs it)."""
+    sink = _sink(make_store())
+    at = datetime(2026, 1, 2, 3, 4, tzinfo=UTC)
+    entries = [_entry("a*1", 1, failed_at=at), _entry("a*1", 2, failed_at=at.replace(minute=5)),
+               _entry("ab1", 1, queue="other", version=3, failed_at=at.replace(minute=6)),
+               _entry("a:1", 1, name="proj.other", failed_at=at.replace(minute=7))]
+    sink.write_many(entries)
+    assert sink.select(name="proj.import_catalog", queue="imports") == [entries[1], entries[0]]
+    assert sink.select(version=3) == [entries[2]]
+    assert sink.select(name="proj.other", limit=1) == [entries[3]]
+    assert sink.select(queue="nowhere") == []
+    # a glob character in a task id is matched as itself (not "ab1"), newest attempt first
+    assert sink.of_task("a*1") == [entries[1], entries[0]]
+    assert sink.of_task("a") == []  # "a:1" is task "a:1", attempt 1... not task "a"
+    assert sink.of_task("a:1") == [entries[3]]
+    assert sink.discard([entries[0], entries[0], entries[2]]) == 2
+    assert sink.discard([entries[0]]) == 0
+    assert sink.entries() == [entries[3], entries[1]]
+
+
 def test_dispatcher_writes_through_a_working_sink(make_store) -> None:
     store = make_store()
     sink = _sink(store)

@@ -31,7 +31,7 @@ LAYERS: dict[str, list[str]] = {
     "root": ["jobbers"],
     "adapter": ["shutdown", "beat", "taskrepr", "task", "request", "signals", "refusals",
                 "runtime",
-                "install", ""],
+                "install", "cli.output", "cli.base", "cli.dlq", "cli", ""],
 }
 RANK = {f"{NAME}.{m}".rstrip("."): n for n, mods in enumerate(LAYERS.values()) for m in mods}
 

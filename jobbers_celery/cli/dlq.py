@@ -1,0 +1,256 @@
+"""``celery jobbers dlq ...``: the Redis dead-letter sink (:class:`RedisDeadLetterSink`).
+
+The same command shape as the Django sink's ``manage.py`` command: ``list``, ``show``,
+``resubmit`` and ``discard``, by ids (``TASK_ID`` or ``TASK_ID:ATTEMPT``) or by filters
+(``--queue``, ``--task``, ``--version``); no ids and no filter is a usage error, never
+"everything". Paced resubmits (``--rate``...) need the Django sink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+from celery.bin.base import CeleryOption
+
+from jobbers_celery.cli import output as out
+from jobbers_celery.cli.base import Command, Env, NotFound, confirm, env, json_option
+from jobbers_celery.options import ResubmitVersion
+from jobbers_celery.records import DeadLetter
+from jobbers_celery.sinks import RedisDeadLetterSink
+
+__all__ = ["dlq"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_LIMIT = click.IntRange(1, 10_000)
+_PACING_NEEDS_DJANGO = (
+    "paced resubmits (--rate, --halt-after, --of-last) run in the background and need the "
+    "Django dead-letter sink (jobbers_django): use its manage.py command; this app's "
+    "dead letters are in the Redis sink")
+
+
+def _filters(func: _F) -> _F:
+    for option in reversed((
+            click.option("--queue", cls=CeleryOption, help="Entries of tasks routed here."),
+            click.option("--task", "name", cls=CeleryOption, help="Entries of this task name."),
+            click.option("--version", cls=CeleryOption, type=int,
+                         help="Entries of this task version."))):
+        func = option(func)
+    return func
+
+
+@click.group()
+def dlq() -> None:
+    """The dead-letter queue (Redis sink): list, show, resubmit, discard."""
+
+
+def _sink(e: Env) -> RedisDeadLetterSink:
+    sink = e.jobbers.sink
+    if not isinstance(sink, RedisDeadLetterSink):
+        raise click.UsageError(
+            f"this app's dead-letter sink is {type(sink).__module__}.{type(sink).__name__}, "
+            "not the Redis sink: manage its entries where it keeps them (the Django sink: "
+            "its manage.py command of the same shape)")
+    return sink
+
+
+def _shown(e: Env, entries: Sequence[DeadLetter]) -> list[dict[str, Any]]:
+    """Entries as shown, each with its task's state now (one round trip)."""
+    states = e.jobbers.store.fields([x.task_id for x in entries], ("state",))
+    return [out.dead_letter_json(x, e.redactor, e.parameters(x.name), row[0] or None)
+            for x, row in zip(entries, states, strict=True)]
+
+
+def _by_ids(e: Env, sink: RedisDeadLetterSink, ids: Sequence[str], every_attempt: bool
+            ) -> list[DeadLetter]:
+    """The entries the ids name (a task id: its newest attempt's entry, or all of them);
+    exit 3, before anything changes, if one names none."""
+    found: list[DeadLetter] = []
+    missing: list[str] = []
+    for given in ids:
+        parsed = out.parse_dead_letter_id(given)
+        if parsed.attempt is not None:
+            exact = sink.entry(parsed.task_id, parsed.attempt)
+            # else TASK_ID:N may be a task id with a colon in it
+            entries = [exact] if exact else sink.of_task(given)
+        else:
+            entries = [] if every_attempt else _newest(e, sink, given)
+            entries = entries or sink.of_task(given)
+        if not entries:
+            missing.append(given)
+        found.extend(entries if every_attempt else entries[:1])
+    if missing:
+        raise NotFound(f"no dead-letter entry for {', '.join(missing)}")
+    return found
+
+
+def _newest(e: Env, sink: RedisDeadLetterSink, task_id: str) -> list[DeadLetter]:
+    """The entry of the task's current attempt, if it has one: then it is its newest (two
+    ``HGET``s, where :meth:`~RedisDeadLetterSink.of_task` scans every entry)."""
+    (attempt,) = e.jobbers.store.fields([task_id], ("attempt",))[0]
+    entry = sink.entry(task_id, int(attempt)) if attempt and attempt.isdigit() else None
+    return [entry] if entry else []
+
+
+def _check(ids: Sequence[str], queue: str | None, name: str | None,
+           version: int | None) -> None:
+    """Usage errors, before the store is read: malformed ids, no ids and no filter."""
+    for given in ids:
+        out.parse_dead_letter_id(given)
+    if not ids and queue is None and name is None and version is None:
+        raise click.UsageError("give entry ids or at least one filter (--queue, --task, "
+                               "--version); never all entries by default")
+
+
+def _select(e: Env, sink: RedisDeadLetterSink, ids: Sequence[str], queue: str | None,
+            name: str | None, version: int | None, limit: int,
+            every_attempt: bool) -> list[DeadLetter]:
+    found = (sink.select(queue, name, version, limit) if not ids else
+             [x for x in _by_ids(e, sink, ids, every_attempt)
+              if (queue is None or x.queue == queue) and (name is None or x.name == name)
+              and (version is None or x.version == version)])
+    if every_attempt:
+        return found
+    # a task is resubmitted once, from its newest entry (the others would be skipped)
+    newest: dict[str, DeadLetter] = {}
+    for entry in found:
+        kept = newest.get(entry.task_id)
+        if kept is None or entry.attempt > kept.attempt:
+            newest[entry.task_id] = entry
+    return [x for x in found if newest[x.task_id] is x]
+
+
+def _table(shown: Sequence[dict[str, Any]]) -> str:
+    return out.table(out.DEAD_LETTER_HEADERS, [out.dead_letter_row(s) for s in shown])
+
+
+@dlq.command(name="list", cls=Command)
+@_filters
+@click.option("--limit", cls=CeleryOption, type=_LIMIT, default=50, show_default=True)
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, queue: str | None, name: str | None, version: int | None,
+          limit: int, as_json: bool) -> None:
+    """Entries, newest first (messages redacted)."""
+    e = env(ctx, as_json)
+    shown = _shown(e, _sink(e).select(queue, name, version, limit))
+    click.echo(out.to_json(shown) if as_json else _table(shown))
+
+
+@dlq.command(cls=Command)
+@click.argument("entry_id", metavar="ID")
+@json_option
+@click.pass_context
+def show(ctx: click.Context, entry_id: str, as_json: bool) -> None:
+    """One entry (TASK_ID: its newest attempt's), arguments and traceback redacted."""
+    out.parse_dead_letter_id(entry_id)
+    e = env(ctx, as_json)
+    shown = _shown(e, _by_ids(e, _sink(e), [entry_id], every_attempt=False))[0]
+    if as_json:
+        click.echo(out.to_json(shown))
+        return
+    click.echo(out.fields([
+        ("ID", shown["id"]), ("Task", shown["name"]), ("Version", shown["version"]),
+        ("Queue", shown["queue"]), ("Reason", shown["reason"]),
+        ("Attempt", shown["attempt"]), ("Retry attempt", shown["retry_attempt"]),
+        ("Worker", shown["worker"]), ("Failed at", out.human_iso(shown["failed_at"])),
+        ("Task now", shown["task_state_now"] or "gone"),
+        ("Args", shown["args"]), ("Kwargs", shown["kwargs"]),
+        ("Checkpoint", shown["checkpoint"]),
+        ("Unpublishable", shown["unpublishable"]),
+        ("Exception", f"{shown['exception_type']}: {shown['exception_message'] or ''}"
+         if shown["exception_type"] else shown["exception_message"]),
+        ("Traceback", shown["traceback"]),
+    ]))
+
+
+@dlq.command(cls=Command)
+@click.argument("ids", metavar="[ID]...", nargs=-1)
+@_filters
+@click.option("--limit", cls=CeleryOption, type=_LIMIT, default=1000, show_default=True,
+              help="At most this many entries (filters).")
+@click.option("--dry-run", cls=CeleryOption, is_flag=True,
+              help="Show what would be resubmitted; change nothing.")
+@click.option("--current-version", cls=CeleryOption, is_flag=True,
+              help="Publish as the version the task has in this app, not the entry's.")
+@click.option("--rate", cls=CeleryOption, type=float, metavar="PER_SECOND",
+              help="Pacing (Django sink only).")
+@click.option("--halt-after", cls=CeleryOption, type=int, metavar="X",
+              help="Pacing (Django sink only).")
+@click.option("--of-last", cls=CeleryOption, type=int, metavar="N",
+              help="Pacing (Django sink only).")
+@json_option
+@click.pass_context
+def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: str | None,
+             version: int | None, limit: int, dry_run: bool, current_version: bool,
+             rate: float | None, halt_after: int | None, of_last: int | None,
+             as_json: bool) -> None:
+    """Publish the entries' tasks again (same ids), from their entries' payloads."""
+    if rate is not None or halt_after is not None or of_last is not None:
+        raise click.UsageError(_PACING_NEEDS_DJANGO)
+    _check(ids, queue, name, version)
+    e = env(ctx, as_json)
+    entries = _select(e, _sink(e), ids, queue, name, version, limit, every_attempt=False)
+    shown = _shown(e, entries)
+    if dry_run:
+        if as_json:
+            click.echo(out.to_json({"dry_run": True, "matched": len(shown),
+                                    "entries": shown}))
+        else:
+            click.echo(_table(shown))
+            click.echo(f"Dry run: would resubmit {len(entries)} entr"
+                       f"{'y' if len(entries) == 1 else 'ies'}; nothing changed.")
+        return
+    version_of = ResubmitVersion.CURRENT if current_version else ResubmitVersion.ENTRY
+    try:
+        done = set(e.jobbers.resubmit_dead_letters(entries, version=version_of))
+    except ValueError as exc:  # --current-version of a task this app does not register
+        raise click.UsageError(str(exc)) from exc
+    why = {s["id"]: s["unpublishable"] or f"the task is {s['task_state_now'] or 'gone'}"
+           for s in shown if s["task_id"] not in done}
+    if as_json:
+        click.echo(out.to_json({
+            "dry_run": False, "matched": len(shown),
+            "resubmitted": [s["task_id"] for s in shown if s["task_id"] in done],
+            "skipped": [{"id": s["id"], "task_id": s["task_id"], "why": why[s["id"]]}
+                        for s in shown if s["id"] in why]}))
+    else:
+        click.echo(out.table(("ID", "TASK", "OUTCOME"), [
+            (s["id"], s["name"], f"skipped: {why[s['id']]}" if s["id"] in why
+             else "resubmitted") for s in shown]))
+        click.echo(f"Resubmitted {len(done)} of {len(entries)}.")
+    if why:
+        ctx.exit(1)
+
+
+@dlq.command(cls=Command)
+@click.argument("ids", metavar="[ID]...", nargs=-1)
+@_filters
+@click.option("--limit", cls=CeleryOption, type=_LIMIT, default=1000, show_default=True,
+              help="At most this many entries (filters).")
+@click.option("--yes", "-y", cls=CeleryOption, is_flag=True, help="Do not ask to confirm.")
+@json_option
+@click.pass_context
+def discard(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: str | None,
+            version: int | None, limit: int, yes: bool, as_json: bool) -> None:
+    """Remove entries for good (a TASK_ID: every entry of that task)."""
+    _check(ids, queue, name, version)
+    e = env(ctx, as_json)
+    sink = _sink(e)
+    entries = _select(e, sink, ids, queue, name, version, limit, every_attempt=True)
+    shown = _shown(e, entries)
+    if not entries:
+        click.echo(out.to_json({"discarded": 0, "ids": []}) if as_json
+                   else "No matching entries.")
+        return
+    if not yes:
+        click.echo(_table(shown[:10]), err=True)
+        more = " (10 shown)" if len(shown) > 10 else ""
+        if not confirm(f"Discard these {len(entries)} entries for good{more}?"):
+            click.echo(out.to_json({"discarded": 0, "ids": []}) if as_json
+                       else "Nothing discarded.")
+            return
+    removed = sink.discard(entries)
+    click.echo(out.to_json({"discarded": removed, "ids": [s["id"] for s in shown]})
+               if as_json else f"Discarded {removed} entr{'y' if removed == 1 else 'ies'}.")

@@ -1,0 +1,259 @@
+"""What the ``celery jobbers`` command prints, and how it reads its arguments. No network.
+
+Two forms of every answer: a human one (aligned tables, every date as
+``2026-11-26 15:47:32Z``, UTC) and ``--json`` for scripts (stable keys, ISO-8601 UTC
+dates). Both show values as the admin does: redacted by :class:`~jobbers_celery.Redactor`
+(arguments by key and parameter name, credentials by look, messages and tracebacks).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+
+from jobbers_celery.cleaner import CleanerStatus, CleanReport
+from jobbers_celery.records import DeadLetter, TaskRecord, Transition, WorkerInfo
+from jobbers_celery.redaction import Parameters, Redactor
+from jobbers_celery.states import TaskState
+
+__all__ = [
+    "TASK_ID_RE",
+    "DeadLetterId",
+    "cell",
+    "dead_letter_json",
+    "dead_letter_row",
+    "human_date",
+    "human_iso",
+    "iso",
+    "parse_before",
+    "parse_dead_letter_id",
+    "parse_state",
+    "parse_task_id",
+    "record_json",
+    "table",
+    "to_json",
+    "transition_json",
+]
+
+#: The task ids the REST API accepts too (jobbers_django.serializers.TASK_ID_PATTERN).
+TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,254}")
+TASK_ID_HELP = "1 to 255 letters, digits and . _ : @ + -, starting with a letter or digit"
+#: A table cell is cut to this many characters (the whole value is in ``show`` and --json).
+MAX_CELL = 48
+_DURATION_RE = re.compile(r"(?P<n>\d+)(?P<unit>[smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+# ---------------------------------------------------------------------------- parsing
+def parse_state(value: str | None) -> TaskState | None:
+    """A ``--state`` value; an unknown one is a usage error listing the valid states."""
+    if value is None:
+        return None
+    try:
+        return TaskState(value.strip().lower())
+    except ValueError:
+        raise click.BadParameter(
+            f"unknown state {value!r}; valid states: {', '.join(s.value for s in TaskState)}",
+            param_hint="'--state'") from None
+
+
+def parse_task_id(value: str) -> str:
+    """A task id as given; a malformed one is a usage error (nothing is looked up)."""
+    if not TASK_ID_RE.fullmatch(value):
+        raise click.BadParameter(f"malformed task id {value!r}: {TASK_ID_HELP}",
+                                 param_hint="'ID'")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterId:
+    """``TASK_ID`` (its entries, newest attempt first) or ``TASK_ID:ATTEMPT`` (one entry)."""
+
+    task_id: str
+    attempt: int | None = None
+
+    def __str__(self) -> str:
+        return self.task_id if self.attempt is None else f"{self.task_id}:{self.attempt}"
+
+
+def parse_dead_letter_id(value: str) -> DeadLetterId:
+    """A dead-letter entry id: ``TASK_ID`` or ``TASK_ID:ATTEMPT``."""
+    parse_task_id(value)
+    head, _, tail = value.rpartition(":")
+    if head and tail.isdigit():
+        return DeadLetterId(head, int(tail))
+    return DeadLetterId(value)
+
+
+def parse_before(value: str | None, now: datetime) -> datetime | None:
+    """``--submitted-before``: an ISO-8601 date or time (UTC unless it says otherwise), or
+    an age such as ``7d``, ``12h``, ``30m`` (that long before ``now``)."""
+    if value is None:
+        return None
+    text = value.strip()
+    age = _DURATION_RE.fullmatch(text)
+    if age:
+        return now - timedelta(**{_UNITS[age["unit"]]: int(age["n"])})
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither an ISO-8601 date/time (2026-11-01, 2026-11-01T12:00Z) "
+            "nor an age (30m, 12h, 7d, 2w)", param_hint="'--submitted-before'") from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+# ---------------------------------------------------------------------------- dates
+def human_date(value: datetime | None) -> str:
+    """Every date a person reads, in one format (UTC, to the second)."""
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def iso(value: datetime | None) -> str | None:
+    """Every date a script reads: ISO-8601, UTC, milliseconds."""
+    return value.astimezone(UTC).isoformat(timespec="milliseconds") if value else None
+
+
+# ---------------------------------------------------------------------------- tables
+def cell(value: Any, width: int = MAX_CELL) -> str:
+    """One table cell: on one line, cut to ``width`` characters."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, datetime):
+        return human_date(value)
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Aligned columns (two spaces apart), a header row; ``(none)`` when there are no rows."""
+    cells = [[cell(v) for v in row] for row in rows]
+    if not cells:
+        return "(none)"
+    widths = [max(len(h), *(len(r[n]) for r in cells)) for n, h in enumerate(headers)]
+    lines = [list(headers), *cells]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+                     for line in lines)
+
+
+def fields(pairs: Iterable[tuple[str, Any]]) -> str:
+    """``label: value`` lines, values aligned (multi-line values indented below)."""
+    items = list(pairs)
+    width = max((len(k) for k, _ in items), default=0) + 1
+    out: list[str] = []
+    for key, value in items:
+        if isinstance(value, str) and "\n" in value:
+            out.append(f"{key}:")
+            out.extend(f"    {line}" for line in value.rstrip("\n").splitlines())
+            continue
+        shown = (human_date(value) if isinstance(value, datetime)
+                 else "-" if value is None or value == ""
+                 else value if isinstance(value, str)
+                 else json.dumps(value, default=str, ensure_ascii=False))
+        out.append(f"{(key + ':').ljust(width)} {shown}")
+    return "\n".join(out)
+
+
+def to_json(value: Any) -> str:
+    """The ``--json`` form: sorted keys, ISO dates, one document."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False,
+                      default=lambda v: iso(v) if isinstance(v, datetime) else str(v))
+
+
+# ---------------------------------------------------------------------------- reads, shown
+def record_json(record: TaskRecord, red: Redactor) -> dict[str, Any]:
+    """A task record as shown (error message, progress and checkpoint redacted); the keys
+    of the REST API's ``TaskRecord`` (the dataclass's field names)."""
+    return {
+        "task_id": record.task_id, "name": record.name, "version": record.version,
+        "queue": record.queue, "state": record.state.value, "attempt": record.attempt,
+        "retry_attempt": record.retry_attempt, "worker": record.worker,
+        "submitted_at": iso(record.submitted_at), "started_at": iso(record.started_at),
+        "retried_at": iso(record.retried_at), "completed_at": iso(record.completed_at),
+        "heartbeat_at": iso(record.heartbeat_at), "run_at": iso(record.run_at),
+        "error": ({"type": record.error.type, "message": red.text(record.error.message)}
+                  if record.error else None),
+        "progress": red.value(record.progress), "checkpoint": red.value(record.checkpoint),
+    }
+
+
+def transition_json(step: Transition, red: Redactor) -> dict[str, Any]:
+    return {"at": iso(step.at), "from_state": step.from_state.value,
+            "to_state": step.to_state.value,
+            "attempt": step.attempt, "worker": step.worker,
+            "reason": red.text(step.reason) if step.reason else None}
+
+
+def error_text(record: TaskRecord, red: Redactor) -> str | None:
+    if record.error is None:
+        return None
+    message = red.text(record.error.message)
+    return f"{record.error.type}: {message}" if message else record.error.type
+
+
+def dead_letter_json(entry: DeadLetter, red: Redactor, params: Parameters | None,
+                     now_state: str | None = None) -> dict[str, Any]:
+    """A dead-letter entry as shown: arguments redacted by key and parameter name, its
+    message and traceback lose credentials and the secret values of its own arguments."""
+    args, kwargs = red.arguments(entry.args, entry.kwargs, params)
+    known = red.secrets(entry.args, entry.kwargs, params)
+    return {
+        "id": f"{entry.task_id}:{entry.attempt}", "task_id": entry.task_id,
+        "attempt": entry.attempt, "retry_attempt": entry.retry_attempt, "name": entry.name,
+        "version": entry.version, "queue": entry.queue, "reason": entry.reason,
+        "args": args, "kwargs": kwargs,
+        "exception_type": entry.exception_type,
+        "exception_message": (red.text(entry.exception_message, known)
+                              if entry.exception_message else None),
+        "traceback": red.text(entry.traceback, known) if entry.traceback else None,
+        "worker": entry.worker, "failed_at": iso(entry.failed_at),
+        "checkpoint": red.value(entry.checkpoint),
+        "unpublishable": entry.unpublishable,
+        "task_state_now": now_state,
+    }
+
+
+def dead_letter_row(shown: Mapping[str, Any]) -> list[Any]:
+    """One ``dlq list`` row from :func:`dead_letter_json`."""
+    exc = shown["exception_type"] or ""
+    if shown["exception_message"]:
+        exc = f"{exc}: {shown['exception_message']}" if exc else shown["exception_message"]
+    return [shown["id"], shown["name"], shown["version"], shown["queue"], shown["reason"],
+            exc, human_iso(shown["failed_at"]), shown["task_state_now"] or "gone"]
+
+
+DEAD_LETTER_HEADERS = ("ID", "TASK", "VER", "QUEUE", "REASON", "EXCEPTION", "FAILED AT",
+                       "TASK NOW")
+
+
+def worker_json(worker: WorkerInfo) -> dict[str, Any]:
+    return {"incarnation": worker.incarnation, "hostname": worker.hostname,
+            "pid": worker.pid, "last_seen_at": iso(worker.last_seen_at),
+            "running": worker.running}
+
+
+def cleaner_json(status: CleanerStatus) -> dict[str, Any]:
+    return {"last_run_at": iso(status.last_run_at),
+            "last_duration_ms": status.last_duration_ms, "by": status.by,
+            "overdue": status.overdue}
+
+
+def clean_json(report: CleanReport) -> dict[str, Any]:
+    out = report.as_dict()
+    out["at"] = iso(report.at)
+    out["resumed_at"] = iso(report.resumed_at)
+    return out
+
+
+def human_iso(value: str | None) -> str:
+    """An ISO date of a JSON form, as people read dates."""
+    return human_date(datetime.fromisoformat(value)) if value else "-"

@@ -1,0 +1,147 @@
+"""``celery jobbers``: its output and argument parsing, and the usage errors it raises before
+reading the store (no network; the commands against a worker: tests/integration/test_cli.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from importlib.metadata import entry_points
+from types import SimpleNamespace
+
+import click
+import pytest
+import redis
+from celery import Celery
+from click.testing import CliRunner
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from jobbers_celery import DeadLetter, Redactor, TaskState, WorkerInfo, install, parameters
+from jobbers_celery.cli import jobbers
+from jobbers_celery.cli import output as out
+from tests.conftest import free_port
+
+NOW = datetime(2026, 11, 26, 15, 0, 0, 123000, tzinfo=UTC)
+
+
+def test_the_entry_point_names_the_group() -> None:
+    (found,) = [e for e in entry_points(group="celery.commands") if e.name == "jobbers"]
+    assert found.value == "jobbers_celery.cli:jobbers"
+
+
+def test_state_parsing_lists_the_valid_states() -> None:
+    assert out.parse_state(" Failed ") is TaskState.FAILED
+    assert out.parse_state(None) is None
+    with pytest.raises(click.BadParameter, match="valid states: unsubmitted, submitted, "):
+        out.parse_state("bogus")
+
+
+@pytest.mark.parametrize("bad", ["", "bad id", "-x", "a\nb", "x" * 256, "a/b", "é"])
+def test_malformed_task_ids(bad: str) -> None:
+    with pytest.raises(click.BadParameter, match="malformed task id"):
+        out.parse_task_id(bad)
+
+
+def test_dead_letter_ids() -> None:
+    assert out.parse_dead_letter_id("abc") == out.DeadLetterId("abc")
+    assert out.parse_dead_letter_id("abc:3") == out.DeadLetterId("abc", 3)
+    assert out.parse_dead_letter_id("a:b") == out.DeadLetterId("a:b")
+    assert str(out.DeadLetterId("abc", 3)) == "abc:3"
+
+
+def test_submitted_before_takes_dates_and_ages() -> None:
+    assert out.parse_before("7d", NOW) == NOW - timedelta(days=7)
+    assert out.parse_before("30m", NOW) == NOW - timedelta(minutes=30)
+    assert out.parse_before("2026-11-01", NOW) == datetime(2026, 11, 1, tzinfo=UTC)
+    assert out.parse_before("2026-11-01T12:00+02:00", NOW) == datetime(2026, 11, 1, 10,
+                                                                        tzinfo=UTC)
+    assert out.parse_before("2026-11-01T12:00Z", NOW) == datetime(2026, 11, 1, 12, tzinfo=UTC)
+    with pytest.raises(click.BadParameter, match="neither an ISO-8601"):
+        out.parse_before("last week", NOW)
+
+
+def test_one_date_format_for_people_and_iso_for_scripts() -> None:
+    assert out.human_date(NOW) == "2026-11-26 15:00:00Z"
+    assert out.human_date(None) == "-"
+    assert out.iso(NOW) == "2026-11-26T15:00:00.123+00:00"
+    assert out.to_json({"b": NOW, "a": 1}) == ('{\n  "a": 1,\n  "b": '
+                                               '"2026-11-26T15:00:00.123+00:00"\n}')
+
+
+def test_tables_align_and_cut_cells() -> None:
+    text = out.table(("ID", "STATE"), [("a", "failed"), ("longer-id", None),
+                                       ("x", "y" * 100)])
+    lines = text.splitlines()
+    assert lines[0] == "ID         STATE"
+    assert lines[1] == "a          failed"
+    assert lines[2] == "longer-id  -"
+    assert lines[3].endswith("...")
+    assert len(lines[3]) == 11 + out.MAX_CELL
+    assert out.table(("ID",), []) == "(none)"
+    assert out.cell("two\nlines") == "two lines"
+
+
+def test_dead_letters_are_shown_redacted() -> None:
+    def login(user: str, password: str) -> None: ...
+
+    entry = DeadLetter(
+        task_id="t1", name="proj.login", version=1, queue="q", reason="failed",
+        args=["ann", "hunter2-pw"], kwargs={"api_token": "tok-123456", "dsn":
+                                            "postgres://u:s3cretpw@db/x"},
+        exception_type="ValueError", exception_message="login ann/hunter2-pw refused",
+        traceback="Traceback...\nValueError: login ann/hunter2-pw refused\n",
+        attempt=2, retry_attempt=0, worker="w1@h", failed_at=NOW)
+    shown = out.dead_letter_json(entry, Redactor(), parameters(login), "failed")
+    text = out.to_json(shown)
+    for secret in ("hunter2-pw", "tok-123456", "s3cretpw"):
+        assert secret not in text
+    assert shown["args"] == ["ann", "********"]
+    assert shown["kwargs"] == {"api_token": "********", "dsn": "postgres://u:********@db/x"}
+    assert shown["id"] == "t1:2"
+    assert shown["failed_at"] == "2026-11-26T15:00:00.123+00:00"
+    row = out.dead_letter_row(shown)
+    assert row[0] == "t1:2"
+    assert row[6] == "2026-11-26 15:00:00Z"
+    assert row[7] == "failed"
+
+
+def test_worker_incarnations() -> None:
+    w = WorkerInfo.parse("w1@host:4242:a1b2c3", 1_764_169_200_000, 3)
+    assert (w.hostname, w.pid, w.running) == ("w1@host", 4242, 3)
+    assert w.last_seen_at == datetime(2025, 11, 26, 15, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["purge"], "at least one of --name, --queue, --submitted-before"),
+    (["tasks", "--state", "nope"], "valid states: unsubmitted"),
+    (["show", "bad id"], "malformed task id"),
+    (["cancel", "a/b"], "malformed task id"),
+    (["resubmit", "ok", "bad id"], "malformed task id 'bad id'"),
+    (["tasks", "--limit", "0"], "0 is not in the range"),
+    (["dlq", "resubmit"], "give entry ids or at least one filter"),
+    (["dlq", "discard", "--yes"], "give entry ids or at least one filter"),
+    (["dlq", "resubmit", "--task", "t", "--rate", "2", "--halt-after", "3", "--of-last",
+      "10"], "need the Django dead-letter sink"),
+    (["dlq", "show", "a b"], "malformed task id"),
+])
+def test_usage_errors_exit_2_before_the_store_is_read(args: list[str], message: str) -> None:
+    # no app, no Redis: these fail before either is looked at
+    result = CliRunner().invoke(jobbers, args, obj=None)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_an_unreachable_store_exits_1_with_one_line() -> None:
+    app = Celery("cli-unavailable", broker=f"redis://127.0.0.1:{free_port()}/0",
+                 set_as_current=False)
+    jobbers_ = install(app)
+    jobbers_.store.client = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
+    result = CliRunner().invoke(jobbers, ["status"], obj=SimpleNamespace(app=app))
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: the jobbers store is unreachable: ConnectionError")
+
+
+def test_an_app_without_jobbers_exits_1() -> None:
+    app = Celery("cli-bare", set_as_current=False)
+    result = CliRunner().invoke(jobbers, ["tasks"], obj=SimpleNamespace(app=app))
+    assert result.exit_code == 1
+    assert "jobbers is not installed on the Celery app 'cli-bare'" in result.output
