@@ -115,6 +115,10 @@ class DeadLetterFailure(models.Model):
             models.UniqueConstraint(fields=["task_id", "attempt"],
                                     name="jobbers_failure_task_attempt"),
         )
+        indexes = (
+            # the groups page's charts: the failures of the groups on the page, last 24 h
+            models.Index(fields=["fingerprint", "failed_at"], name="jobbers_failure_fp_at"),
+        )
 
     def __str__(self) -> str:
         return f"{self.task_id} attempt {self.attempt}"
@@ -201,7 +205,7 @@ class DeadLetterAudit(models.Model):
 
     class Meta:
         verbose_name = "audit entry"
-        verbose_name_plural = "audit"
+        verbose_name_plural = "audit entries"
         ordering = ("-at", "-id")
         default_permissions = ("view",)
 

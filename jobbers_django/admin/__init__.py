@@ -30,8 +30,9 @@ off, and the only sortable column is the one the indexes are ordered by.
 
 from __future__ import annotations
 
+from jobbers_django.admin.actions import summary
 from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
-from jobbers_django.admin.entries import DeadLetterEntryAdmin, summary
+from jobbers_django.admin.entries import DeadLetterEntryAdmin
 from jobbers_django.admin.groups import DeadLetterAuditAdmin, FailureGroupAdmin
 from jobbers_django.admin.live import LivePagesAdmin, lifecycle
 from jobbers_django.admin.pagination import BoundedPaginator

@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.utils import dateformat, timezone
+from django.utils import formats, timezone
 from django.utils.html import format_html
 
 from jobbers_django.redaction import display, redact
@@ -46,8 +46,9 @@ def duration(delta: timedelta | None) -> str:
 
 
 def local_time(value: datetime | None) -> str:
-    """A compact local time for list columns (the admin's default is long)."""
-    return dateformat.format(timezone.localtime(value), "Y-m-d H:i:s") if value else "-"
+    """A local time in the site's ``DATETIME_FORMAT`` (the one Django's settings and
+    locale decide, as the admin's own date fields use: one format per page)."""
+    return formats.date_format(timezone.localtime(value), "DATETIME_FORMAT") if value else "-"
 
 
 def since(now: datetime, then: datetime | None) -> timedelta | None:

@@ -4,15 +4,22 @@ and the audit of every resubmit, discard and cancel, read-only."""
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import reverse
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
+from jobbers_django import permissions
+from jobbers_django.admin import actions, charts
 from jobbers_django.admin.base import ReadOnlyAdmin
 from jobbers_django.admin.display import compact_json, local_time
 from jobbers_django.admin.filters import ExceptionTypeFilter, TaskNameFilter
-from jobbers_django.models import DeadLetterAudit, FailureGroup, Status
+from jobbers_django.models import Action, DeadLetterAudit, DeadLetterEntry, FailureGroup, Status
 from jobbers_django.redaction import text
 
 __all__ = ["DeadLetterAuditAdmin", "FailureGroupAdmin"]
@@ -21,12 +28,79 @@ __all__ = ["DeadLetterAuditAdmin", "FailureGroupAdmin"]
 @admin.register(FailureGroup)
 class FailureGroupAdmin(ReadOnlyAdmin):
     list_display = ("task_name", "exception_type", "normalised_message", "frame", "failures",
-                    "dead_now", "first", "last")
+                    "last_24h", "dead_now", "first", "last", "buttons")
     list_display_links = None
     list_filter = (TaskNameFilter, ExceptionTypeFilter)
     sortable_by = ("failures", "dead_now", "first", "last")
     search_fields = ("message",)
     search_help_text = "Searches the normalised messages."
+    change_list_template = "jobbers/admin/group_change_list.html"
+
+    # -------------------------------------------------------------- list
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        """The page's rows, each with its failures per hour of the last 24 h (one query for
+        the whole page, see :func:`charts.hourly_failures`) and whether buttons show."""
+        cl = super().get_changelist_instance(request)
+        rows = list(cl.result_list)
+        hourly = charts.hourly_failures((g.fingerprint for g in rows), timezone.now())
+        can_act = permissions.allowed(request.user, permissions.RESUBMIT)
+        for group in rows:
+            group.jobbers_hourly = hourly.get(group.fingerprint, [0] * charts.HOURS)
+            group.jobbers_can_act = can_act
+        return cl
+
+    @admin.display(description="last 24 h")
+    def last_24h(self, obj: FailureGroup) -> str:
+        hourly = getattr(obj, "jobbers_hourly", None)
+        if hourly is None:
+            return "-"
+        return charts.sparkline(hourly, label=f"{sum(hourly)} failures in the last 24 hours, "
+                                "one bar per hour, oldest first")
+
+    @admin.display(description="")
+    def buttons(self, obj: FailureGroup) -> str:
+        if not getattr(obj, "jobbers_can_act", False) or obj.dead <= 0:
+            return ""
+        return format_html(
+            '<a class="button jobbers-act" href="{}">Resubmit…</a> '
+            '<a class="button jobbers-act" href="{}">Discard…</a>',
+            reverse("admin:jobbers_failuregroup_resubmit", args=[obj.pk]),
+            reverse("admin:jobbers_failuregroup_discard", args=[obj.pk]))
+
+    # -------------------------------------------------------------- actions
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("<int:pk>/resubmit/", wrap(self.group_action_view),
+                 {"action": Action.RESUBMIT}, name="jobbers_failuregroup_resubmit"),
+            path("<int:pk>/discard/", wrap(self.group_action_view),
+                 {"action": Action.DISCARD}, name="jobbers_failuregroup_discard"),
+            *super().get_urls(),
+        ]
+
+    def group_action_view(self, request: HttpRequest, pk: int, action: str) -> HttpResponse:
+        """Resubmit or discard every dead entry of one group (at most ``MAX_IDS``, newest
+        first): a confirmation page (GET), then the action (POST), back on the groups."""
+        if not permissions.allowed(request.user, permissions.RESUBMIT):
+            raise PermissionDenied
+        group = get_object_or_404(FailureGroup, pk=pk)
+        back = reverse("admin:jobbers_failuregroup_changelist")
+        selected = DeadLetterEntry.objects.filter(fingerprint=group.fingerprint)
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            actions.perform(self, request, selected, action)
+            return HttpResponseRedirect(back)
+        page = actions.confirmation(
+            self, request, selected, action, back_url=back,
+            subject=f" of the group {group.task_name}: "
+                    f"{Truncator(group.exception_type or text(group.message)).chars(60)}",
+            extra_fieldsets=self.confirmation_fieldsets(action, group))
+        return page if page is not None else HttpResponseRedirect(back)
+
+    def confirmation_fieldsets(self, action: str, group: FailureGroup) -> list[str]:
+        """Templates added inside the group confirmation form of ``action`` (none here)."""
+        return []
+
+    # -------------------------------------------------------------- columns
 
     @admin.display(description="normalised message")
     def normalised_message(self, obj: FailureGroup) -> str:
@@ -54,13 +128,20 @@ class FailureGroupAdmin(ReadOnlyAdmin):
 @admin.register(DeadLetterAudit)
 class DeadLetterAuditAdmin(ReadOnlyAdmin):
     list_display = ("when", "username", "action", "source", "matched", "acted",
-                    "reset_retry_count", "version", "selection")
+                    "retry_count", "version", "selection")
     list_filter = ("action", "source", ("at", admin.DateFieldListFilter))
     sortable_by = ("when",)
 
     @admin.display(description="at", ordering="at")
     def when(self, obj: DeadLetterAudit) -> str:
         return local_time(obj.at)
+
+    @admin.display(description="retry count")
+    def retry_count(self, obj: DeadLetterAudit) -> str:
+        """A choice, not an error: ``reset``, ``kept``, or ``-`` (discard, cancel)."""
+        if obj.reset_retry_count is None:
+            return "-"
+        return "reset" if obj.reset_retry_count else "kept"
 
     @admin.display(description="selection")
     def selection(self, obj: DeadLetterAudit) -> str:
