@@ -22,8 +22,8 @@ from django.utils.safestring import SafeString, mark_safe
 from jobbers_celery import CountSample, TaskState
 from jobbers_django.models import DeadLetterFailure
 
-__all__ = ["HOURS", "STATE_COLOURS", "hourly_failures", "progress", "progress_bar",
-           "sparkline", "state_chart"]
+__all__ = ["HOURS", "PANELS", "STATE_COLOURS", "hourly_failures", "progress", "progress_bar",
+           "sparkline", "state_chart", "state_charts"]
 
 #: Hours a group's sparkline covers (one bar each).
 HOURS = 24
@@ -80,16 +80,37 @@ def sparkline(values: Sequence[int], *, label: str, width: int = 96,
                          "</rect>", bars))
 
 
-def state_chart(samples: Sequence[CountSample], now: datetime, *, minutes: int = 60,
-                width: int = 720, height: int = 160) -> SafeString:
-    """Tasks per state over the last ``minutes``: one line per state that had any task,
-    x from ``now - minutes`` to ``now``, y from 0 to the largest count, with a legend."""
+#: The live page's panels, each on its own scale (the completed tasks, thousands, would
+#: flatten the few running or failing ones).
+PANELS: tuple[tuple[str, tuple[TaskState, ...]], ...] = (
+    ("Waiting and running", (TaskState.SUBMITTED, TaskState.SCHEDULED, TaskState.STARTED)),
+    ("Completed", (TaskState.COMPLETED,)),
+    ("Failed, stalled, dropped, cancelled", (TaskState.FAILED, TaskState.STALLED,
+                                             TaskState.DROPPED, TaskState.CANCELLED)),
+)
+
+
+def state_charts(samples: Sequence[CountSample], now: datetime, *,
+                 minutes: int = 60) -> SafeString:
+    """The :data:`PANELS`, side by side (``""`` without samples: the page says why)."""
     if not samples:
-        return mark_safe("")  # the page says why there is no chart
-    left, right, top, bottom = 44, 8, 8, 20
+        return mark_safe("")
+    return format_html('<div class="jobbers-charts">{}</div>', format_html_join(
+        "", '<figure><figcaption>{}</figcaption>{}</figure>',
+        ((title, state_chart(samples, now, states, minutes=minutes))
+         for title, states in PANELS)))
+
+
+def state_chart(samples: Sequence[CountSample], now: datetime,
+                states: Sequence[TaskState] = tuple(TaskState), *, minutes: int = 60,
+                width: int = 360, height: int = 130) -> SafeString:
+    """Tasks in ``states`` over the last ``minutes``: one line per state, x from ``now -
+    minutes`` to ``now``, y from 0 to the largest count, with a legend of the last counts."""
+    if not samples:
+        return mark_safe("")
+    left, right, top, bottom = 40, 8, 8, 20
     plot_w, plot_h = width - left - right, height - top - bottom
     start = now - timedelta(minutes=minutes)
-    states = [s for s in TaskState if any(x.counts.get(s, 0) for x in samples)]
     peak = max([x.counts.get(s, 0) for x in samples for s in states] or [0]) or 1
 
     def xy(sample: CountSample, state: TaskState) -> str:

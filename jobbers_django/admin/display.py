@@ -7,11 +7,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import formats, timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from jobbers_django.redaction import display, redact
 
-__all__ = ["compact_json", "duration", "json_block", "local_time", "since"]
+__all__ = ["breakable", "compact_json", "duration", "json_block", "local_time", "since"]
+
+
+def breakable(name: str) -> str:
+    """A dotted name that may wrap after its dots (``shop.<wbr>import_catalog``), never
+    inside a word."""
+    return format_html_join(mark_safe("<wbr>."), "{}", ((part,) for part in name.split(".")))
 
 
 def json_block(value: Any, *, redacted: bool = False) -> str:

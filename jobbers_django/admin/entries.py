@@ -24,7 +24,7 @@ from django.utils.text import Truncator
 
 from jobbers_django import conf, permissions, services
 from jobbers_django.admin import actions
-from jobbers_django.admin.display import json_block, local_time
+from jobbers_django.admin.display import breakable, json_block, local_time
 from jobbers_django.admin.filters import (
     ExceptionTypeFilter,
     FingerprintFilter,
@@ -99,8 +99,8 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
     @admin.display(description="task")
     def task(self, obj: DeadLetterEntry) -> str:
         if obj.task_version is None:
-            return obj.task_name
-        return format_html('{} <span class="muted">v{}</span>', obj.task_name,
+            return breakable(obj.task_name)
+        return format_html('{} <span class="muted">v{}</span>', breakable(obj.task_name),
                            obj.task_version)
 
     @admin.display(description="failures")

@@ -12,12 +12,13 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
+from django.utils.safestring import mark_safe
 from django.utils.text import Truncator
 
 from jobbers_django import permissions
 from jobbers_django.admin import actions, charts
 from jobbers_django.admin.base import ReadOnlyAdmin
-from jobbers_django.admin.display import compact_json, local_time
+from jobbers_django.admin.display import breakable, compact_json, local_time
 from jobbers_django.admin.filters import ExceptionTypeFilter, TaskNameFilter
 from jobbers_django.models import Action, DeadLetterAudit, DeadLetterEntry, FailureGroup, Status
 from jobbers_django.redaction import text
@@ -27,11 +28,12 @@ __all__ = ["DeadLetterAuditAdmin", "FailureGroupAdmin"]
 
 @admin.register(FailureGroup)
 class FailureGroupAdmin(ReadOnlyAdmin):
-    list_display = ("task_name", "exception_type", "normalised_message", "frame", "failures",
-                    "last_24h", "dead_now", "first", "last", "buttons")
+    # fits a 1366 px window: what failed (type, normalised message, frame) in one column,
+    # when in another (last seen, first seen under it)
+    list_display = ("task", "failure", "failures", "last_24h", "dead_now", "seen", "buttons")
     list_display_links = None
     list_filter = (TaskNameFilter, ExceptionTypeFilter)
-    sortable_by = ("failures", "dead_now", "first", "last")
+    sortable_by = ("failures", "dead_now", "seen")
     search_fields = ("message",)
     search_help_text = "Searches the normalised messages."
     change_list_template = "jobbers/admin/group_change_list.html"
@@ -60,9 +62,9 @@ class FailureGroupAdmin(ReadOnlyAdmin):
     @admin.display(description="")
     def buttons(self, obj: FailureGroup) -> str:
         if not getattr(obj, "jobbers_can_act", False) or obj.dead <= 0:
-            return ""
+            return mark_safe("&nbsp;")  # nothing to act on (the admin would draw "-")
         return format_html(
-            '<a class="button jobbers-act" href="{}">Resubmit…</a> '
+            '<a class="button jobbers-act" href="{}">Resubmit…</a>'
             '<a class="button jobbers-act" href="{}">Discard…</a>',
             reverse("admin:jobbers_failuregroup_resubmit", args=[obj.pk]),
             reverse("admin:jobbers_failuregroup_discard", args=[obj.pk]))
@@ -102,21 +104,28 @@ class FailureGroupAdmin(ReadOnlyAdmin):
 
     # -------------------------------------------------------------- columns
 
-    @admin.display(description="normalised message")
-    def normalised_message(self, obj: FailureGroup) -> str:
+    @admin.display(description="task", ordering="task_name")
+    def task(self, obj: FailureGroup) -> str:
+        return breakable(obj.task_name)
+
+    @admin.display(description="failure")
+    def failure(self, obj: FailureGroup) -> str:
+        """The exception type, the normalised message (links to the group's entries) and
+        the innermost application frame."""
         url = reverse("admin:jobbers_deadletterentry_changelist")
         message = text(obj.message)  # credentials taken out by look
-        return format_html("<a href=\"{}?{}\" title=\"{}\">{}</a>", url,
-                           urlencode({"fingerprint": obj.fingerprint}), message,
-                           Truncator(message or "(no message)").chars(90))
+        return format_html(
+            '{}<a href="{}?{}" title="{}">{}</a>{}', format_html(
+                "<strong>{}</strong><br>", breakable(obj.exception_type))
+            if obj.exception_type else "",
+            url, urlencode({"fingerprint": obj.fingerprint}), message,
+            Truncator(message or "(no message)").chars(90),
+            format_html('<br><span class="muted">{}</span>', obj.frame) if obj.frame else "")
 
-    @admin.display(description="first seen", ordering="first_seen")
-    def first(self, obj: FailureGroup) -> str:
-        return local_time(obj.first_seen)
-
-    @admin.display(description="last seen", ordering="last_seen")
-    def last(self, obj: FailureGroup) -> str:
-        return local_time(obj.last_seen)
+    @admin.display(description="seen", ordering="last_seen")
+    def seen(self, obj: FailureGroup) -> str:
+        return format_html('last {}<br><span class="muted">first {}</span>',
+                           local_time(obj.last_seen), local_time(obj.first_seen))
 
     @admin.display(description="dead now", ordering="dead")
     def dead_now(self, obj: FailureGroup) -> str:

@@ -57,7 +57,7 @@ class LivePagesAdmin(ReadOnlyAdmin):
             task_id__in=[r.task_id for r in overview.stalled]).values_list("task_id", "pk"))
         context.update(
             counts=[(state.value, overview.counts.get(state.value, 0)) for state in TaskState],
-            chart=charts.state_chart(overview.history, now, minutes=HISTORY_MINUTES),
+            chart=charts.state_charts(overview.history, now, minutes=HISTORY_MINUTES),
             history_minutes=HISTORY_MINUTES, refresh_seconds=REFRESH_SECONDS,
             running=[{"record": r, "progress": compact_json(r.progress),
                       "bar": charts.progress_bar(r.progress),
