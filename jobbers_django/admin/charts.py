@@ -59,7 +59,7 @@ def hourly_failures(fingerprints: Iterable[str], now: datetime,
     return out
 
 
-def sparkline(values: Sequence[int], *, label: str, width: int = 96,
+def sparkline(values: Sequence[int], *, label: str, width: int = 120,
               height: int = 22) -> SafeString:
     """Bars, one per value, scaled to the largest (a flat baseline when all are zero)."""
     top = max(values, default=0)

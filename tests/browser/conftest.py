@@ -132,7 +132,7 @@ def wait_for_page(driver: Any, check: Callable[[], bool], timeout: float = 15,
 def shoot(driver: Any) -> Callable[..., Path]:
     """``shoot(name, docs=False)``: a screenshot of the whole page (the window grown to its
     height, at most ``max_height``) in ``test-artifacts/screenshots/<name>.png``; with
-    ``docs`` and ``JOBBERS_DOCS_SCREENSHOTS=1`` also ``docs/img/admin-<name>.png``."""
+    ``docs`` and ``JOBBERS_DOCS_SCREENSHOTS=1`` also ``admin-<name>.png`` in ``docs/img/``."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
     def take(name: str, *, docs: bool = False, max_height: int = 2400) -> Path:

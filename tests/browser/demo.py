@@ -177,9 +177,10 @@ def seed_history(store: Any, minutes: int = 60) -> None:
     samples = {}
     for m in range(minutes, 0, -1):
         t = (minutes - m) / minutes
-        wave = math.sin(math.pi * t) ** 2
+        wave = math.sin(math.pi * t) ** 2  # 0 now: the history ends at the current counts
         extra = {"submitted": 40 * wave, "started": 9 * wave, "scheduled": 5 * wave,
-                 "completed": 400 * t, "failed": 6 * t, "stalled": 2 * wave}
+                 "completed": 400 * math.sin(math.pi * t), "failed": 6 * wave,
+                 "stalled": 2 * wave}
         counts = {state: n + int(extra.get(state, 0)) for state, n in current.items()}
         at = minute - m * 60_000
         samples[json.dumps({"at": at, "counts": counts})] = at

@@ -114,7 +114,6 @@ def test_one_entry_is_resubmitted_from_its_page(browser, demo, shoot, published,
 
 def test_live_page_draws_progress_and_refreshes_itself(browser, demo, shoot, jobbers,
                                                        monkeypatch):
-    monkeypatch.setattr(live_admin, "REFRESH_SECONDS", 1)
     browser.get(f"{browser.base}/admin/jobbers/deadletterentry/live/")
     bars = browser.find_elements(By.CSS_SELECTOR, "#jobbers-running .jobbers-progress")
     # {"done": 48200, "total": 120000}, 0.31 and 64 (%): each drawn as a bar
@@ -124,6 +123,8 @@ def test_live_page_draws_progress_and_refreshes_itself(browser, demo, shoot, job
     assert {line.get_attribute("data-state") for line in lines} >= {"started", "completed"}
     shoot("live", docs=True)
     # the task reports more progress: the page shows it without being reloaded
+    monkeypatch.setattr(live_admin, "REFRESH_SECONDS", 1)
+    browser.get(f"{browser.base}/admin/jobbers/deadletterentry/live/")
     browser.execute_script("window.jobbersNotReloaded = true")
     report_progress(jobbers.store, demo["running"][0], {"done": 108_000, "total": 120_000})
 
