@@ -41,7 +41,7 @@ def hourly_failures(fingerprints: Iterable[str], now: datetime,
                     hours: int = HOURS) -> dict[str, list[int]]:
     """Failures per hour of each group over the last ``hours`` (oldest first), from ONE
     query: ``GROUP BY fingerprint, hour`` over the failure rows of ``fingerprints`` newer
-    than ``now - hours`` (an index range per fingerprint on ``jobbers_failure_fp_at``)."""
+    than ``now - hours`` (an index-only range per fingerprint on ``jobbers_failure_fp_at``)."""
     fps = list(dict.fromkeys(fingerprints))
     if not fps:
         return {}
@@ -51,7 +51,7 @@ def hourly_failures(fingerprints: Iterable[str], now: datetime,
     rows = (DeadLetterFailure.objects.order_by()
             .filter(fingerprint__in=fps, failed_at__gte=start, failed_at__lt=end)
             .annotate(hour=TruncHour("failed_at")).values_list("fingerprint", "hour")
-            .annotate(n=Count("id")))
+            .annotate(n=Count("*")))  # not a column: the index alone answers
     for fp, hour, n in rows:
         slot = int((hour - start).total_seconds() // 3600)
         if 0 <= slot < hours:
