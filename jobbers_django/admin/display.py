@@ -18,7 +18,7 @@ __all__ = ["breakable", "compact_json", "duration", "json_block", "local_time", 
 def breakable(name: str) -> str:
     """A dotted name that may wrap after its dots (``shop.<wbr>import_catalog``), never
     inside a word."""
-    return format_html_join(mark_safe("<wbr>."), "{}", ((part,) for part in name.split(".")))
+    return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in name.split(".")))
 
 
 def json_block(value: Any, *, redacted: bool = False) -> str:

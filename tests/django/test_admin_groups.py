@@ -130,27 +130,29 @@ def test_one_entry_is_resubmitted_from_its_page(client, operator, staff, make_en
 
 
 def test_groups_page_charts_come_from_one_bounded_query(client, staff, make_entries):
-    now = datetime.now(UTC)
-    make_entries(1, failed_at=now - timedelta(minutes=5))
-    make_entries(2, failed_at=now - timedelta(hours=3, minutes=1))
-    make_entries(1, failed_at=now - timedelta(hours=30))  # older than the chart
-    odd = make_entries(1, exception_type="builtins.KeyError", exception_message="'sku'",
-                       failed_at=now - timedelta(hours=1))
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    make_entries(1, failed_at=hour)  # this hour: the last bar
+    make_entries(2, failed_at=hour - timedelta(hours=3) + timedelta(minutes=1))
+    make_entries(1, failed_at=hour - timedelta(hours=30))  # older than the chart
+    make_entries(1, exception_type="builtins.KeyError", exception_message="'sku'",
+                 failed_at=hour - timedelta(hours=1))
     client.force_login(staff)
     with CaptureQueriesContext(connection) as queries:
         response = client.get(reverse(GROUPS))
+    same_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) == hour
     charted = [q["sql"] for q in queries if "jobbers_deadletterfailure" in q["sql"]]
     assert len(charted) == 1
     assert "GROUP BY" in charted[0]
     groups = {g.exception_type: g for g in response.context["cl"].result_list}
     hourly = groups["builtins.ValueError"].jobbers_hourly
     assert len(hourly) == charts.HOURS == 24
-    assert (hourly[-1], hourly[-4], sum(hourly)) == (1, 2, 3)
+    assert sum(hourly) == 3
+    if same_hour:  # (the hour did not turn during the request)
+        assert (hourly[-1], hourly[-4]) == (1, 2)
     assert sum(groups["builtins.KeyError"].jobbers_hourly) == 1
     page = response.content.decode()
     assert page.count('class="jobbers-spark"') == 2
     assert "3 failures in the last 24 hours" in page
-    assert group_of(odd[0]).pk
 
 
 def test_hourly_failures_are_bounded_to_the_given_groups_and_hours(make_entries):
