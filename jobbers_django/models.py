@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import formats, timezone
 
 
 class Reason(models.TextChoices):
@@ -218,4 +219,6 @@ class DeadLetterAudit(models.Model):
         raise TypeError("the jobbers audit is append-only")
 
     def __str__(self) -> str:
-        return f"{self.action} by {self.username or '?'} via {self.source} at {self.at:%Y-%m-%d %H:%M:%S}"
+        # the site's DATETIME_FORMAT, as every date on the admin's pages
+        at = formats.date_format(timezone.localtime(self.at), "DATETIME_FORMAT")
+        return f"{self.action} by {self.username or '?'} via {self.source} at {at}"

@@ -226,7 +226,7 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         """The bulk actions' confirmation page (it posts back to the changelist with the
         selection), and what confirming it does."""
         if request.POST.get("post") == "yes":
-            actions.perform(self, request, queryset, action)
+            self.confirmed(request, queryset, action)
             return None
         return actions.confirmation(
             self, request, queryset, action, back_url=request.get_full_path(),
@@ -246,15 +246,20 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         entry_url = reverse("admin:jobbers_deadletterentry_change", args=[entry.pk])
         selected = DeadLetterEntry.objects.filter(pk=entry.pk)
         if request.method == "POST" and request.POST.get("post") == "yes":
-            actions.perform(self, request, selected, action)
+            self.confirmed(request, selected, action)
             return HttpResponseRedirect(entry_url)
         page = actions.confirmation(self, request, selected, action, back_url=entry_url,
                                     extra_fieldsets=self.confirmation_fieldsets(action))
         return page if page is not None else HttpResponseRedirect(entry_url)
 
     def confirmation_fieldsets(self, action: str) -> list[str]:
-        """Templates added inside the confirmation form of ``action`` (none here)."""
+        """Templates added inside the confirmation form of ``action`` (none here): with
+        :meth:`confirmed`, where options such as pacing plug in."""
         return []
+
+    def confirmed(self, request: HttpRequest, selected: QuerySet[Any], action: str) -> None:
+        """What confirming does: the action on the entries the page listed, at once."""
+        actions.perform(self, request, selected, action)
 
 
 def _redacted(entry: DeadLetterEntry, failures: Any) -> list[DeadLetterFailure]:

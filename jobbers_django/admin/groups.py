@@ -3,9 +3,12 @@ and the audit of every resubmit, discard and cancel, read-only."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
@@ -89,7 +92,7 @@ class FailureGroupAdmin(ReadOnlyAdmin):
         back = reverse("admin:jobbers_failuregroup_changelist")
         selected = DeadLetterEntry.objects.filter(fingerprint=group.fingerprint)
         if request.method == "POST" and request.POST.get("post") == "yes":
-            actions.perform(self, request, selected, action)
+            self.confirmed(request, selected, action, group)
             return HttpResponseRedirect(back)
         page = actions.confirmation(
             self, request, selected, action, back_url=back,
@@ -99,8 +102,14 @@ class FailureGroupAdmin(ReadOnlyAdmin):
         return page if page is not None else HttpResponseRedirect(back)
 
     def confirmation_fieldsets(self, action: str, group: FailureGroup) -> list[str]:
-        """Templates added inside the group confirmation form of ``action`` (none here)."""
+        """Templates added inside the group confirmation form of ``action`` (none here):
+        with :meth:`confirmed`, where options such as pacing plug in."""
         return []
+
+    def confirmed(self, request: HttpRequest, selected: QuerySet[Any], action: str,
+                  group: FailureGroup) -> None:
+        """What confirming does: the action on the entries the page listed, at once."""
+        actions.perform(self, request, selected, action)
 
     # -------------------------------------------------------------- columns
 

@@ -250,5 +250,9 @@ def test_one_date_format_readable_booleans_and_english_labels(client, operator, 
                     {"post": "yes", "task_ids": f'["{task_id}"]'})
     audit = client.get(reverse("admin:jobbers_deadletteraudit_changelist")).content.decode()
     assert "1 audit entry" in audit
+    row = client.get(reverse("admin:jobbers_deadletteraudit_change",
+                             args=[DeadLetterAudit.objects.get().pk])).content.decode()
+    assert "resubmit by operator via admin at " in row
+    assert not ISO_LIKE.search(row)
     assert "icon-yes.svg" not in audit
     assert ">reset</td>" in audit
