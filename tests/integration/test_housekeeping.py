@@ -105,3 +105,15 @@ def test_housekeeping_samples_the_counts_once_a_minute_into_a_capped_history(red
     assert len(history.read(minutes=1)) <= 2
     with pytest.raises(ValueError, match="at least 1"):
         history.read(minutes=0)
+
+
+@pytest.mark.worker
+def test_a_running_worker_samples_the_counts_for_count_history(proj, worker_factory):
+    # Jobbers.scheduler() gives the worker's scheduler thread the count history: its first
+    # housekeeping pass takes this minute's sample, read back through the public API
+    assert proj.jobbers.count_history(5) == []
+    worker_factory(pool="solo", concurrency=1)
+    wait_for(lambda: proj.jobbers.count_history(5), timeout=20,
+             message="the worker's first count sample")
+    [sample] = proj.jobbers.count_history(5)[-1:]
+    assert set(sample.counts) == set(S)
