@@ -189,9 +189,9 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         return [
-            path("<path:object_id>/resubmit/", wrap(self.entry_action_view),
+            path("<int:object_id>/resubmit/", wrap(self.entry_action_view),
                  {"action": Action.RESUBMIT}, name="jobbers_deadletterentry_resubmit"),
-            path("<path:object_id>/discard/", wrap(self.entry_action_view),
+            path("<int:object_id>/discard/", wrap(self.entry_action_view),
                  {"action": Action.DISCARD}, name="jobbers_deadletterentry_discard"),
             *super().get_urls(),
         ]
@@ -236,11 +236,11 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
                       for pk in request.POST.getlist(ACTION_CHECKBOX_NAME))],
             extra_fieldsets=self.confirmation_fieldsets(action))
 
-    def entry_action_view(self, request: HttpRequest, object_id: str, action: str
+    def entry_action_view(self, request: HttpRequest, object_id: int, action: str
                           ) -> HttpResponse:
         """Resubmit or discard one entry from its page: a confirmation page (GET), then the
-        action (POST), back on the entry's page."""
-        if not self.has_resubmit_permission(request):
+        action (POST), back on the entry's page. Needs the view and resubmit permissions."""
+        if not (self.has_view_permission(request) and self.has_resubmit_permission(request)):
             raise PermissionDenied
         entry = get_object_or_404(DeadLetterEntry, pk=object_id)
         entry_url = reverse("admin:jobbers_deadletterentry_change", args=[entry.pk])

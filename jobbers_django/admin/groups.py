@@ -85,8 +85,10 @@ class FailureGroupAdmin(ReadOnlyAdmin):
 
     def group_action_view(self, request: HttpRequest, pk: int, action: str) -> HttpResponse:
         """Resubmit or discard every dead entry of one group (at most ``MAX_IDS``, newest
-        first): a confirmation page (GET), then the action (POST), back on the groups."""
-        if not permissions.allowed(request.user, permissions.RESUBMIT):
+        first): a confirmation page (GET), then the action (POST), back on the groups. Needs
+        the view and resubmit permissions."""
+        if not (self.has_view_permission(request)
+                and permissions.allowed(request.user, permissions.RESUBMIT)):
             raise PermissionDenied
         group = get_object_or_404(FailureGroup, pk=pk)
         back = reverse("admin:jobbers_failuregroup_changelist")

@@ -256,3 +256,18 @@ def test_one_date_format_readable_booleans_and_english_labels(client, operator, 
     assert not ISO_LIKE.search(row)
     assert "icon-yes.svg" not in audit
     assert ">reset</td>" in audit
+
+
+def test_the_buttons_need_the_view_permission_too(client, django_user_model, make_entries,
+                                                  settings):
+    settings.JOBBERS_RESUBMIT_PERMISSION = "staff"  # any staff may resubmit ...
+    ids = make_entries(1)
+    blind = django_user_model.objects.create_user("blind", password="pw", is_staff=True)
+    client.force_login(blind)  # ... but this one may not see the dead letters
+    pk = DeadLetterEntry.objects.get(task_id=ids[0]).pk
+    for url in (reverse("admin:jobbers_failuregroup_resubmit", args=[group_of(ids[0]).pk]),
+                reverse("admin:jobbers_deadletterentry_discard", args=[pk])):
+        assert client.get(url).status_code == 403
+        assert client.post(url, {"post": "yes", "task_ids": f'["{ids[0]}"]'}
+                           ).status_code == 403
+    assert DeadLetterEntry.objects.get(pk=pk).status == Status.DEAD
