@@ -735,6 +735,94 @@ class Bench:
               f"{1000 * qlog.seconds:.1f} ms in SQL; "
               f"{size:,} B of HTML", flush=True)
 
+    # ------------------------------------------------------------------ charts
+    def charts_phase(self) -> None:
+        """The pictures of the admin: each group's failures per hour of the last 24 h (ONE
+        ``GROUP BY fingerprint, hour`` query over the groups of the page, index
+        ``jobbers_failure_fp_at``), for the default page (most recently seen groups) and the
+        worst page (the groups with the most failures); the groups page sorted that way;
+        and the live page with a full count history in Redis (its chart reads at most 60
+        samples, whatever the number of tasks)."""
+        import json as _json
+
+        from django.utils import timezone
+
+        from jobbers_django import conf, services
+        from jobbers_django.admin import charts
+        from jobbers_django.models import FailureGroup
+
+        n = max(10, self.args.group_requests)
+        out: dict[str, Any] = {}
+        pages = {
+            "recent": FailureGroup.objects.order_by("-last_seen", "-id"),
+            "busiest": FailureGroup.objects.order_by("-failures", "-id"),
+        }
+        for label, qs in pages.items():
+            fps = list(qs.values_list("fingerprint", flat=True)[:conf.DEFAULT_PAGE_SIZE])
+            now = timezone.now()
+            charts.hourly_failures(fps, now)  # warm the cache as a busy admin would
+            with self.load.span("charts"):
+                times, hourly = timed(lambda fps=fps, now=now: charts.hourly_failures(fps, now),
+                                      n)
+            with QueryLog().capture() as qlog:
+                charts.hourly_failures(fps, now)
+            [(sql, params, _t)] = qlog.queries
+            out[label] = {"ms": distribution(times), "groups": len(fps),
+                          "failures_24h": sum(sum(v) for v in hourly.values()),
+                          "explain": {"sql": sql, "params": params, "ms": 1000 * _t,
+                                      "plan": explain(sql, params)}}
+            d = out[label]["ms"]
+            print(f"  sparkline query, {label} page ({len(fps)} groups, "
+                  f"{out[label]['failures_24h']:,} failures in 24 h): p50 {d['p50']:.1f} ms, "
+                  f"p95 {d['p95']:.1f} ms", flush=True)
+
+        def get(url: str) -> Callable[[], Any]:
+            def fn() -> Any:
+                resp = self.client.get(url)
+                if resp.status_code != 200:
+                    raise RuntimeError(f"GET {url}: {resp.status_code}")
+                return resp
+            return fn
+        busiest = require_route(GROUPS_URL) + "?o=-3"  # sorted by failures, most first
+        for _ in range(3):
+            get(busiest)()
+        with self.load.span("charts"):
+            times, _last = timed(get(busiest), n)
+        out["groups_page_busiest"] = {"ms": distribution(times)}
+        # for comparison: the same page without its sparklines (their cost is the difference)
+        real = charts.hourly_failures
+        charts.hourly_failures = lambda fps, now, hours=charts.HOURS: {}  # type: ignore[assignment]
+        try:
+            for _ in range(3):
+                get(busiest)()
+            with self.load.span("charts"):
+                times, _last = timed(get(busiest), n)
+        finally:
+            charts.hourly_failures = real  # type: ignore[assignment]
+        out["groups_page_busiest_without_charts"] = {"ms": distribution(times)}
+        # the live page with the count history full (the cap) in the private Redis
+        jobbers = services.get_jobbers()
+        store = jobbers.store
+        now_ms = store.now_ms()
+        minute = now_ms - now_ms % 60_000
+        store.client.zadd(store.keys.count_history, {
+            _json.dumps({"at": minute - m * 60_000, "counts": {
+                "submitted": m % 17, "started": 8, "completed": 1000 * m, "failed": m}}):
+            minute - m * 60_000 for m in range(120)})
+        live = ENTRIES_ADMIN_URL + "live/"
+        for _ in range(3):
+            get(live)()
+        with self.load.span("charts"):
+            times, last = timed(get(live), n)
+        if b"<polyline" not in last.content:
+            raise RuntimeError("the live page drew no chart")
+        out["live_page"] = {"ms": distribution(times), "samples": 120}
+        self.res["charts"] = out
+        for key in ("groups_page_busiest", "groups_page_busiest_without_charts", "live_page"):
+            d = out[key]["ms"]
+            print(f"  {key.replace('_', ' ')}: {n} requests, p50 {d['p50']:.1f} ms, "
+                  f"p95 {d['p95']:.1f} ms", flush=True)
+
     def admin_entries_phase(self, names: dict[str, str]) -> None:
         """Not a target of the issue, for comparison: the admin's entry list filtered by
         task name (same table, same indexes as the API list)."""
@@ -1026,6 +1114,28 @@ def print_plan(title: str, ex: dict[str, Any]) -> None:
         print(f"      | {line}")
 
 
+def print_charts(res: dict[str, Any]) -> None:
+    c = res.get("charts")
+    if not c:
+        return
+    print()
+    print("  charts (no target; the groups page above includes its sparkline query):")
+    for label in ("recent", "busiest"):
+        m = c[label]["ms"]
+        print(f"    sparkline query, {label} page of {c[label]['groups']} groups "
+              f"({c[label]['failures_24h']:,} failures in the last 24 h): p50 {m['p50']:.1f} ms, "
+              f"p95 {m['p95']:.1f} ms, max {m['max']:.1f} ms")
+        print_plan(f"sparkline query ({label} page)", c[label]["explain"])
+    for key, title in (
+            ("groups_page_busiest", f"groups page sorted by failures, GET {GROUPS_URL}?o=-3"),
+            ("groups_page_busiest_without_charts", "the same without its sparklines"),
+            ("live_page", (f"live page, {c['live_page']['samples']} count samples in Redis, "
+                           f"GET {ENTRIES_ADMIN_URL}live/"))):
+        m = c[key]["ms"]
+        print(f"    {title}: p50 {m['p50']:.1f} ms, p95 {m['p95']:.1f} ms, "
+              f"max {m['max']:.1f} ms")
+
+
 def report(res: dict[str, Any], args: argparse.Namespace) -> bool:
     width = 100
     d = res["data"]
@@ -1073,6 +1183,7 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> bool:
           f"{g['db_ms']:.1f} ms in SQL")
     for i, ex in enumerate(g["explain"]):
         print_plan(f"groups query {i + 1}", ex)
+    print_charts(res)
     for label, a in res.get("admin_entries", {}).items():
         m = a["ms"]
         print(f"  for comparison, no target: admin entry list ?task_name={a['task_name']} "
@@ -1146,6 +1257,17 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> bool:
 
 
 # =========================================================================== main
+def print_charts_only(res: dict[str, Any], args: argparse.Namespace) -> None:
+    d = res["data"]
+    print("=" * 78)
+    print(f"  {d['entries']:,} entries, {d['failures']:,} failure rows, {d['groups']:,} groups "
+          f"(database {args.db})")
+    g = res["groups"]["ms"]
+    print(f"  groups page (default order, with its sparklines): GET {GROUPS_URL}: p50 "
+          f"{g['p50']:.1f} ms, p95 {g['p95']:.1f} ms; {res['groups']['queries']} queries")
+    print_charts(res)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1167,6 +1289,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="100,000 entries (own database), fewer requests, 2 rounds")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    ap.add_argument("--only", choices=("all", "charts"), default="all",
+                    help="charts: only the groups page and the admin's charts (no list, "
+                    "no resubmits)")
     ap.add_argument("--redis-server", default="redis-server", help="redis-server binary")
     args = ap.parse_args(argv)
     if args.quick:
@@ -1234,9 +1359,18 @@ def main(argv: list[str] | None = None) -> int:
               + "; ".join(f"{k} {v}: {count.get(v, 0):,} entries" for k, v in cases.items())
               + ") ...", flush=True)
         target = cases["incident"]  # resubmitted by filter: everything of the fixed task
+        if args.only == "charts":
+            print("groups page ...", flush=True)
+            bench.groups_phase()
+            print("charts ...", flush=True)
+            bench.charts_phase()
+            print_charts_only(bench.res, args)
+            return 0
         bench.list_phase(cases)
         print("groups page ...", flush=True)
         bench.groups_phase()
+        print("charts ...", flush=True)
+        bench.charts_phase()
         bench.admin_entries_phase(cases)
         print(f"bulk resubmit, {args.rounds} runs per selection kind (filter: task_name="
               f"{target}) ...", flush=True)

@@ -19,6 +19,7 @@ from jobbers_celery.errors import (
     TaskCancelled,
     TaskTimeout,
 )
+from jobbers_celery.history import CountSample
 from jobbers_celery.install import get_jobbers, install
 from jobbers_celery.jobbers import Jobbers, PurgeReport
 from jobbers_celery.options import (
@@ -61,6 +62,7 @@ __all__ = [
     "CleanReport",
     "CleanerStatus",
     "ConfigurationError",
+    "CountSample",
     "DeadLetter",
     "DeadLetterPolicy",
     "DeadLetterSink",

@@ -26,6 +26,7 @@ from jobbers_celery import payload, results
 from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.errors import ConfigurationError, StoreUnavailable
+from jobbers_celery.history import CountHistory, CountSample
 from jobbers_celery.options import ResubmitVersion, TaskOptions
 from jobbers_celery.publisher import Publisher
 from jobbers_celery.recorder import Recorder
@@ -142,11 +143,12 @@ class Jobbers:
                                  publish_lease_s=config.publish_lease)
         self.publisher = Publisher(app, self.store)
         self.cleaner = Cleaner(self.store, config, self.recorder, self.publisher)
+        self.count_sampler = CountHistory(self.store)
 
     def scheduler(self, worker_name: str | None = None) -> Scheduler:
         """A scheduler of this namespace (a worker runs one, see :mod:`runtime`)."""
         return Scheduler(self.store, self.config, self.publisher, self.dead_letters,
-                         self.cleaner, worker_name)
+                         self.cleaner, worker_name, history=self.count_sampler)
 
     # ------------------------------------------------------------------ the registry
     # The one registry of installed instances: each app holds its own (``app._jobbers``,
@@ -217,6 +219,12 @@ class Jobbers:
     @_store_call
     def counts(self) -> dict[TaskState, int]:
         return self.store.counts()
+
+    @_store_call
+    def count_history(self, minutes: int = 60) -> list[CountSample]:
+        """Tasks per state over the last ``minutes``, oldest first: one sample a minute,
+        taken by the workers' schedulers (none while no worker runs; two hours are kept)."""
+        return self.count_sampler.read(minutes)
 
     @_store_call
     def now(self) -> datetime:

@@ -20,6 +20,7 @@ from jobbers_celery import metrics
 if TYPE_CHECKING:
     from jobbers_celery.cleaner import Cleaner
     from jobbers_celery.config import JobbersConfig
+    from jobbers_celery.history import CountHistory
     from jobbers_celery.publisher import Publisher
     from jobbers_celery.sinks import DeadLetterDispatcher
     from jobbers_celery.store import Claimed, RedisStore
@@ -37,20 +38,21 @@ _HOUSEKEEPING_BUDGET_S = 1.0
 class Scheduler:
     """Publishes the due retries of one jobbers namespace, and runs its housekeeping.
 
-    ``dead_letters`` (whose parked entries housekeeping retries) and ``cleaner`` (whose
-    catch-up pass it runs when beat runs none) may be left out by a caller that only
-    publishes.
+    ``dead_letters`` (whose parked entries housekeeping retries), ``cleaner`` (whose
+    catch-up pass it runs when beat runs none) and ``history`` (the per-state counts that
+    housekeeping samples once a minute) may be left out by a caller that only publishes.
     """
 
     def __init__(self, store: RedisStore, config: JobbersConfig, publisher: Publisher,
                  dead_letters: DeadLetterDispatcher | None = None,
                  cleaner: Cleaner | None = None, worker_name: str | None = None, *,
-                 batch: int = _BATCH) -> None:
+                 batch: int = _BATCH, history: CountHistory | None = None) -> None:
         self.store = store
         self.config = config
         self.publisher = publisher
         self.dead_letters = dead_letters
         self.cleaner = cleaner
+        self.history = history
         self.batch = batch
         self.worker_name = worker_name
         self._last_housekeeping = 0.0
@@ -90,7 +92,8 @@ class Scheduler:
                             item.retries, now_ms)
 
     def housekeeping(self) -> int:
-        """Retry parked dead letters; prune expired records. Returns records pruned.
+        """Retry parked dead letters; sample the counts (once a minute across workers);
+        prune expired records. Returns records pruned.
 
         One worker at a time (a short lock; pruning is compare-and-set, so the lock only saves
         duplicate work). Pruning drains in batches until nothing is left or the time budget is
@@ -98,6 +101,8 @@ class Scheduler:
         """
         if self.dead_letters is not None:
             self.dead_letters.retry_pending()
+        if self.history is not None:
+            self.history.sample()
         store = self.store
         if not store.try_lock("housekeeping", int(HOUSEKEEPING_EVERY_S * 1000)):
             return 0

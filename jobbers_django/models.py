@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import formats, timezone
 
 
 class Reason(models.TextChoices):
@@ -115,6 +116,10 @@ class DeadLetterFailure(models.Model):
             models.UniqueConstraint(fields=["task_id", "attempt"],
                                     name="jobbers_failure_task_attempt"),
         )
+        indexes = (
+            # the groups page's charts: the failures of the groups on the page, last 24 h
+            models.Index(fields=["fingerprint", "failed_at"], name="jobbers_failure_fp_at"),
+        )
 
     def __str__(self) -> str:
         return f"{self.task_id} attempt {self.attempt}"
@@ -201,7 +206,7 @@ class DeadLetterAudit(models.Model):
 
     class Meta:
         verbose_name = "audit entry"
-        verbose_name_plural = "audit"
+        verbose_name_plural = "audit entries"
         ordering = ("-at", "-id")
         default_permissions = ("view",)
 
@@ -214,4 +219,6 @@ class DeadLetterAudit(models.Model):
         raise TypeError("the jobbers audit is append-only")
 
     def __str__(self) -> str:
-        return f"{self.action} by {self.username or '?'} via {self.source} at {self.at:%Y-%m-%d %H:%M:%S}"
+        # the site's DATETIME_FORMAT, as every date on the admin's pages
+        at = formats.date_format(timezone.localtime(self.at), "DATETIME_FORMAT")
+        return f"{self.action} by {self.username or '?'} via {self.source} at {at}"

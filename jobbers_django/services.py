@@ -39,7 +39,14 @@ from jobbers_django.querysets import FILTERS, NEWEST_FIRST, filter_entries
 if TYPE_CHECKING:
     from celery import Celery
 
-    from jobbers_celery import CleanerStatus, DeadLetter, Jobbers, TaskRecord, Transition
+    from jobbers_celery import (
+        CleanerStatus,
+        CountSample,
+        DeadLetter,
+        Jobbers,
+        TaskRecord,
+        Transition,
+    )
 
 __all__ = [
     "FILTERS",
@@ -432,9 +439,11 @@ class LiveOverview:
     scheduled: list[TaskRecord]
     cleaner: CleanerStatus | None
     now: datetime
+    #: tasks per state, one sample a minute, oldest first (``Jobbers.count_history``)
+    history: list[CountSample] = field(default_factory=list)
 
 
-def live_overview(limit: int = 100) -> LiveOverview:
+def live_overview(limit: int = 100, history_minutes: int = 60) -> LiveOverview:
     from jobbers_celery import TaskState
 
     jobbers = get_jobbers()
@@ -446,6 +455,7 @@ def live_overview(limit: int = 100) -> LiveOverview:
         cleaner=jobbers.cleaner_status(),
         # the task times are Redis times: elapsed is measured on the same clock
         now=jobbers.now(),
+        history=jobbers.count_history(history_minutes),
     )
 
 

@@ -12,6 +12,12 @@ command -v redis-server >/dev/null 2>&1 || [ -n "${JOBBERS_REDIS_OPTIONAL:-}" ] 
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # the Django quickstart (tests/distribution) reads the API with curl, as the page does
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+# the browser tests (tests/browser) drive Debian's headless Chromium; scripts/test asks for it
+if [ -n "${JOBBERS_NEED_BROWSER:-}" ]; then
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+    || need_apt+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+fi
 if ! command -v python3 >/dev/null 2>&1; then
   need_apt+=(python3 python3-venv)
 elif [ ! -x "$VENV/bin/python" ] && ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then

@@ -132,6 +132,13 @@ class Keys:
         message was removed on purpose (purge, retention), not lost with the dataset."""
         return f"{self._ns}:epoch"
 
+    @property
+    def count_history(self) -> str:
+        """Sorted set of per-state counts sampled at most once a minute, scored by the
+        minute (ms): JSON ``{"at": ms, "counts": {state: n}}``, trimmed to the newest
+        ``history.KEEP`` (see :mod:`jobbers_celery.history`)."""
+        return f"{self._ns}:counts:history"
+
     def lock(self, name: str) -> str:
         return f"{self._ns}:lock:{name}"
 

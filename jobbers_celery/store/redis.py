@@ -952,6 +952,33 @@ class RedisStore:
             pipe.zcard(self.keys.state_index(state))
         return {s: int(n) for s, n in zip(STATE_ORDER, pipe.execute(), strict=True)}
 
+    def sample_counts(self, keep: int) -> bool:
+        """Add :meth:`counts` to the count history unless this Redis-clock minute has a
+        sample already (a lock per minute: one sample whichever worker asks first); keep
+        the newest ``keep``. Returns whether it sampled."""
+        now = self.now_ms()
+        minute = now - now % 60_000
+        if not self.client.set(self.keys.lock(f"counts:{minute}"), "1", nx=True, px=120_000):
+            return False
+        counts = {state.value: n for state, n in self.counts().items()}
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zadd(self.keys.count_history, {_json({"at": minute, "counts": counts}): minute})
+        pipe.zremrangebyrank(self.keys.count_history, 0, -keep - 1)
+        pipe.execute()
+        return True
+
+    def count_history(self, since_ms: int) -> list[tuple[int, dict[str, int]]]:
+        """The count samples taken at or after ``since_ms``, oldest first: ``(minute ms,
+        {state: n})``."""
+        rows = cast("list[str]", self.client.zrangebyscore(self.keys.count_history,
+                                                           since_ms, "+inf"))
+        out = []
+        for raw in rows:
+            sample = json.loads(raw)
+            out.append((int(sample["at"]), {str(k): int(v)
+                                            for k, v in sample["counts"].items()}))
+        return out
+
     def scheduled(self, limit: int = 100) -> list[TaskRecord]:
         ids = cast("list[str]",
                    self.client.zrange(self.keys.state_index(TaskState.SCHEDULED), 0, limit - 1))

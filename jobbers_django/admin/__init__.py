@@ -7,13 +7,16 @@ Pages (under the admin site, app ``jobbers``), one module each:
   transitions, and the actions resubmit (resetting the retry count or keeping it) and
   discard, each behind a confirmation page.
 - :mod:`~jobbers_django.admin.groups`: failure groups (entries grouped by fingerprint, with
-  counts; each links to its entries) and the audit of every resubmit, discard and cancel,
-  read-only.
-- :mod:`~jobbers_django.admin.live`: live tasks (``deadletterentry/live/``), counts per state,
-  running, stalled and scheduled tasks from Redis, the cleaner's last pass, and a cancel
-  action.
+  counts and a chart of the last 24 h; each links to its entries and has Resubmit and
+  Discard buttons) and the audit of every resubmit, discard and cancel, read-only.
+- :mod:`~jobbers_django.admin.live`: live tasks (``deadletterentry/live/``), counts per state
+  and their last hour, running tasks (progress as bars), stalled and scheduled tasks from
+  Redis, the cleaner's last pass, and a cancel action; the page refreshes itself.
 
-Their parts: :mod:`~jobbers_django.admin.filters` (list filters),
+Their parts: :mod:`~jobbers_django.admin.actions` (the confirmation page and what confirming
+does, for the bulk actions, a group's and an entry's buttons),
+:mod:`~jobbers_django.admin.charts` (inline SVG pictures and their bounded queries),
+:mod:`~jobbers_django.admin.filters` (list filters),
 :mod:`~jobbers_django.admin.pagination` (the capped paginator),
 :mod:`~jobbers_django.admin.base` (the read-only admin they all are) and
 :mod:`~jobbers_django.admin.display` (how values look).
@@ -30,8 +33,9 @@ off, and the only sortable column is the one the indexes are ordered by.
 
 from __future__ import annotations
 
+from jobbers_django.admin.actions import summary
 from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
-from jobbers_django.admin.entries import DeadLetterEntryAdmin, summary
+from jobbers_django.admin.entries import DeadLetterEntryAdmin
 from jobbers_django.admin.groups import DeadLetterAuditAdmin, FailureGroupAdmin
 from jobbers_django.admin.live import LivePagesAdmin, lifecycle
 from jobbers_django.admin.pagination import BoundedPaginator

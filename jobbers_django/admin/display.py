@@ -6,12 +6,19 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.utils import dateformat, timezone
-from django.utils.html import format_html
+from django.utils import formats, timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from jobbers_django.redaction import display, redact
 
-__all__ = ["compact_json", "duration", "json_block", "local_time", "since"]
+__all__ = ["breakable", "compact_json", "duration", "json_block", "local_time", "since"]
+
+
+def breakable(name: str) -> str:
+    """A dotted name that may wrap after its dots (``shop.<wbr>import_catalog``), never
+    inside a word."""
+    return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in name.split(".")))
 
 
 def json_block(value: Any, *, redacted: bool = False) -> str:
@@ -46,8 +53,9 @@ def duration(delta: timedelta | None) -> str:
 
 
 def local_time(value: datetime | None) -> str:
-    """A compact local time for list columns (the admin's default is long)."""
-    return dateformat.format(timezone.localtime(value), "Y-m-d H:i:s") if value else "-"
+    """A local time in the site's ``DATETIME_FORMAT`` (the one Django's settings and
+    locale decide, as the admin's own date fields use: one format per page)."""
+    return formats.date_format(timezone.localtime(value), "DATETIME_FORMAT") if value else "-"
 
 
 def since(now: datetime, then: datetime | None) -> timedelta | None:

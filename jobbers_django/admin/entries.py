@@ -8,25 +8,23 @@ the messages, which scans (bounded by the page size and the count cap).
 
 from __future__ import annotations
 
-import json
 import re
-from collections import Counter
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
-from jobbers_django import conf, permissions, querysets, services
-from jobbers_django.admin.base import STORE_ERRORS
-from jobbers_django.admin.display import json_block, local_time
+from jobbers_django import conf, permissions, services
+from jobbers_django.admin import actions
+from jobbers_django.admin.display import breakable, json_block, local_time
 from jobbers_django.admin.filters import (
     ExceptionTypeFilter,
     FingerprintFilter,
@@ -37,22 +35,16 @@ from jobbers_django.admin.filters import (
     VersionFilter,
 )
 from jobbers_django.admin.live import LivePagesAdmin, lifecycle
-from jobbers_django.admin.pagination import BoundedPaginator
 from jobbers_django.models import (
     Action,
     DeadLetterEntry,
     DeadLetterFailure,
     FailureGroup,
-    Source,
     Status,
-    VersionChoice,
 )
 from jobbers_django.redaction import arguments, text
 
-__all__ = ["CONFIRM_SHOWN", "DeadLetterEntryAdmin", "summary"]
-
-#: Entries listed by name on a confirmation page (the count covers all of them).
-CONFIRM_SHOWN = 50
+__all__ = ["DeadLetterEntryAdmin"]
 #: Task ids that look like Celery's (uuid4) are searched as ids, never as messages.
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
                    r"[0-9a-fA-F]{12}")
@@ -60,8 +52,10 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]
 
 @admin.register(DeadLetterEntry)
 class DeadLetterEntryAdmin(LivePagesAdmin):
-    list_display = ("task_id", "task_name", "version", "queue", "reason", "exception",
-                    "n_failures", "last_failed", "status")
+    # fits a 1366 px window beside the filters: the id is cut (the full one in its
+    # tooltip and on the entry's page), the version goes with the name, long text wraps
+    list_display = ("short_id", "task", "queue", "reason", "exception", "n_failures",
+                    "last_failed", "status")
     list_filter = (TaskNameFilter, VersionFilter, QueueFilter, ReasonFilter, ExceptionTypeFilter,
                    StatusFilter, ("last_failed_at", admin.DateFieldListFilter), FingerprintFilter)
     sortable_by = ("last_failed",)
@@ -82,9 +76,9 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
             "fields": ("args_display", "kwargs_display", "checkpoint_display",
                        "options_display")}),
         ("Resubmission", {"fields": ("resubmit_count", "resubmitted_at", "discarded_at",
-                                     "publish_pending")}),
+                                     "publish_pending_display")}),
     )
-    readonly_fields = ("group", "exception_message_display", "traceback_display",
+    readonly_fields = ("group", "publish_pending_display", "exception_message_display", "traceback_display",
                        "args_display", "kwargs_display",
                        "checkpoint_display", "options_display")
 
@@ -97,9 +91,17 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
             qs = qs.defer("args", "kwargs", "options", "checkpoint", "traceback")
         return qs
 
-    @admin.display(description="version")
-    def version(self, obj: DeadLetterEntry) -> Any:
-        return obj.task_version
+    @admin.display(description="task id")
+    def short_id(self, obj: DeadLetterEntry) -> str:
+        return format_html('<span title="{}">{}</span>', obj.task_id,
+                           Truncator(obj.task_id).chars(13))
+
+    @admin.display(description="task")
+    def task(self, obj: DeadLetterEntry) -> str:
+        if obj.task_version is None:
+            return breakable(obj.task_name)
+        return format_html('{} <span class="muted">v{}</span>', breakable(obj.task_name),
+                           obj.task_version)
 
     @admin.display(description="failures")
     def n_failures(self, obj: DeadLetterEntry) -> int:
@@ -113,9 +115,10 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
     def exception(self, obj: DeadLetterEntry) -> str:
         # the list does not read the arguments: credentials are taken out by look only
         message = text(obj.exception_message)
-        return format_html("<span title=\"{}\">{}</span>", message,
-                           Truncator(f"{obj.exception_type}: {message}"
-                                     if obj.exception_type else message).chars(90))
+        full = f"{obj.exception_type}: {message}" if obj.exception_type else message
+        return format_html("<span title=\"{}\">{}</span>", full,
+                           Truncator(f"{obj.exception_type.rpartition('.')[2]}: {message}"
+                                     if obj.exception_type else message).chars(70))
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any],
                            search_term: str) -> tuple[QuerySet[Any], bool]:
@@ -136,6 +139,11 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
                  f"{Truncator(text(group.message)).chars(80)}" if group else obj.fingerprint)
         return format_html("<a href=\"{}?{}\">{}</a>", url,
                            urlencode({"fingerprint": obj.fingerprint}), label)
+
+    @admin.display(description="publish pending")
+    def publish_pending_display(self, obj: DeadLetterEntry) -> str:
+        """A state, not an error: ``yes`` (marked resubmitted, not yet published) or ``no``."""
+        return "yes" if obj.publish_pending else "no"
 
     @admin.display(description="traceback")
     def traceback_display(self, obj: DeadLetterEntry) -> str:
@@ -178,6 +186,16 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     # -------------------------------------------------------------- actions
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("<int:object_id>/resubmit/", wrap(self.entry_action_view),
+                 {"action": Action.RESUBMIT}, name="jobbers_deadletterentry_resubmit"),
+            path("<int:object_id>/discard/", wrap(self.entry_action_view),
+                 {"action": Action.DISCARD}, name="jobbers_deadletterentry_discard"),
+            *super().get_urls(),
+        ]
+
     def has_resubmit_permission(self, request: HttpRequest) -> bool:
         return permissions.allowed(request.user, permissions.RESUBMIT)
 
@@ -205,120 +223,43 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
 
     def _act(self, request: HttpRequest, queryset: QuerySet[Any], action: str
              ) -> HttpResponse | None:
-        """A confirmation page listing the dead entries of the selection (at most
-        ``MAX_IDS``, newest first); confirming acts on exactly those."""
-        verb = "resubmit" if action == Action.RESUBMIT else "discard"
+        """The bulk actions' confirmation page (it posts back to the changelist with the
+        selection), and what confirming it does."""
         if request.POST.get("post") == "yes":
-            self._perform(request, action, verb, queryset)
+            self.confirmed(request, queryset, action)
             return None
-        dead = queryset.filter(status=Status.DEAD).order_by(*querysets.NEWEST_FIRST)
-        rows = list(dead.values_list("task_id", "task_name", "exception_type",
-                                     "last_failed_at", "task_version")[: conf.MAX_IDS + 1])
-        more = len(rows) > conf.MAX_IDS
-        rows = rows[: conf.MAX_IDS]
-        if not rows:
-            self.message_user(request, f"Nothing to {verb}: none of the selected entries is "
-                              "dead (they were resubmitted or discarded already).",
-                              messages.WARNING)
-            return None
-        not_dead = querysets.count_at_most(queryset.exclude(status=Status.DEAD),
-                                           BoundedPaginator.cap)
-        noun = "dead-letter entry" if len(rows) == 1 else "dead-letter entries"
-        context = self.admin_context(
-            request, f"{verb.capitalize()} {len(rows)} {noun}?", action=verb, count=len(rows),
-            shown=rows[:CONFIRM_SHOWN], rest=max(0, len(rows) - CONFIRM_SHOWN), more=more,
-            max_ids=conf.MAX_IDS, not_dead=not_dead,
-            # one field, not one per id: Django refuses more than 1,000 fields per request
-            hidden=[("action", f"{verb}_selected"),
+        return actions.confirmation(
+            self, request, queryset, action, back_url=request.get_full_path(),
+            hidden=[("action", f"{actions.verb_of(action)}_selected"),
                     ("select_across", request.POST.get("select_across", "0")),
-                    ("task_ids", json.dumps([r[0] for r in rows])),
                     *((ACTION_CHECKBOX_NAME, pk)
                       for pk in request.POST.getlist(ACTION_CHECKBOX_NAME))],
-            back_url=request.get_full_path(),
-            current_versions=_current_versions({r[1] for r in rows})
-            if action == Action.RESUBMIT else {},
-        )
-        return TemplateResponse(request, "jobbers/admin/action_confirmation.html", context)
+            extra_fieldsets=self.confirmation_fieldsets(action))
 
-    def _perform(self, request: HttpRequest, action: str, verb: str,
-                 queryset: QuerySet[Any]) -> None:
-        """Act on the entries the confirmation page listed that are still selected (those
-        resubmitted or discarded meanwhile are reported as skipped, newer ones untouched)."""
-        try:
-            listed = json.loads(request.POST.get("task_ids") or "[]")[: conf.MAX_IDS]
-        except ValueError:
-            listed = []
-        ids = tuple(queryset.filter(task_id__in=[str(i) for i in listed])
-                    .values_list("task_id", flat=True))
-        if not ids:
-            self.message_user(request, f"Nothing to {verb}: the confirmed entries are no "
-                              "longer selected.", messages.WARNING)
-            return
-        selection = services.Selection(task_ids=ids)
-        reset = request.POST.get("reset_retry_count", "1") != "0"
-        version = request.POST.get("version") or VersionChoice.ENTRY
-        try:
-            if action == Action.RESUBMIT:
-                result = services.resubmit(selection, reset_retry_count=reset,
-                                           version=version, user=request.user,
-                                           source=Source.ADMIN)
-            else:
-                result = services.discard(selection, user=request.user, source=Source.ADMIN)
-        except services.SelectionError as exc:
-            self.message_user(request, f"Nothing was resubmitted: {exc.message}",
-                              messages.ERROR)
-            return
-        except STORE_ERRORS as exc:
-            self.message_user(request, f"Redis is unreachable ({exc}): nothing was published. "
-                              "Entries already marked resubmitted are published by a later "
-                              "resubmit.", messages.ERROR)
-            return
-        self.message_user(request, summary(result, reset, version),
-                          messages.SUCCESS if result.acted else messages.WARNING)
+    def entry_action_view(self, request: HttpRequest, object_id: int, action: str
+                          ) -> HttpResponse:
+        """Resubmit or discard one entry from its page: a confirmation page (GET), then the
+        action (POST), back on the entry's page. Needs the view and resubmit permissions."""
+        if not (self.has_view_permission(request) and self.has_resubmit_permission(request)):
+            raise PermissionDenied
+        entry = get_object_or_404(DeadLetterEntry, pk=object_id)
+        entry_url = reverse("admin:jobbers_deadletterentry_change", args=[entry.pk])
+        selected = DeadLetterEntry.objects.filter(pk=entry.pk)
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            self.confirmed(request, selected, action)
+            return HttpResponseRedirect(entry_url)
+        page = actions.confirmation(self, request, selected, action, back_url=entry_url,
+                                    extra_fieldsets=self.confirmation_fieldsets(action))
+        return page if page is not None else HttpResponseRedirect(entry_url)
 
+    def confirmation_fieldsets(self, action: str) -> list[str]:
+        """Templates added inside the confirmation form of ``action`` (none here): with
+        :meth:`confirmed`, where options such as pacing plug in."""
+        return []
 
-def _current_versions(names: set[str]) -> dict[str, int]:
-    """The current version of each of ``names`` registered in this process's Celery app
-    (what the confirmation page offers); the others are left out."""
-    from jobbers_celery import ConfigurationError
-
-    try:
-        jobbers = services.get_jobbers()
-    except ConfigurationError:  # not installed here: the page offers no current version
-        return {}
-    found: dict[str, int] = {}
-    for name in sorted(names):
-        try:
-            found.update(jobbers.current_versions([name]))
-        except ValueError:
-            continue
-    return found
-
-
-def summary(result: services.ActionResult, reset_retry_count: bool,
-            version: str = VersionChoice.ENTRY) -> str:
-    """``Resubmitted 3 dead-letter entries (retry count reset): 3 published; 1 skipped
-    (status is discarded).``"""
-    n = len(result.acted)
-    noun = "dead-letter entry" if n == 1 else "dead-letter entries"
-    if result.action == Action.RESUBMIT:
-        text = (f"Resubmitted {n} {noun} ("
-                f"{'retry count reset' if reset_retry_count else 'retry count kept'}"
-                f"{', as the current version' if version == VersionChoice.CURRENT else ''})")
-        if result.published is None:
-            text += ": published once the request's transaction commits"
-        else:
-            text += f": {len(result.published)} published"
-            if len(result.published) < n:
-                text += (f", {n - len(result.published)} not published (their tasks are "
-                         "already pending, running or finished in jobbers)")
-    else:
-        text = f"Discarded {n} {noun}"
-    if result.skipped:
-        why = Counter(s["why"] for s in result.skipped)
-        text += f"; {len(result.skipped)} skipped (" + ", ".join(
-            f"{count} {reason}" for reason, count in why.items()) + ")"
-    return text + "."
+    def confirmed(self, request: HttpRequest, selected: QuerySet[Any], action: str) -> None:
+        """What confirming does: the action on the entries the page listed, at once."""
+        actions.perform(self, request, selected, action)
 
 
 def _redacted(entry: DeadLetterEntry, failures: Any) -> list[DeadLetterFailure]:

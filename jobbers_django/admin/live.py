@@ -15,12 +15,18 @@ from django.urls import URLPattern, path, reverse
 
 from jobbers_celery import TaskState
 from jobbers_django import permissions, services
+from jobbers_django.admin import charts
 from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
 from jobbers_django.admin.display import compact_json, duration, since
 from jobbers_django.models import DeadLetterEntry, Source
 from jobbers_django.redaction import shown
 
-__all__ = ["LivePagesAdmin", "lifecycle"]
+__all__ = ["HISTORY_MINUTES", "REFRESH_SECONDS", "LivePagesAdmin", "lifecycle"]
+
+#: The live page's chart of tasks per state covers this many minutes.
+HISTORY_MINUTES = 60
+#: The live page reloads its content this often (``jobbers/live.js``).
+REFRESH_SECONDS = 5
 
 
 class LivePagesAdmin(ReadOnlyAdmin):
@@ -51,10 +57,13 @@ class LivePagesAdmin(ReadOnlyAdmin):
             task_id__in=[r.task_id for r in overview.stalled]).values_list("task_id", "pk"))
         context.update(
             counts=[(state.value, overview.counts.get(state.value, 0)) for state in TaskState],
-            running=[{"record": shown(r), "progress": compact_json(r.progress),
+            chart=charts.state_charts(overview.history, now, minutes=HISTORY_MINUTES),
+            history_minutes=HISTORY_MINUTES, refresh_seconds=REFRESH_SECONDS,
+            running=[{"record": r, "progress": compact_json(r.progress),
+                      "bar": charts.progress_bar(r.progress),
                       "elapsed": duration(since(now, r.retried_at or r.started_at)),
                       "heartbeat_ago": duration(since(now, r.heartbeat_at))}
-                     for r in overview.running],
+                     for r in map(shown, overview.running)],
             stalled=[{"record": shown(r), "entry_pk": entries.get(r.task_id)} for r in overview.stalled],
             scheduled=[{"record": shown(r), "due_in": duration(since(r.run_at, now))
                         if r.run_at and r.run_at > now else "due"} for r in overview.scheduled],
@@ -103,7 +112,22 @@ def lifecycle(task_id: str) -> dict[str, Any]:
     except STORE_ERRORS as exc:
         return {"error": f"Redis is unreachable, so the lifecycle cannot be shown: {exc}"}
     record = shown(detail.record) if detail.record else None
-    return {"record": record, "transitions": [shown(t) for t in detail.transitions],
+    transitions = [shown(t) for t in detail.transitions]
+    # the page's one date format may hide seconds: the gaps say how the steps followed
+    steps = [{"t": t, "after": _gap(transitions[n - 1].at, t.at) if n else ""}
+             for n, t in enumerate(transitions)]
+    return {"record": record, "transitions": steps,
             "progress": compact_json(record.progress) if record else "",
+            "progress_bar": charts.progress_bar(record.progress) if record else None,
             "cancellable": record is not None and record.state in (
                 TaskState.SUBMITTED, TaskState.SCHEDULED, TaskState.STARTED)}
+
+
+def _gap(before: Any, after: Any) -> str:
+    """``+0.012 s``, ``+3.4 s``, ``+2m 05s`` between two transition times."""
+    if before is None or after is None:
+        return ""
+    seconds = (after - before).total_seconds()
+    if seconds < 60:
+        return f"+{seconds:.3f} s" if seconds < 1 else f"+{seconds:.1f} s"
+    return "+" + duration(after - before)

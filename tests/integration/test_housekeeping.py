@@ -67,3 +67,53 @@ def test_an_unsubmitted_record_whose_publisher_died_is_published_by_a_scheduler(
     assert json.loads(message)["headers"]["id"] == "orphan"
     assert json.loads(message)["headers"]["retries"] == 1
     assert store.client.zscore(store.keys.publishing, "orphan") is None
+
+
+def test_housekeeping_samples_the_counts_once_a_minute_into_a_capped_history(redis_url):
+    from jobbers_celery import CountSample
+    from jobbers_celery.history import CountHistory
+
+    store = RedisStore.from_url(redis_url)
+    _completed(store, "done-1")
+    dead_letters: Any = types.SimpleNamespace(retry_pending=lambda: 0)
+    config: Any = None
+    history = CountHistory(store, keep=3)
+    workers = [Scheduler(store, config, None, dead_letters,  # type: ignore[arg-type]
+                         history=history) for _ in range(2)]
+
+    def minute() -> int:
+        now = store.now_ms()
+        return now - now % 60_000
+
+    before = minute()
+    # five older minutes, as earlier passes left them
+    store.client.zadd(store.keys.count_history, {
+        json.dumps({"at": before - m * 60_000, "counts": {"completed": 10 + m}}):
+        before - m * 60_000 for m in range(1, 6)})
+    for scheduler in workers:  # two workers' passes
+        scheduler.housekeeping()
+    # the newest three are kept: this minute's sample and two older ones
+    assert store.client.zcard(store.keys.count_history) == 3
+    samples = history.read(minutes=10)
+    if minute() == before:  # the same minute (almost always): one sample between both
+        assert [s.counts[S.COMPLETED] for s in samples] == [12, 11, 1]
+    sample = samples[-1]
+    assert isinstance(sample, CountSample)
+    assert (sample.counts[S.COMPLETED], sample.counts[S.STARTED]) == (1, 0)
+    assert int(sample.at.timestamp() * 1000) % 60_000 == 0
+    assert history.read(minutes=1)[-1] == sample  # ``minutes`` bounds what is read
+    assert len(history.read(minutes=1)) <= 2
+    with pytest.raises(ValueError, match="at least 1"):
+        history.read(minutes=0)
+
+
+@pytest.mark.worker
+def test_a_running_worker_samples_the_counts_for_count_history(proj, worker_factory):
+    # Jobbers.scheduler() gives the worker's scheduler thread the count history: its first
+    # housekeeping pass takes this minute's sample, read back through the public API
+    assert proj.jobbers.count_history(5) == []
+    worker_factory(pool="solo", concurrency=1)
+    wait_for(lambda: proj.jobbers.count_history(5), timeout=20,
+             message="the worker's first count sample")
+    [sample] = proj.jobbers.count_history(5)[-1:]
+    assert set(sample.counts) == set(S)
