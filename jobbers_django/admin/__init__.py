@@ -9,6 +9,8 @@ Pages (under the admin site, app ``jobbers``), one module each:
 - :mod:`~jobbers_django.admin.groups`: failure groups (entries grouped by fingerprint, with
   counts; each links to its entries) and the audit of every resubmit, discard and cancel,
   read-only.
+- :mod:`~jobbers_django.admin.runs`: paced resubmits, each with its progress (refreshing
+  itself) and pause, resume and cancel buttons.
 - :mod:`~jobbers_django.admin.live`: live tasks (``deadletterentry/live/``), counts per state,
   running, stalled and scheduled tasks from Redis, the cleaner's last pass, and a cancel
   action.
@@ -35,6 +37,7 @@ from jobbers_django.admin.entries import DeadLetterEntryAdmin, summary
 from jobbers_django.admin.groups import DeadLetterAuditAdmin, FailureGroupAdmin
 from jobbers_django.admin.live import LivePagesAdmin, lifecycle
 from jobbers_django.admin.pagination import BoundedPaginator
+from jobbers_django.admin.runs import ResubmitRunAdmin
 
 __all__ = [
     "STORE_ERRORS",
@@ -44,6 +47,7 @@ __all__ = [
     "FailureGroupAdmin",
     "LivePagesAdmin",
     "ReadOnlyAdmin",
+    "ResubmitRunAdmin",
     "lifecycle",
     "summary",
 ]

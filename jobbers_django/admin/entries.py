@@ -17,14 +17,14 @@ from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
-from jobbers_django import conf, permissions, querysets, services
+from jobbers_django import conf, permissions, querysets, runs, services
 from jobbers_django.admin.base import STORE_ERRORS
 from jobbers_django.admin.display import json_block, local_time
 from jobbers_django.admin.filters import (
@@ -209,8 +209,7 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         ``MAX_IDS``, newest first); confirming acts on exactly those."""
         verb = "resubmit" if action == Action.RESUBMIT else "discard"
         if request.POST.get("post") == "yes":
-            self._perform(request, action, verb, queryset)
-            return None
+            return self._perform(request, action, verb, queryset)
         dead = queryset.filter(status=Status.DEAD).order_by(*querysets.NEWEST_FIRST)
         rows = list(dead.values_list("task_id", "task_name", "exception_type",
                                      "last_failed_at", "task_version")[: conf.MAX_IDS + 1])
@@ -241,9 +240,10 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         return TemplateResponse(request, "jobbers/admin/action_confirmation.html", context)
 
     def _perform(self, request: HttpRequest, action: str, verb: str,
-                 queryset: QuerySet[Any]) -> None:
+                 queryset: QuerySet[Any]) -> HttpResponse | None:
         """Act on the entries the confirmation page listed that are still selected (those
-        resubmitted or discarded meanwhile are reported as skipped, newer ones untouched)."""
+        resubmitted or discarded meanwhile are reported as skipped, newer ones untouched);
+        a paced resubmit starts a run and shows its page."""
         try:
             listed = json.loads(request.POST.get("task_ids") or "[]")[: conf.MAX_IDS]
         except ValueError:
@@ -253,10 +253,12 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         if not ids:
             self.message_user(request, f"Nothing to {verb}: the confirmed entries are no "
                               "longer selected.", messages.WARNING)
-            return
+            return None
         selection = services.Selection(task_ids=ids)
         reset = request.POST.get("reset_retry_count", "1") != "0"
         version = request.POST.get("version") or VersionChoice.ENTRY
+        if action == Action.RESUBMIT and request.POST.get("paced") == "1":
+            return self._start_run(request, selection, reset, version)
         try:
             if action == Action.RESUBMIT:
                 result = services.resubmit(selection, reset_retry_count=reset,
@@ -267,14 +269,44 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         except services.SelectionError as exc:
             self.message_user(request, f"Nothing was resubmitted: {exc.message}",
                               messages.ERROR)
-            return
+            return None
         except STORE_ERRORS as exc:
             self.message_user(request, f"Redis is unreachable ({exc}): nothing was published. "
                               "Entries already marked resubmitted are published by a later "
                               "resubmit.", messages.ERROR)
-            return
+            return None
         self.message_user(request, summary(result, reset, version),
                           messages.SUCCESS if result.acted else messages.WARNING)
+        return None
+
+    def _start_run(self, request: HttpRequest, selection: services.Selection, reset: bool,
+                   version: str) -> HttpResponse | None:
+        """A paced resubmit of the confirmed entries: its page shows the progress."""
+        def number(name: str, kind: type[float | int]) -> Any:
+            raw = (request.POST.get(name) or "").strip()
+            if not raw:
+                return None
+            try:
+                return kind(raw)
+            except ValueError:
+                raise services.SelectionError(name, "must be a number") from None
+
+        try:
+            rate = number("rate", float)
+            if rate is None:
+                raise services.SelectionError("rate", "give a rate (tasks per second)")
+            pace = runs.Pace(rate=rate, halt_after=number("halt_after", int),
+                             of_last=number("of_last", int))
+            run = runs.start(selection, pace, reset_retry_count=reset, version=version,
+                             user=request.user, source=Source.ADMIN)
+        except services.SelectionError as exc:
+            self.message_user(request, f"No paced resubmit was started: {exc}",
+                              messages.ERROR)
+            return None
+        self.message_user(request, f"Paced resubmit #{run.pk} started: {run.total} entries "
+                          f"at {run.rate:g} per second; {run.rule}.")
+        return HttpResponseRedirect(reverse("admin:jobbers_resubmitrun_change",
+                                            args=[run.pk]))
 
 
 def _current_versions(names: set[str]) -> dict[str, int]:
