@@ -231,7 +231,8 @@ def test_two_steps_racing_publish_each_entry_once(make_entries, jobbers, publish
     run.refresh_from_db()
     assert (run.published, run.remaining) == (60, 0)
     mine = task_publishes(published, ids)
-    assert len(mine) == 60 and sorted(mine) == sorted(ids)
+    assert len(mine) == 60
+    assert sorted(mine) == sorted(ids)
     assert set(DeadLetterEntry.objects.values_list("resubmit_count", flat=True)) == {1}
 
 
