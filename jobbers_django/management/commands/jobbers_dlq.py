@@ -22,10 +22,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
+from django.utils import timezone
 from django.utils.text import Truncator
 
 from jobbers_celery import ConfigurationError, StoreUnavailable
@@ -36,6 +38,17 @@ from jobbers_django.redaction import arguments, text
 
 OK, RUNTIME, USAGE, NOT_FOUND = 0, 1, 2, 3
 LIST_LIMIT = 50
+
+
+def _message(row: DeadLetterEntry) -> str:
+    """The last failure, redacted as the API shows it (the entry's secret values too)."""
+    message = text(row.exception_message, row.task_name, row.args, row.kwargs)
+    return f"{row.exception_type}: {message}" if row.exception_type else message
+
+
+def _when(value: datetime) -> str:
+    """In the project's time zone (``TIME_ZONE``), as the admin's lists show times."""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _usage(message: str) -> CommandError:
@@ -117,10 +130,8 @@ class Command(BaseCommand):
         self.table(("TASK ID", "NAME", "VER", "QUEUE", "STATUS", "FAILURES", "LAST FAILED",
                     "EXCEPTION"),
                    [(r.task_id, r.task_name, r.task_version, r.queue, r.status,
-                     r.failure_count, r.last_failed_at.strftime("%Y-%m-%d %H:%M:%S"),
-                     Truncator(f"{r.exception_type}: {text(r.exception_message)}"
-                               if r.exception_type else text(r.exception_message)).chars(60))
-                    for r in rows])
+                     r.failure_count, _when(r.last_failed_at),
+                     Truncator(_message(r)).chars(60)) for r in rows])
 
     # -------------------------------------------------------------- selection
     def selection(self, options: dict[str, Any], limit_default: int) -> services.Selection:
@@ -193,7 +204,7 @@ class Command(BaseCommand):
             ("message", text(entry.exception_message, entry.task_name, entry.args,
                              entry.kwargs)),
             ("failures", entry.failure_count),
-            ("last failed", entry.last_failed_at.isoformat()),
+            ("last failed", _when(entry.last_failed_at)),
             ("resubmitted", f"{entry.resubmit_count} time(s)"),
             ("args", json.dumps(shown_args, default=str)),
             ("kwargs", json.dumps(shown_kwargs, default=str)),
@@ -203,7 +214,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{key.ljust(width)}  {value}")
         self.stdout.write("")
         self.table(("ATTEMPT", "FAILED AT", "WORKER", "EXCEPTION"),
-                   [(f.attempt, f.failed_at.strftime("%Y-%m-%d %H:%M:%S"), f.worker,
+                   [(f.attempt, _when(f.failed_at), f.worker,
                      Truncator(f"{f.exception_type}: " + text(
                          f.exception_message, entry.task_name, entry.args, entry.kwargs))
                      .chars(70)) for f in failures])
@@ -278,7 +289,9 @@ class Command(BaseCommand):
         else:
             done = "resubmitted" if verb == "resubmit" else "discarded"
             line = f"{done.capitalize()} {len(result.acted)} dead-letter {noun}"
-            if verb == "resubmit":
+            if verb == "resubmit" and result.published is None:
+                line += ": published once the enclosing transaction commits"
+            elif verb == "resubmit":
                 line += f": {len(result.published or [])} published"
             self.stdout.write(line + (f" (audit #{result.audit_id})." if result.audit_id
                                       else "."))
