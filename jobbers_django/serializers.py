@@ -17,6 +17,7 @@ from datetime import UTC
 from typing import Any, ClassVar
 
 from django.db import models
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from jobbers_celery import TaskState
@@ -265,7 +266,16 @@ class DiscardRequestSerializer(_Filters):
         return attrs
 
 
+def _pace_bound(name: str, low: int, high: str) -> dict[str, Any]:
+    message = f"must be an integer between {low} and {high}"
+    return {"min_value": message, "max_value": message, "invalid": message,
+            "max_string_length": message}
+
+
 class ResubmitRequestSerializer(DiscardRequestSerializer):
+    """Resubmit now; or, with ``rate`` (and optionally the stop rule "halt when more than
+    ``halt_after`` of the last ``of_last`` failed again"), paced in the background."""
+
     reset_retry_count = serializers.BooleanField(
         required=False, default=True,
         help_text="start the retry count (and automatic stall recoveries) from zero")
@@ -275,17 +285,6 @@ class ResubmitRequestSerializer(DiscardRequestSerializer):
         "failure, so a worker running another version drops it again rather than call "
         "changed code with old arguments; `current`: as the version its task has in the "
         "API's Celery app now (400 if a selected task is not registered there)")
-
-
-def _pace_bound(name: str, low: int, high: str) -> dict[str, Any]:
-    message = f"must be an integer between {low} and {high}"
-    return {"min_value": message, "max_value": message, "invalid": message,
-            "max_string_length": message}
-
-
-class PacedResubmitRequestSerializer(ResubmitRequestSerializer):
-    """A resubmit with a pace: ``rate`` tasks per second and, optionally, the stop rule
-    "halt when more than ``halt_after`` of the last ``of_last`` failed again"."""
 
     #: whether ``rate`` must be given (the runs endpoint) or makes the resubmit paced
     rate_required = False
@@ -329,14 +328,23 @@ class PacedResubmitRequestSerializer(ResubmitRequestSerializer):
         return attrs
 
 
-class ResubmitRunRequestSerializer(PacedResubmitRequestSerializer):
+class ResubmitRunRequestSerializer(ResubmitRequestSerializer):
     rate_required = True
+
+
+@extend_schema_field({"type": "string", "pattern": f"^({'|'.join(RunStatus.values)})$"})
+class RunStatusField(serializers.ChoiceField):
+    """A paced resubmit's status. The schema gives its values as a pattern, not an enum:
+    drf-spectacular names enums by field name, and a second ``status`` enum would rename
+    the entries' one (with a warning) in every project's schema."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=RunStatus.choices, **kwargs)
 
 
 class RunListQuerySerializer(StrictSerializer):
     kind = "query parameter"
-    status = serializers.ChoiceField(choices=RunStatus.choices, required=False,
-                                     help_text="only runs in this status")
+    status = RunStatusField(required=False, help_text="only runs in this status")
     limit = _limit(conf.DEFAULT_PAGE_SIZE, "how many, newest first, 1 to 1000")
 
 
@@ -542,6 +550,9 @@ class ResubmitRunSerializer(_UTCModelSerializer):
     """A paced resubmit and its progress (counters recounted at every step)."""
 
     rule = serializers.CharField(read_only=True, help_text="the stop rule, in words")
+    status = RunStatusField(read_only=True, help_text="queued, running, paused; or, "
+                            "final: halted (by the stop rule, see halt_reason), cancelled, "
+                            "done")
 
     class Meta:
         model = ResubmitRun

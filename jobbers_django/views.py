@@ -310,7 +310,7 @@ class DeadLetterResubmitView(JobbersAPIView):
         "never taken. With `dry_run` nothing changes. With `rate` (and optionally the "
         "stop rule `halt_after`/`of_last`) the resubmit is paced: it runs in the "
         "background and the answer is 202 with the run (see resubmit-runs).",
-        request=s.PacedResubmitRequestSerializer,
+        request=s.ResubmitRequestSerializer,
         responses={200: s.ResubmitResultSerializer,
                    202: OpenApiResponse(s.ResubmitRunSerializer,
                                         description="a paced resubmit started"),
@@ -318,7 +318,7 @@ class DeadLetterResubmitView(JobbersAPIView):
     )
     def post(self, request: Request) -> Response:
         _query(s.NoQuerySerializer, request)  # ?dry_run=true must not be ignored
-        body = s.PacedResubmitRequestSerializer(data=request.data)
+        body = s.ResubmitRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
         if data.get("rate") is not None and not data["dry_run"]:
