@@ -87,6 +87,8 @@ def test_unfixed_halts_fixed_completes_across_pause_and_restart(
     call_command("jobbers_dlq", "resubmit", "--task", "djproj.flaky_import", "--rate", "20",
                  "--halt-after", "5", "--of-last", "10", stdout=out)
     assert out.getvalue().startswith("Started paced resubmit #")
+    print(f"$ manage.py jobbers_dlq resubmit --task djproj.flaky_import --rate 20 "
+          f"--halt-after 5 --of-last 10\n{out.getvalue()}")
     run_id = ResubmitRun.objects.exclude(pk=halted_id).get().pk
     assert fresh(run_id).total == N
 
@@ -98,6 +100,10 @@ def test_unfixed_halts_fixed_completes_across_pause_and_restart(
     wait_for(lambda: settled(fresh(run_id)) and fresh(run_id).completed == at_pause,
              timeout=20, message="the published ones to complete")
     assert (fresh(run_id).status, fresh(run_id).published) == (RunStatus.PAUSED, at_pause)
+    progress = io.StringIO()
+    call_command("jobbers_dlq", "run", str(run_id), stdout=progress)
+    print(f"$ manage.py jobbers_dlq run {run_id}\n{progress.getvalue()}")
+    assert f"Paced resubmit #{run_id}: paused" in progress.getvalue()
     assert at_pause < N
 
     # resumed from the admin, then the worker restarts mid-run
