@@ -27,12 +27,13 @@ many steps, operators or restarts race.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -61,8 +62,10 @@ __all__ = [
     "Pace",
     "RunConflict",
     "cancel",
+    "enqueue",
     "pause",
     "resume",
+    "revive",
     "start",
     "step",
 ]
@@ -200,6 +203,28 @@ def _verb(action: str) -> str:
     return verbs.get(action, action)
 
 
+def revive(stale_after: timedelta = timedelta(seconds=60)) -> list[int]:
+    """Start a new step chain for every queued or running run whose last step (or start)
+    is older than ``stale_after``: its chain ended without finishing it (the step task
+    failed for good, or was never sent because the broker was down). The old chain, if it
+    is only late, stops at its next step. Returns the runs revived."""
+    cutoff = timezone.now() - stale_after
+    stale = ResubmitRun.objects.filter(
+        status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).filter(
+        Q(last_step_at__lt=cutoff) | Q(last_step_at__isnull=True, created_at__lt=cutoff))
+    revived = []
+    for run_id in stale.values_list("pk", flat=True):
+        chain = uuid.uuid4().hex
+        if ResubmitRun.objects.filter(pk=run_id).filter(
+                Q(last_step_at__lt=cutoff) | Q(last_step_at__isnull=True)).update(
+                chain=chain, last_step_at=timezone.now()):  # not revived again at once
+            log.warning("paced resubmit %s had no step for %s: starting a new step chain",
+                        run_id, stale_after)
+            transaction.on_commit(functools.partial(enqueue, run_id, chain))
+            revived.append(run_id)
+    return revived
+
+
 def enqueue(run_id: int, chain: str, countdown: float | None = None) -> None:
     """Send the run's next step (with ``countdown``: it waits in jobbers' scheduler)."""
     task = services.get_app().tasks[STEP_TASK]
@@ -272,7 +297,9 @@ def _claim(run: ResubmitRun, due: int, now: datetime) -> list[int]:
     claimed = list(items.values_list("pk", "entry_id")[:due])
     if not claimed:
         return []
-    dead = {e.pk: e for e in entries.filter(pk__in=[e for _, e in claimed])}
+    # no payloads read here: the publish after the commit reads them
+    dead = {e.pk: e for e in entries.filter(pk__in=[e for _, e in claimed])
+            .only("pk", "failure_count", "fingerprint")}
     go = [(item, entry) for item, entry in claimed if entry in dead]
     gone = [item for item, entry in claimed if entry not in dead]
     if gone:
@@ -314,7 +341,9 @@ def _settle(run: ResubmitRun, now: datetime) -> None:
 
     pending = list(ResubmitRunItem.objects.filter(
         run=run, published_at__isnull=False, outcome=ItemOutcome.PENDING)
-        .select_related("entry").order_by("position")[:MAX_SETTLE])
+        .select_related("entry").only("pk", "task_id", "failures_before",
+                                      "entry__failure_count", "entry__publish_pending")
+        .order_by("position")[:MAX_SETTLE])
     # an entry whose publish has not run yet still shows its old failure: not yet
     pending = [i for i in pending if not i.entry.publish_pending]
     if not pending:

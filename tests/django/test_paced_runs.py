@@ -4,6 +4,7 @@ the real sink, the admin pages and buttons, and the exact count when two steps r
 
 from __future__ import annotations
 
+import io
 import threading
 from typing import Any
 
@@ -325,3 +326,26 @@ def test_the_run_page_refreshes_and_its_buttons_need_the_permission(operator, st
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
     assert ItemOutcome.PENDING == ""
+
+
+def test_a_run_whose_chain_ended_is_revived(make_entries, committed, published):
+    """The step task failed for good (or the broker was down at the start): after a minute
+    without a step, ``jobbers_publish_pending`` starts a new chain; the old one stops."""
+    from datetime import timedelta
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    ids = flaky(2, make_entries)
+    run = runs.start(Selection(task_ids=tuple(ids)), runs.Pace(5))
+    assert committed(runs.revive) == []  # just started: not stale
+    ResubmitRun.objects.filter(pk=run.pk).update(
+        created_at=timezone.now() - timedelta(minutes=2))
+    out = io.StringIO()
+    committed(call_command, "jobbers_publish_pending", stdout=out)
+    assert f"restarted the steps of paced resubmit(s) #{run.pk}" in out.getvalue()
+    fresh = ResubmitRun.objects.get(pk=run.pk)
+    assert fresh.chain != run.chain
+    assert len(published) == 1  # the new chain's first step
+    assert runs.step(run.pk, run.chain) is None  # the old chain stops
+    assert committed(runs.revive) == []
