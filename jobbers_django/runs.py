@@ -152,8 +152,7 @@ def start(selection: services.Selection, pace: Pace, *, reset_retry_count: bool 
         _audit(run, Action.RUN_START, user=real_user, source=source,
                detail=f"{len(rows)} entries at {pace.rate:g}/s; {run.rule}",
                task_ids=[t for _, t in rows])
-        chain = run.chain
-        transaction.on_commit(lambda: enqueue(run.pk, chain))
+        transaction.on_commit(functools.partial(_enqueue_soon, run.pk, run.chain))
     return run
 
 
@@ -170,7 +169,7 @@ def resume(run_id: int, *, user: Any = None, source: str = Source.CODE) -> Resub
     run = _move(run_id, Action.RUN_RESUME, (RunStatus.PAUSED,),
                 {"status": RunStatus.RUNNING, "chain": chain, "paced_since": timezone.now(),
                  "published_base": F("published")}, user=user, source=source)
-    transaction.on_commit(lambda: enqueue(run_id, chain))
+    transaction.on_commit(functools.partial(_enqueue_soon, run_id, chain))
     return run
 
 
@@ -220,9 +219,19 @@ def revive(stale_after: timedelta = timedelta(seconds=60)) -> list[int]:
                 chain=chain, last_step_at=timezone.now()):  # not revived again at once
             log.warning("paced resubmit %s had no step for %s: starting a new step chain",
                         run_id, stale_after)
-            transaction.on_commit(functools.partial(enqueue, run_id, chain))
+            transaction.on_commit(functools.partial(_enqueue_soon, run_id, chain))
             revived.append(run_id)
     return revived
+
+
+def _enqueue_soon(run_id: int, chain: str) -> None:
+    """The first step of a chain, after the commit. The run is committed already: if the
+    broker cannot take the step now, ``revive`` starts the run later (logged, not raised)."""
+    try:
+        enqueue(run_id, chain)
+    except Exception:
+        log.exception("paced resubmit %s: its first step could not be sent; "
+                      "jobbers_publish_pending starts it within a minute or so", run_id)
 
 
 def enqueue(run_id: int, chain: str, countdown: float | None = None) -> None:
