@@ -349,3 +349,16 @@ def test_a_run_whose_chain_ended_is_revived(make_entries, committed, published):
     assert len(published) == 1  # the new chain's first step
     assert runs.step(run.pk, run.chain) is None  # the old chain stops
     assert committed(runs.revive) == []
+
+
+def test_a_paced_run_as_the_current_version(operator, make_entries, jobbers):
+    ids = flaky(2, make_entries)
+    client = login(operator)
+    answer = post(client, "dead-letter-queue/resubmit-runs",
+                  {"task_ids": ids, "rate": 5, "version": "current"})
+    assert answer.status_code == 202, answer.content
+    assert answer.json()["version"] == "current"
+    unknown = make_entries(1, name="djproj.not_registered_here")
+    assert_bad(post(client, "dead-letter-queue/resubmit-runs",
+                    {"task_ids": unknown, "rate": 5, "version": "current"}), "version")
+    assert ResubmitRun.objects.count() == 1
