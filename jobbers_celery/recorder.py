@@ -471,8 +471,11 @@ class Recorder:
                   "retries": "0" if reset_retry_count else str(entry.retry_attempt)}
         if entry.checkpoint is not None:
             fields["ckpt"] = pl.dumps(entry.checkpoint)
+        # a record created again counts its starts on from the entry's: the next failure is
+        # a new attempt, not a duplicate of the dead-lettered one (a sink keeps one per
+        # task id and attempt, and would drop it)
         create = {"name": entry.name, "queue": entry.queue or pl.queue_of(data["options"]),
-                  "dlq": "1"}
+                  "dlq": "1", "attempt": str(entry.attempt)}
         if version is not None:
             fields["ver"] = str(version)
         elif entry.version is not None:

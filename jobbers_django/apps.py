@@ -10,3 +10,7 @@ class JobbersConfig(AppConfig):
     label = "jobbers"
     verbose_name = "Jobbers"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # registers the paced-resubmit step task on every Celery app (shared_task)
+        from jobbers_django import tasks  # noqa: F401

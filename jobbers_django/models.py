@@ -5,6 +5,8 @@
 ``FailureGroup``: failures that share a fingerprint, with counts kept up to date by the sink
 and the services, so the groups page never aggregates the entries table.
 ``DeadLetterAudit``: append-only record of every resubmit, discard and cancel.
+``ResubmitRun`` and ``ResubmitRunItem``: a paced resubmit (``jobbers_django.runs``) and the
+entries it selected, one row each, claimed once (``published_at``) whatever races.
 
 Indexes follow the list views: every filter of the admin changelist and of the API comes
 with ``last_failed_at`` and ``id`` after it (the list order), so "filter, newest first, page
@@ -163,6 +165,12 @@ class Action(models.TextChoices):
     RESUBMIT = "resubmit", "resubmit"
     DISCARD = "discard", "discard"
     CANCEL = "cancel", "cancel"
+    RUN_START = "run_start", "paced resubmit started"
+    RUN_PAUSE = "run_pause", "paced resubmit paused"
+    RUN_RESUME = "run_resume", "paced resubmit resumed"
+    RUN_CANCEL = "run_cancel", "paced resubmit cancelled"
+    RUN_HALT = "run_halt", "paced resubmit halted"
+    RUN_DONE = "run_done", "paced resubmit done"
 
 
 class VersionChoice(models.TextChoices):
@@ -201,6 +209,11 @@ class DeadLetterAudit(models.Model):
     acted = models.PositiveIntegerField(default=0)
     #: the ids acted on (resubmitted, discarded or cancelled)
     acted_ids = models.JSONField(default=list, blank=True)
+    #: the paced resubmit a ``run_*`` action is about
+    run = models.ForeignKey("ResubmitRun", null=True, blank=True, on_delete=models.SET_NULL,
+                            related_name="+")
+    #: why a run halted, how it ended
+    detail = models.TextField(blank=True, default="")
 
     objects = AppendOnlyQuerySet.as_manager()
 
@@ -222,3 +235,117 @@ class DeadLetterAudit(models.Model):
         # the site's DATETIME_FORMAT, as every date on the admin's pages
         at = formats.date_format(timezone.localtime(self.at), "DATETIME_FORMAT")
         return f"{self.action} by {self.username or '?'} via {self.source} at {at}"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    PAUSED = "paused", "paused"
+    HALTED = "halted", "halted"
+    CANCELLED = "cancelled", "cancelled"
+    DONE = "done", "done"
+
+
+#: Statuses a run never leaves.
+FINAL_STATUSES = (RunStatus.HALTED, RunStatus.CANCELLED, RunStatus.DONE)
+
+
+class ItemOutcome(models.TextChoices):
+    PENDING = "", "pending"
+    #: not published: the entry was no longer dead (resubmitted or discarded meanwhile)
+    SKIPPED = "skipped", "skipped"
+    #: published, refused by jobbers (the task is pending, running or finished already)
+    REFUSED = "refused", "refused"
+    COMPLETED = "completed", "completed"
+    FAILED_AGAIN = "failed_again", "failed again"
+    #: ended otherwise (cancelled), or its record expired before it was read
+    OTHER = "other", "ended otherwise"
+
+
+class ResubmitRun(models.Model):
+    """A paced resubmit: its selection, pace and stop rule, status and counters.
+
+    The counters are recounted from the items at every step (never incremented), so they
+    stay exact whatever ran twice. ``chain`` names the step chain allowed to drive the run:
+    a resume starts a new one, and a step of an older chain stops."""
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_step_at = models.DateTimeField(null=True, blank=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                             on_delete=models.SET_NULL, related_name="+")
+    username = models.CharField(max_length=150, blank=True, default="")
+    source = models.CharField(max_length=8, choices=Source.choices)
+    task_ids = models.JSONField(null=True, blank=True)
+    filters = models.JSONField(null=True, blank=True)
+    limit = models.PositiveIntegerField(null=True, blank=True)
+    reset_retry_count = models.BooleanField(default=True)
+    version = models.CharField(max_length=8, choices=VersionChoice.choices,
+                               default=VersionChoice.ENTRY)
+    #: tasks per second
+    rate = models.FloatField()
+    #: the stop rule: halt when more than ``halt_after`` of the last ``of_last`` settled
+    #: tasks failed again (both null: no stop rule)
+    halt_after = models.PositiveIntegerField(null=True, blank=True)
+    of_last = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=RunStatus.choices,
+                              default=RunStatus.QUEUED)
+    halt_reason = models.TextField(blank=True, default="")
+    total = models.PositiveIntegerField(default=0)
+    published = models.PositiveIntegerField(default=0)
+    completed = models.PositiveIntegerField(default=0)
+    failed_again = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    remaining = models.PositiveIntegerField(default=0)
+    #: the pace counts from here: ``published_base`` items were published before
+    paced_since = models.DateTimeField(null=True, blank=True)
+    published_base = models.PositiveIntegerField(default=0)
+    chain = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        verbose_name = "paced resubmit"
+        ordering = ("-created_at", "-id")
+        default_permissions = ("view",)
+        indexes = (models.Index(fields=["status"], name="jobbers_run_status"),)
+
+    def __str__(self) -> str:
+        return f"paced resubmit {self.pk} ({self.status})"
+
+    @property
+    def rule(self) -> str:
+        if self.halt_after is None or self.of_last is None:
+            return "no stop rule"
+        return f"halt when more than {self.halt_after} of the last {self.of_last} failed again"
+
+
+class ResubmitRunItem(models.Model):
+    """One selected entry of a run. ``published_at`` is set once, in the transaction that
+    claims the item and marks its entry resubmitted: the item is never published twice."""
+
+    run = models.ForeignKey(ResubmitRun, on_delete=models.CASCADE, related_name="items")
+    entry = models.ForeignKey(DeadLetterEntry, on_delete=models.CASCADE, related_name="+")
+    task_id = models.CharField(max_length=255)
+    #: publish order (the selection's, newest failure first)
+    position = models.PositiveIntegerField()
+    published_at = models.DateTimeField(null=True, blank=True)
+    #: the entry's failure count when published: more later means it failed again
+    failures_before = models.PositiveIntegerField(default=0)
+    outcome = models.CharField(max_length=16, choices=ItemOutcome.choices, blank=True,
+                               default=ItemOutcome.PENDING)
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "paced resubmit item"
+        ordering = ("run", "position")
+        default_permissions = ("view",)
+        constraints = (
+            models.UniqueConstraint(fields=["run", "entry"], name="jobbers_run_item_once"),
+        )
+        indexes = (
+            models.Index(fields=["run", "outcome", "position"], name="jobbers_run_item_todo"),
+            models.Index(fields=["run", "settled_at"], name="jobbers_run_item_settled"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.task_id} in run {self.run_id}"

@@ -10,12 +10,14 @@ stored values stay whole, so a resubmission still uses the real ones.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import UTC
 from typing import Any, ClassVar
 
 from django.db import models
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from jobbers_celery import TaskState
@@ -24,10 +26,13 @@ from jobbers_django.models import (
     DeadLetterEntry,
     DeadLetterFailure,
     Reason,
+    ResubmitRun,
+    RunStatus,
     Status,
     VersionChoice,
 )
 from jobbers_django.redaction import arguments, display, redact, text
+from jobbers_django.runs import MAX_RATE, MAX_WINDOW
 
 __all__ = [
     "FILTER_FIELDS",
@@ -261,7 +266,16 @@ class DiscardRequestSerializer(_Filters):
         return attrs
 
 
+def _pace_bound(name: str, low: int, high: str) -> dict[str, Any]:
+    message = f"must be an integer between {low} and {high}"
+    return {"min_value": message, "max_value": message, "invalid": message,
+            "max_string_length": message}
+
+
 class ResubmitRequestSerializer(DiscardRequestSerializer):
+    """Resubmit now; or, with ``rate`` (and optionally the stop rule "halt when more than
+    ``halt_after`` of the last ``of_last`` failed again"), paced in the background."""
+
     reset_retry_count = serializers.BooleanField(
         required=False, default=True,
         help_text="start the retry count (and automatic stall recoveries) from zero")
@@ -271,6 +285,67 @@ class ResubmitRequestSerializer(DiscardRequestSerializer):
         "failure, so a worker running another version drops it again rather than call "
         "changed code with old arguments; `current`: as the version its task has in the "
         "API's Celery app now (400 if a selected task is not registered there)")
+
+    #: whether ``rate`` must be given (the runs endpoint) or makes the resubmit paced
+    rate_required = False
+
+    rate = serializers.FloatField(
+        required=False, min_value=0, max_value=MAX_RATE,
+        help_text=f"tasks per second, more than 0 and at most {MAX_RATE:g}: resubmit in the "
+        "background at this pace (answers 202 with the run) instead of all at once",
+        error_messages={"min_value": f"must be more than 0 and at most {MAX_RATE:g}",
+                        "max_value": f"must be more than 0 and at most {MAX_RATE:g}",
+                        "invalid": "must be a number of tasks per second"})
+    halt_after = serializers.IntegerField(
+        required=False, min_value=0, max_value=MAX_WINDOW,
+        help_text="the stop rule: halt when more than this many of the last `of_last` "
+        "resubmitted tasks failed again (0 to of_last)",
+        error_messages=_pace_bound("halt_after", 0, "of_last"))
+    of_last = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_WINDOW,
+        help_text=f"the stop rule's window: the last this many settled tasks (1 to "
+        f"{MAX_WINDOW})", error_messages=_pace_bound("of_last", 1, str(MAX_WINDOW)))
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        rate = attrs.get("rate")
+        if rate is None and self.rate_required:
+            raise serializers.ValidationError({"rate": ["this field is required"]})
+        if rate is None and ("halt_after" in attrs or "of_last" in attrs):
+            raise serializers.ValidationError({"rate": [
+                "a stop rule (halt_after, of_last) needs a rate"]})
+        if rate is not None and (isinstance(self.initial_data.get("rate"), bool)
+                                 or not math.isfinite(rate) or not 0 < rate <= MAX_RATE):
+            message = f"must be a number of tasks per second, more than 0 and at most {MAX_RATE:g}"
+            raise serializers.ValidationError({"rate": [message]})
+        if ("halt_after" in attrs) != ("of_last" in attrs):
+            missing = "of_last" if "halt_after" in attrs else "halt_after"
+            raise serializers.ValidationError({missing: [
+                "give halt_after and of_last together (the stop rule), or neither"]})
+        if "halt_after" in attrs and attrs["halt_after"] > attrs["of_last"]:
+            raise serializers.ValidationError({"halt_after": [
+                f"must be at most of_last ({attrs['of_last']})"]})
+        return attrs
+
+
+class ResubmitRunRequestSerializer(ResubmitRequestSerializer):
+    rate_required = True
+
+
+@extend_schema_field({"type": "string", "pattern": f"^({'|'.join(RunStatus.values)})$"})
+class RunStatusField(serializers.ChoiceField):
+    """A paced resubmit's status. The schema gives its values as a pattern, not an enum:
+    drf-spectacular names enums by field name, and a second ``status`` enum would rename
+    the entries' one (with a warning) in every project's schema."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=RunStatus.choices, **kwargs)
+
+
+class RunListQuerySerializer(StrictSerializer):
+    kind = "query parameter"
+    status = RunStatusField(required=False, help_text="only runs in this status")
+    limit = _limit(conf.DEFAULT_PAGE_SIZE, "how many, newest first, 1 to 1000")
 
 
 class CancelRequestSerializer(StrictSerializer):
@@ -469,3 +544,25 @@ class CancelResultSerializer(serializers.Serializer[Any]):
                                     help_text="the task's state after the request")
     terminate = serializers.BooleanField()
 
+
+
+class ResubmitRunSerializer(_UTCModelSerializer):
+    """A paced resubmit and its progress (counters recounted at every step)."""
+
+    rule = serializers.CharField(read_only=True, help_text="the stop rule, in words")
+    status = RunStatusField(read_only=True, help_text="queued, running, paused; or, "
+                            "final: halted (by the stop rule, see halt_reason), cancelled, "
+                            "done")
+
+    class Meta:
+        model = ResubmitRun
+        fields = ("id", "status", "rate", "halt_after", "of_last", "rule", "version",
+                  "reset_retry_count", "task_ids", "filters", "limit", "total", "published",
+                  "completed", "failed_again", "skipped", "remaining", "halt_reason",
+                  "username", "source", "created_at", "started_at", "finished_at",
+                  "last_step_at")
+        read_only_fields = fields
+
+
+class ResubmitRunListSerializer(serializers.Serializer[Any]):
+    results = ResubmitRunSerializer(many=True, help_text="newest first")

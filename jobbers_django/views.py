@@ -37,9 +37,9 @@ from rest_framework.settings import api_settings
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from jobbers_django import conf, querysets, services
+from jobbers_django import conf, querysets, runs, services
 from jobbers_django import serializers as s
-from jobbers_django.models import DeadLetterEntry, Source
+from jobbers_django.models import DeadLetterEntry, ResubmitRun, Source
 from jobbers_django.permissions import CanCancel, CanRead, CanResubmit
 
 if TYPE_CHECKING:
@@ -52,6 +52,9 @@ __all__ = [
     "DeadLetterHistoryView",
     "DeadLetterListView",
     "DeadLetterResubmitView",
+    "ResubmitRunControlView",
+    "ResubmitRunDetailView",
+    "ResubmitRunListView",
     "ScheduledTasksView",
     "SchemaView",
     "TaskDetailView",
@@ -268,6 +271,27 @@ def _action_data(result: services.ActionResult) -> dict[str, Any]:
             "audit_id": result.audit_id}
 
 
+def _pace(data: Mapping[str, Any]) -> runs.Pace:
+    try:
+        return runs.Pace(rate=data["rate"], halt_after=data.get("halt_after"),
+                         of_last=data.get("of_last"))
+    except services.SelectionError as exc:
+        raise _bad(exc.field, exc.message) from None
+
+
+def _start_run(request: Request, data: Mapping[str, Any]) -> Response:
+    """Start a paced resubmit: 202 with the run (its progress at its own URL)."""
+    try:
+        run = runs.start(_selection(data), _pace(data),
+                         reset_retry_count=data["reset_retry_count"], version=data["version"],
+                         user=request.user, source=Source.API)
+    except services.SelectionError as exc:
+        raise _bad(exc.field, exc.message) from None
+    answer = s.ResubmitRunSerializer(run).data
+    location = request.build_absolute_uri(f"resubmit-runs/{run.pk}")
+    return Response(answer, status=status.HTTP_202_ACCEPTED, headers={"Location": location})
+
+
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
 class DeadLetterResubmitView(JobbersAPIView):
     """Not wrapped in ATOMIC_REQUESTS: the claim commits inside the service, then the
@@ -283,15 +307,22 @@ class DeadLetterResubmitView(JobbersAPIView):
         "many requests race. The task name and arguments are the entry's; a client "
         "cannot choose them. `version` chooses the entry's version (default) or the "
         "current one. Entries that cannot be published again (no JSON arguments) are "
-        "never taken. With `dry_run` nothing changes.",
+        "never taken. With `dry_run` nothing changes. With `rate` (and optionally the "
+        "stop rule `halt_after`/`of_last`) the resubmit is paced: it runs in the "
+        "background and the answer is 202 with the run (see resubmit-runs).",
         request=s.ResubmitRequestSerializer,
-        responses={200: s.ResubmitResultSerializer, **_errors(400, 401, 403)},
+        responses={200: s.ResubmitResultSerializer,
+                   202: OpenApiResponse(s.ResubmitRunSerializer,
+                                        description="a paced resubmit started"),
+                   **_errors(400, 401, 403)},
     )
     def post(self, request: Request) -> Response:
         _query(s.NoQuerySerializer, request)  # ?dry_run=true must not be ignored
         body = s.ResubmitRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        if data.get("rate") is not None and not data["dry_run"]:
+            return _start_run(request, data)
         try:
             result = services.resubmit(_selection(data),
                                        reset_retry_count=data["reset_retry_count"],
@@ -326,6 +357,109 @@ class DeadLetterDiscardView(JobbersAPIView):
                                   dry_run=data["dry_run"])
         answer = {**_action_data(result), "discarded": result.acted}
         return Response(s.DiscardResultSerializer(answer).data)
+
+
+# ---------------------------------------------------------------------- paced resubmits
+_RUN_ID_PARAM = OpenApiParameter("run_id", OpenApiTypes.INT, OpenApiParameter.PATH,
+                                 description="the paced resubmit's id")
+
+
+def _run(run_id: int) -> ResubmitRun:
+    run = ResubmitRun.objects.filter(pk=run_id).first()
+    if run is None:
+        raise exceptions.NotFound(f"no paced resubmit {run_id}")
+    return run
+
+
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
+class ResubmitRunListView(JobbersAPIView):
+    def get_permissions(self) -> Sequence[Any]:
+        return [CanResubmit()] if self.request.method == "POST" else [CanRead()]
+
+    @_documented(
+        operation_id="resubmit_runs_list",
+        summary="Paced resubmits",
+        description="Newest first, with their progress.",
+        parameters=[s.RunListQuerySerializer],
+        responses={200: s.ResubmitRunListSerializer, **_errors(400, 401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        query = _query(s.RunListQuerySerializer, request)
+        qs = ResubmitRun.objects.all()
+        if "status" in query:
+            qs = qs.filter(status=query["status"])
+        return Response(s.ResubmitRunListSerializer(
+            {"results": list(qs.order_by("-created_at", "-id")[: query["limit"]])}).data)
+
+    @_documented(
+        operation_id="resubmit_runs_create",
+        summary="Start a paced resubmit",
+        description="As `POST /dead-letter-queue/resubmit`, with `rate` required: the "
+        "selected dead entries (taken now, at most `limit`, newest first) are published in "
+        "the background at `rate` per second, and the run halts when more than "
+        "`halt_after` of the last `of_last` settled tasks failed again. Each entry is "
+        "published at most once per run. Needs the resubmit permission.",
+        request=s.ResubmitRunRequestSerializer,
+        responses={202: s.ResubmitRunSerializer, **_errors(400, 401, 403)},
+    )
+    def post(self, request: Request) -> Response:
+        _query(s.NoQuerySerializer, request)
+        body = s.ResubmitRunRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        if body.validated_data["dry_run"]:
+            raise _bad("dry_run", "a run cannot be a dry run: use POST "
+                       "/dead-letter-queue/resubmit with dry_run")
+        return _start_run(request, body.validated_data)
+
+
+class ResubmitRunDetailView(JobbersAPIView):
+    @_documented(
+        operation_id="resubmit_runs_retrieve",
+        summary="A paced resubmit and its progress",
+        description="published, completed, failed_again, skipped and remaining are "
+        "recounted from the run's items at every step (about every half second).",
+        parameters=[_RUN_ID_PARAM],
+        responses={200: s.ResubmitRunSerializer, **_errors(400, 401, 403, 404)},
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        _query(s.NoQuerySerializer, request)
+        return Response(s.ResubmitRunSerializer(_run(run_id)).data)
+
+
+_CONTROLS = {"pause": runs.pause, "resume": runs.resume, "cancel": runs.cancel}
+
+
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
+class ResubmitRunControlView(JobbersAPIView):
+    """``pause``, ``resume`` or ``cancel`` (the URL's ``control``)."""
+
+    permission_classes = (CanResubmit,)
+
+    @_documented(
+        operation_id="resubmit_runs_control",
+        summary="Pause, resume or cancel a paced resubmit",
+        description="pause: publish nothing more until resumed (what was published is "
+        "still followed); resume: from where it paused, at its pace counted from now; "
+        "cancel: publish nothing more, the unpublished entries stay dead. 409 when the "
+        "run's status does not allow it (a finished run, resuming a running one).",
+        parameters=[_RUN_ID_PARAM],
+        request=None,
+        responses={200: s.ResubmitRunSerializer,
+                   409: OpenApiResponse(_ERROR, description="not in a status that allows it"),
+                   **_errors(401, 403, 404)},
+    )
+    def post(self, request: Request, run_id: int, control: str) -> Response:
+        _query(s.NoQuerySerializer, request)
+        if control not in _CONTROLS:
+            raise exceptions.NotFound(f"no such control {control!r}")
+        if request.data:
+            raise _bad("body", "expected no body")
+        _run(run_id)
+        try:
+            run = _CONTROLS[control](run_id, user=request.user, source=Source.API)
+        except runs.RunConflict as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(s.ResubmitRunSerializer(run).data)
 
 
 # ---------------------------------------------------------------------- live tasks

@@ -12,6 +12,8 @@ Pages (under the admin site, app ``jobbers``), one module each:
 - :mod:`~jobbers_django.admin.live`: live tasks (``deadletterentry/live/``), counts per state
   and their last hour, running tasks (progress as bars), stalled and scheduled tasks from
   Redis, the cleaner's last pass, and a cancel action; the page refreshes itself.
+- :mod:`~jobbers_django.admin.runs`: paced resubmits, each with its progress (refreshing
+  itself) and pause, resume and cancel buttons.
 
 Their parts: :mod:`~jobbers_django.admin.actions` (the confirmation page and what confirming
 does, for the bulk actions, a group's and an entry's buttons),
@@ -39,6 +41,7 @@ from jobbers_django.admin.entries import DeadLetterEntryAdmin
 from jobbers_django.admin.groups import DeadLetterAuditAdmin, FailureGroupAdmin
 from jobbers_django.admin.live import LivePagesAdmin, lifecycle
 from jobbers_django.admin.pagination import BoundedPaginator
+from jobbers_django.admin.runs import ResubmitRunAdmin
 
 __all__ = [
     "STORE_ERRORS",
@@ -48,6 +51,7 @@ __all__ = [
     "FailureGroupAdmin",
     "LivePagesAdmin",
     "ReadOnlyAdmin",
+    "ResubmitRunAdmin",
     "lifecycle",
     "summary",
 ]

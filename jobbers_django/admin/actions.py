@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
 
-from jobbers_django import conf, querysets, services
+from jobbers_django import conf, querysets, runs, services
 from jobbers_django.admin.base import STORE_ERRORS
 from jobbers_django.admin.display import compact_json
 from jobbers_django.admin.pagination import BoundedPaginator
@@ -92,10 +93,11 @@ def _sample(entries: QuerySet[Any]) -> list[dict[str, Any]]:
 
 
 def perform(admin: ReadOnlyAdmin, request: HttpRequest, queryset: QuerySet[Any],
-            action: str) -> bool:
+            action: str) -> HttpResponse | None:
     """Act on the entries the confirmation page listed that ``queryset`` still selects
     (those resubmitted or discarded meanwhile are reported as skipped, newer ones left
-    alone); the outcome is a message. Returns whether anything was acted on."""
+    alone); the outcome is a message. A paced resubmit (the page's "paced" button) starts
+    a run in the background instead and returns its page to go to."""
     verb = verb_of(action)
     try:
         listed = json.loads(request.POST.get("task_ids") or "[]")[: conf.MAX_IDS]
@@ -108,14 +110,16 @@ def perform(admin: ReadOnlyAdmin, request: HttpRequest, queryset: QuerySet[Any],
     if not ids:
         admin.message_user(request, f"Nothing to {verb}: the confirmed entries are no "
                            "longer selected.", messages.WARNING)
-        return False
+        return None
     selection = services.Selection(task_ids=ids)
     reset = request.POST.get("reset_retry_count", "1") != "0"
     version = request.POST.get("version") or VersionChoice.ENTRY
     if version not in VersionChoice.values:
         admin.message_user(request, f"Nothing was done: unknown version choice {version!r}.",
                            messages.ERROR)
-        return False
+        return None
+    if action == Action.RESUBMIT and request.POST.get("paced") == "1":
+        return _start_run(admin, request, selection, reset, version)
     try:
         if action == Action.RESUBMIT:
             result = services.resubmit(selection, reset_retry_count=reset, version=version,
@@ -126,15 +130,43 @@ def perform(admin: ReadOnlyAdmin, request: HttpRequest, queryset: QuerySet[Any],
     except services.SelectionError as exc:
         admin.message_user(request, f"Nothing was {'resubmitted' if verb == 'resubmit' else 'discarded'}: "
                            f"{exc.message}", messages.ERROR)
-        return False
+        return None
     except STORE_ERRORS as exc:
         admin.message_user(request, f"Redis is unreachable ({exc}): nothing was published. "
                            "Entries already marked resubmitted are published by a later "
                            "resubmit.", messages.ERROR)
-        return False
+        return None
     admin.message_user(request, summary(result, reset, version),
                        messages.SUCCESS if result.acted else messages.WARNING)
-    return bool(result.acted)
+    return None
+
+
+def _start_run(admin: ReadOnlyAdmin, request: HttpRequest, selection: services.Selection,
+               reset: bool, version: str) -> HttpResponse | None:
+    """A paced resubmit of the confirmed entries: its page shows the progress."""
+    def number(name: str, kind: type[float | int]) -> Any:
+        raw = (request.POST.get(name) or "").strip()
+        if not raw:
+            return None
+        try:
+            return kind(raw)
+        except ValueError:
+            raise services.SelectionError(name, "must be a number") from None
+
+    try:
+        rate = number("rate", float)
+        if rate is None:
+            raise services.SelectionError("rate", "give a rate (tasks per second)")
+        pace = runs.Pace(rate=rate, halt_after=number("halt_after", int),
+                         of_last=number("of_last", int))
+        run = runs.start(selection, pace, reset_retry_count=reset, version=version,
+                         user=request.user, source=Source.ADMIN)
+    except services.SelectionError as exc:
+        admin.message_user(request, f"No paced resubmit was started: {exc}", messages.ERROR)
+        return None
+    admin.message_user(request, f"Paced resubmit #{run.pk} started: {run.total} entries "
+                       f"at {run.rate:g} per second; {run.rule}.")
+    return HttpResponseRedirect(reverse("admin:jobbers_resubmitrun_change", args=[run.pk]))
 
 
 def current_versions(names: set[str]) -> dict[str, int]:

@@ -226,8 +226,7 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         """The bulk actions' confirmation page (it posts back to the changelist with the
         selection), and what confirming it does."""
         if request.POST.get("post") == "yes":
-            self.confirmed(request, queryset, action)
-            return None
+            return self.confirmed(request, queryset, action)
         return actions.confirmation(
             self, request, queryset, action, back_url=request.get_full_path(),
             hidden=[("action", f"{actions.verb_of(action)}_selected"),
@@ -246,8 +245,7 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         entry_url = reverse("admin:jobbers_deadletterentry_change", args=[entry.pk])
         selected = DeadLetterEntry.objects.filter(pk=entry.pk)
         if request.method == "POST" and request.POST.get("post") == "yes":
-            self.confirmed(request, selected, action)
-            return HttpResponseRedirect(entry_url)
+            return self.confirmed(request, selected, action) or HttpResponseRedirect(entry_url)
         page = actions.confirmation(self, request, selected, action, back_url=entry_url,
                                     extra_fieldsets=self.confirmation_fieldsets(action))
         return page if page is not None else HttpResponseRedirect(entry_url)
@@ -257,9 +255,11 @@ class DeadLetterEntryAdmin(LivePagesAdmin):
         :meth:`confirmed`, where options such as pacing plug in."""
         return []
 
-    def confirmed(self, request: HttpRequest, selected: QuerySet[Any], action: str) -> None:
-        """What confirming does: the action on the entries the page listed, at once."""
-        actions.perform(self, request, selected, action)
+    def confirmed(self, request: HttpRequest, selected: QuerySet[Any], action: str
+                  ) -> HttpResponse | None:
+        """What confirming does: the action on the entries the page listed, at once, or a
+        paced resubmit of them (then its page)."""
+        return actions.perform(self, request, selected, action)
 
 
 def _redacted(entry: DeadLetterEntry, failures: Any) -> list[DeadLetterFailure]:

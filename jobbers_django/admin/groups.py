@@ -94,8 +94,7 @@ class FailureGroupAdmin(ReadOnlyAdmin):
         back = reverse("admin:jobbers_failuregroup_changelist")
         selected = DeadLetterEntry.objects.filter(fingerprint=group.fingerprint)
         if request.method == "POST" and request.POST.get("post") == "yes":
-            self.confirmed(request, selected, action, group)
-            return HttpResponseRedirect(back)
+            return self.confirmed(request, selected, action, group) or HttpResponseRedirect(back)
         page = actions.confirmation(
             self, request, selected, action, back_url=back,
             subject=f" of the group {group.task_name}: "
@@ -109,9 +108,10 @@ class FailureGroupAdmin(ReadOnlyAdmin):
         return []
 
     def confirmed(self, request: HttpRequest, selected: QuerySet[Any], action: str,
-                  group: FailureGroup) -> None:
-        """What confirming does: the action on the entries the page listed, at once."""
-        actions.perform(self, request, selected, action)
+                  group: FailureGroup) -> HttpResponse | None:
+        """What confirming does: the action on the entries the page listed, at once, or a
+        paced resubmit of them (then its page)."""
+        return actions.perform(self, request, selected, action)
 
     # -------------------------------------------------------------- columns
 

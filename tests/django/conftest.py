@@ -162,20 +162,18 @@ def dj_worker_args() -> list[str]:
     return []
 
 
-@pytest.fixture
-def dj_worker(djapp: Any, tmp_path: Path,
-              dj_worker_args: list[str]) -> Iterator[subprocess.Popen[str]]:
-    """A prefork worker of tests.django.celery_app writing to pytest-django's test database
-    (its log in ``tmp_path / "worker.log"``)."""
+def start_dj_worker(djapp: Any, log_path: Path,
+                    extra_args: list[str] | None = None) -> subprocess.Popen[str]:
+    """Start a prefork worker of tests.django.celery_app writing to pytest-django's test
+    database, and wait until it answers a ping."""
     name = f"dj-{uuid.uuid4().hex[:8]}@localhost"
-    log_path = tmp_path / "worker.log"
     env = subprocess_env({"DJANGO_SETTINGS_MODULE": "tests.django.settings",
                           "JOBBERS_TEST_DB_NAME": connection.settings_dict["NAME"]})
-    with log_path.open("w") as log_file:
+    with log_path.open("a") as log_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "tests.django.celery_app", "worker",
              "-P", "prefork", "-c", "1", "-n", name, "-l", "INFO", "--without-mingle",
-             "--without-gossip", "--without-heartbeat", *dj_worker_args],
+             "--without-gossip", "--without-heartbeat", *(extra_args or [])],
             cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True,
             start_new_session=True)
 
@@ -186,15 +184,34 @@ def dj_worker(djapp: Any, tmp_path: Path,
 
     try:
         wait_for(ready, timeout=30, interval=0.1, message="the Django-sink worker")
+    except BaseException:
+        stop_dj_worker(proc)
+        raise
+    return proc
+
+
+def stop_dj_worker(proc: subprocess.Popen[str]) -> None:
+    """A warm shutdown (SIGTERM), killed if it takes over 20 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.fixture
+def dj_worker(djapp: Any, tmp_path: Path,
+              dj_worker_args: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """A prefork worker of tests.django.celery_app writing to pytest-django's test database
+    (its log in ``tmp_path / "worker.log"``)."""
+    log_path = tmp_path / "worker.log"
+    proc = start_dj_worker(djapp, log_path, dj_worker_args)
+    try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop_dj_worker(proc)
         if os.environ.get("JOBBERS_SHOW_WORKER_LOG"):
             print(log_path.read_text())

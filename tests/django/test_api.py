@@ -412,7 +412,9 @@ ALL_PATHS = {
     "/jobbers/dead-letter-queue", "/jobbers/dead-letter-queue/{task_id}/history",
     "/jobbers/dead-letter-queue/resubmit", "/jobbers/dead-letter-queue/discard",
     "/jobbers/scheduled-tasks", "/jobbers/tasks/{task_id}", "/jobbers/tasks/{task_id}/cancel",
-    "/jobbers/schema",
+    "/jobbers/schema", "/jobbers/dead-letter-queue/resubmit-runs",
+    "/jobbers/dead-letter-queue/resubmit-runs/{run_id}",
+    "/jobbers/dead-letter-queue/resubmit-runs/{run_id}/{control}",
 }
 
 

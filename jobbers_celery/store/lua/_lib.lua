@@ -159,8 +159,12 @@ local function step(ctx, task, spec)
   local w = {'state', to}
   local d = {}
   if not exists then
-    for k, v in pairs(spec.create) do w[#w + 1] = k; w[#w + 1] = v end
-    w[#w + 1] = 'attempt'; w[#w + 1] = 0
+    -- create.attempt: a record made again (its dead letter's resubmit) counts on from it
+    attempt = tonumber(spec.create.attempt or '0') or 0
+    for k, v in pairs(spec.create) do
+      if k ~= 'attempt' then w[#w + 1] = k; w[#w + 1] = v end
+    end
+    w[#w + 1] = 'attempt'; w[#w + 1] = attempt
     w[#w + 1] = 'sub_at'; w[#w + 1] = now
     redis.call('ZADD', ctx.all, now, spec.id)
     if ctx.name_idx then redis.call('ZADD', ctx.name_idx, now, spec.id) end

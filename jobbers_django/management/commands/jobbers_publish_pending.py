@@ -1,6 +1,8 @@
 """``manage.py jobbers_publish_pending``: publish resubmitted dead letters whose publish never
-ran (the process died after the commit, or Redis was down). Safe to run any time, from cron
-or a beat schedule: each task is published at most once (jobbers' compare-and-set step)."""
+ran (the process died after the commit, or Redis was down), and start a new step chain for a
+paced resubmit that has had no step for a minute (``runs.revive``). Safe to run any time, from
+cron or a beat schedule: each task is published at most once (jobbers' compare-and-set step),
+and each entry at most once per run."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from jobbers_django import services
+from jobbers_django import runs, services
 
 
 class Command(BaseCommand):
@@ -23,3 +25,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         published = services.publish_pending(timedelta(seconds=options["older_than"]))
         self.stdout.write(f"published {published} pending resubmit(s)")
+        revived = runs.revive()
+        if revived:
+            self.stdout.write("restarted the steps of paced resubmit(s) "
+                              + ", ".join(f"#{r}" for r in revived))

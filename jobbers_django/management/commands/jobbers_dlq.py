@@ -1,0 +1,318 @@
+"""``manage.py jobbers_dlq``: the Django dead-letter queue from a shell, the same shape as
+``celery jobbers dlq`` (the Redis sink's):
+
+    jobbers_dlq list [--queue Q] [--task NAME] [--version N] [--status S] [--limit N] [--json]
+    jobbers_dlq show ID [--json]
+    jobbers_dlq resubmit [ID ...] [--queue Q] [--task NAME] [--version N] [--limit N]
+                         [--dry-run] [--current-version] [--keep-retry-count]
+                         [--rate PER_SECOND [--halt-after X --of-last N]] [--json]
+    jobbers_dlq discard [ID ...] [--queue Q] [--task NAME] [--version N] [--limit N] [--yes]
+                        [--json]
+    jobbers_dlq run RUN_ID [--pause | --resume | --cancel] [--json]
+
+Everything goes through :mod:`jobbers_django.services` and :mod:`jobbers_django.runs`, as the
+admin and the API do (audited, source ``code``), and is shown redacted as the API shows it
+(``--json`` prints the API's answers). No ids and no filter is an error, never "everything".
+Exit codes: 0 ok, 1 a runtime failure (Redis or the database unreachable), 2 bad input,
+3 not found.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+from django.utils import timezone
+from django.utils.text import Truncator
+
+from jobbers_celery import ConfigurationError, StoreUnavailable
+from jobbers_django import conf, runs, services
+from jobbers_django import serializers as s
+from jobbers_django.models import DeadLetterEntry, ResubmitRun, Source, Status, VersionChoice
+from jobbers_django.redaction import arguments, text
+
+OK, RUNTIME, USAGE, NOT_FOUND = 0, 1, 2, 3
+LIST_LIMIT = 50
+
+
+def _message(row: DeadLetterEntry) -> str:
+    """The last failure, redacted as the API shows it (the entry's secret values too)."""
+    message = text(row.exception_message, row.task_name, row.args, row.kwargs)
+    return f"{row.exception_type}: {message}" if row.exception_type else message
+
+
+def _when(value: datetime) -> str:
+    """In the project's time zone (``TIME_ZONE``), as the admin's lists show times."""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _usage(message: str) -> CommandError:
+    return CommandError(message, returncode=USAGE)
+
+
+class Command(BaseCommand):
+    help = ("The Django dead-letter queue: list, show, resubmit (paced with --rate), discard; "
+            "and a paced resubmit's progress and controls (run).")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+        def selection(p: CommandParser, limit_default: int | None) -> None:
+            p.add_argument("--queue", help="exact queue name")
+            p.add_argument("--task", help="exact task name")
+            p.add_argument("--version", type=int, metavar="N", help="exact task version")
+            p.add_argument("--limit", type=int, default=limit_default, metavar="N",
+                           help="at most this many entries, newest failure first "
+                                f"(1 to {conf.MAX_LIMIT}; filters only)")
+            p.add_argument("--json", action="store_true", help="JSON for scripts")
+
+        p = sub.add_parser("list", help="dead-letter entries, newest failure first")
+        selection(p, LIST_LIMIT)
+        p.add_argument("--status", choices=[*Status.values, "all"], default=Status.DEAD,
+                       help="entry status (default dead)")
+
+        p = sub.add_parser("show", help="one entry and its failure history")
+        p.add_argument("task_id", metavar="ID")
+        p.add_argument("--json", action="store_true", help="JSON for scripts")
+
+        p = sub.add_parser("resubmit", help="publish entries again (by ids or filters)")
+        p.add_argument("task_ids", nargs="*", metavar="ID")
+        selection(p, None)
+        p.add_argument("--dry-run", action="store_true",
+                       help="say what would be resubmitted; change nothing")
+        p.add_argument("--current-version", action="store_true",
+                       help="publish as the version registered now, not the entry's")
+        p.add_argument("--keep-retry-count", action="store_true",
+                       help="continue the retry count where it stopped (default: reset)")
+        p.add_argument("--rate", type=float, metavar="PER_SECOND",
+                       help="paced, in the background: at most this many per second")
+        p.add_argument("--halt-after", type=int, metavar="X",
+                       help="with --rate: halt when more than X of the last N failed again")
+        p.add_argument("--of-last", type=int, metavar="N", help="the stop rule's window N")
+
+        p = sub.add_parser("discard", help="mark entries discarded (kept, never published)")
+        p.add_argument("task_ids", nargs="*", metavar="ID")
+        selection(p, None)
+        p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+        p = sub.add_parser("run", help="a paced resubmit's progress; pause, resume, cancel")
+        p.add_argument("run_id", type=int, metavar="RUN_ID")
+        group = p.add_mutually_exclusive_group()
+        for control in ("pause", "resume", "cancel"):
+            group.add_argument(f"--{control}", action="store_true", help=f"{control} it")
+        p.add_argument("--json", action="store_true", help="JSON for scripts")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        handler = getattr(self, f"do_{options['command']}")
+        try:
+            handler(options)
+        except (StoreUnavailable, ConfigurationError, DatabaseError) as exc:
+            raise CommandError(f"{type(exc).__name__}: {exc}", returncode=RUNTIME) from exc
+
+    # -------------------------------------------------------------- output
+    def emit_json(self, value: Any) -> None:
+        self.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        cells = [[str(c) for c in headers], *[["-" if c in (None, "") else str(c) for c in r]
+                                               for r in rows]]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+        for row in cells:
+            self.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+                              .rstrip())
+
+    def entries(self, rows: Sequence[DeadLetterEntry]) -> None:
+        self.table(("TASK ID", "NAME", "VER", "QUEUE", "STATUS", "FAILURES", "LAST FAILED",
+                    "EXCEPTION"),
+                   [(r.task_id, r.task_name, r.task_version, r.queue, r.status,
+                     r.failure_count, _when(r.last_failed_at),
+                     Truncator(_message(r)).chars(60)) for r in rows])
+
+    # -------------------------------------------------------------- selection
+    def selection(self, options: dict[str, Any], limit_default: int) -> services.Selection:
+        ids = tuple(options.get("task_ids") or ())
+        for task_id in ids:
+            if not s.TASK_ID_RE.fullmatch(task_id):
+                raise _usage(f"{task_id!r}: {s.TASK_ID_MESSAGE}")
+        filters = {name: options[opt] for name, opt in
+                   (("queue", "queue"), ("task_name", "task"), ("task_version", "version"))
+                   if options.get(opt) is not None}
+        limit = options.get("limit")
+        if ids and limit is not None:
+            raise _usage("--limit applies to filters only; ids select exactly the ids given")
+        if not ids and not filters:
+            raise _usage("give task ids or at least one filter (--queue, --task, --version); "
+                         "no criteria never means everything")
+        try:
+            if ids:
+                return services.Selection(task_ids=ids, limit=conf.MAX_IDS)
+            return services.Selection(filters=filters,
+                                      limit=limit if limit is not None else limit_default)
+        except services.SelectionError as exc:
+            raise _usage(f"--{exc.field.replace('_', '-')}: {exc.message}") from None
+
+    # -------------------------------------------------------------- commands
+    def do_list(self, options: dict[str, Any]) -> None:
+        limit = options["limit"]
+        if not 1 <= limit <= conf.MAX_LIMIT:
+            raise _usage(f"--limit: must be between 1 and {conf.MAX_LIMIT}")
+        filters = {name: options[opt] for name, opt in
+                   (("queue", "queue"), ("task_name", "task"), ("task_version", "version"))
+                   if options.get(opt) is not None}
+        if options["status"] != "all":
+            filters["status"] = options["status"]
+        qs = services.filter_entries(DeadLetterEntry.objects.defer("traceback"), filters)
+        rows = list(qs.order_by("-last_failed_at", "-id")[: limit + 1])
+        more, rows = len(rows) > limit, rows[:limit]
+        if options["json"]:
+            self.emit_json({"results": s.DeadLetterEntrySerializer(rows, many=True).data,
+                            "more": more})
+            return
+        if not rows:
+            self.stdout.write("No dead-letter entries match.")
+            return
+        self.entries(rows)
+        self.stdout.write(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}"
+                          + (f" (more match: --limit {limit})" if more else ""))
+
+    def do_show(self, options: dict[str, Any]) -> None:
+        task_id = options["task_id"]
+        if not s.TASK_ID_RE.fullmatch(task_id):
+            raise _usage(f"{task_id!r}: {s.TASK_ID_MESSAGE}")
+        entry = DeadLetterEntry.objects.filter(task_id=task_id).first()
+        if entry is None:
+            raise CommandError(f"task {task_id} is not in the dead-letter queue",
+                               returncode=NOT_FOUND)
+        failures = services.failure_history(task_id)
+        if options["json"]:
+            self.emit_json({
+                "entry": s.DeadLetterEntrySerializer(entry).data,
+                "failures": s.FailureSerializer(failures, many=True,
+                                                context={"entry": entry}).data})
+            return
+        shown_args, shown_kwargs = arguments(entry.task_name, entry.args, entry.kwargs)
+        lines = [
+            ("task id", entry.task_id), ("name", entry.task_name),
+            ("version", entry.task_version), ("queue", entry.queue or "-"),
+            ("status", entry.status), ("reason", entry.reason),
+            ("exception", entry.exception_type),
+            ("message", text(entry.exception_message, entry.task_name, entry.args,
+                             entry.kwargs)),
+            ("failures", entry.failure_count),
+            ("last failed", _when(entry.last_failed_at)),
+            ("resubmitted", f"{entry.resubmit_count} time(s)"),
+            ("args", json.dumps(shown_args, default=str)),
+            ("kwargs", json.dumps(shown_kwargs, default=str)),
+        ]
+        width = max(len(k) for k, _ in lines)
+        for key, value in lines:
+            self.stdout.write(f"{key.ljust(width)}  {value}")
+        self.stdout.write("")
+        self.table(("ATTEMPT", "FAILED AT", "WORKER", "EXCEPTION"),
+                   [(f.attempt, _when(f.failed_at), f.worker,
+                     Truncator(f"{f.exception_type}: " + text(
+                         f.exception_message, entry.task_name, entry.args, entry.kwargs))
+                     .chars(70)) for f in failures])
+
+    def do_resubmit(self, options: dict[str, Any]) -> None:
+        selection = self.selection(options, conf.DEFAULT_RESUBMIT_LIMIT)
+        version = VersionChoice.CURRENT if options["current_version"] else VersionChoice.ENTRY
+        reset = not options["keep_retry_count"]
+        rate, halt_after, of_last = options["rate"], options["halt_after"], options["of_last"]
+        if rate is None and (halt_after is not None or of_last is not None):
+            raise _usage("--halt-after and --of-last need --rate")
+        try:
+            pace = runs.Pace(rate, halt_after, of_last) if rate is not None else None
+            if pace is not None and not options["dry_run"]:
+                run = runs.start(selection, pace, reset_retry_count=reset, version=version,
+                                 source=Source.CODE)
+                self.show_run(run, options["json"], started=True)
+                return
+            result = services.resubmit(selection, reset_retry_count=reset, version=version,
+                                       source=Source.CODE, dry_run=options["dry_run"])
+        except services.SelectionError as exc:
+            raise _usage(f"--{exc.field.replace('_', '-')}: {exc.message}") from None
+        self.action_result(result, "resubmit", options["json"])
+
+    def do_discard(self, options: dict[str, Any]) -> None:
+        selection = self.selection(options, conf.DEFAULT_RESUBMIT_LIMIT)
+        if not options["yes"]:
+            preview = services.discard(selection, dry_run=True)
+            if not preview.matched:
+                self.action_result(preview, "discard", options["json"])
+                return
+            if not sys.stdin.isatty():
+                raise _usage(f"would discard {preview.matched} entries: confirm with --yes "
+                             "(no terminal to ask)")
+            answer = input(f"Discard {preview.matched} dead-letter entries? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                self.stdout.write("Nothing discarded.")
+                return
+        result = services.discard(selection, source=Source.CODE)
+        self.action_result(result, "discard", options["json"])
+
+    def do_run(self, options: dict[str, Any]) -> None:
+        run_id = options["run_id"]
+        if not ResubmitRun.objects.filter(pk=run_id).exists():
+            raise CommandError(f"no paced resubmit {run_id}", returncode=NOT_FOUND)
+        for control in ("pause", "resume", "cancel"):
+            if options[control]:
+                try:
+                    getattr(runs, control)(run_id, source=Source.CODE)
+                except runs.RunConflict as exc:
+                    raise _usage(str(exc)) from None
+        self.show_run(ResubmitRun.objects.get(pk=run_id), options["json"])
+
+    # -------------------------------------------------------------- results
+    def action_result(self, result: services.ActionResult, verb: str, as_json: bool) -> None:
+        if as_json:
+            data = {"dry_run": result.dry_run, "matched": result.matched, "more": result.more,
+                    "skipped": result.skipped, "audit_id": result.audit_id,
+                    "sample": s.DeadLetterEntrySerializer(result.sample, many=True).data,
+                    "discarded" if verb == "discard" else "resubmitted": result.acted}
+            if verb == "resubmit":
+                data["published"] = [] if result.dry_run else result.published
+            self.emit_json(data)
+            return
+        noun = "entry" if result.matched == 1 else "entries"
+        if result.dry_run:
+            self.stdout.write(f"Dry run: would {verb} {result.matched} dead-letter {noun}"
+                              + (" (more match beyond --limit)" if result.more else "")
+                              + "; nothing changed.")
+            if result.sample:
+                self.entries(result.sample)
+        else:
+            done = "resubmitted" if verb == "resubmit" else "discarded"
+            line = f"{done.capitalize()} {len(result.acted)} dead-letter {noun}"
+            if verb == "resubmit" and result.published is None:
+                line += ": published once the enclosing transaction commits"
+            elif verb == "resubmit":
+                line += f": {len(result.published or [])} published"
+            self.stdout.write(line + (f" (audit #{result.audit_id})." if result.audit_id
+                                      else "."))
+        for skipped in result.skipped:
+            self.stdout.write(f"skipped {skipped['task_id']}: {skipped['why']}")
+
+    def show_run(self, run: ResubmitRun, as_json: bool, started: bool = False) -> None:
+        if as_json:
+            self.emit_json(s.ResubmitRunSerializer(run).data)
+            return
+        if started:
+            self.stdout.write(f"Started paced resubmit #{run.pk}: {run.total} entries at "
+                              f"{run.rate:g} per second; {run.rule}.")
+            self.stdout.write(f"Follow it: manage.py jobbers_dlq run {run.pk} (or the admin's "
+                              "Paced resubmits page); it runs on the Celery workers.")
+            return
+        self.stdout.write(f"Paced resubmit #{run.pk}: {run.status}, {run.rate:g}/s, "
+                          f"{run.rule}")
+        self.table(("SELECTED", "PUBLISHED", "COMPLETED", "FAILED AGAIN", "SKIPPED",
+                    "REMAINING"),
+                   [(run.total, run.published, run.completed, run.failed_again, run.skipped,
+                     run.remaining)])
+        if run.halt_reason:
+            self.stdout.write(f"halted: {run.halt_reason}")
