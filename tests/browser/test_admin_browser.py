@@ -160,3 +160,65 @@ def no_scroll(driver: Any) -> None:
             f"var e = {selector}; return e ? [e.scrollWidth, e.clientWidth] : [0, 0]")
         assert widths[0] <= widths[1], f"{selector}: scrollWidth {widths[0]} > clientWidth " \
                                        f"{widths[1]}"
+
+
+def test_a_paced_group_resubmit_halts_on_a_spike_of_re_failures(browser, demo, shoot,
+                                                                 published):
+    """From the groups page: Resubmit…, a pace and a stop rule, Start (two clicks and three
+    fields); the run's page shows it live. The cause is not fixed: the first tasks it
+    publishes fail again, and the run halts by its rule with most of the group unpublished.
+    The steps run here (a worker runs them in production), one at a time."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobbers_django import runs
+    from jobbers_django.models import ResubmitRun, ResubmitRunItem, RunStatus
+    from jobbers_django.sink import write_entry
+    from tests.django.conftest import dead_letter
+
+    group = FailureGroup.objects.get(task_name="shop.import_catalog",
+                                     exception_type="shop.tasks.SupplierTimeout")
+    clicks = Clicks(browser)
+    browser.get(f"{browser.base}/admin/jobbers/failuregroup/")
+    clicks(By.CSS_SELECTOR, f"a[href$='/failuregroup/{group.pk}/resubmit/']")  # 1
+    for name, value in (("rate", "20"), ("halt_after", "2"), ("of_last", "4")):
+        field = browser.find_element(By.CSS_SELECTOR, f"#jobbers-paced input[name={name}]")
+        field.clear()
+        field.send_keys(value)
+    clicks(By.ID, "jobbers-paced-start")                                          # 2
+    assert clicks.count == 2
+    run = ResubmitRun.objects.get()
+    assert browser.current_url.endswith(f"/admin/jobbers/resubmitrun/{run.pk}/change/")
+    assert (run.total, run.rate, run.halt_after, run.of_last) == (15, 20, 2, 4)
+
+    runs.step(run.pk, run.chain)  # queued -> running, the first task published
+    run.refresh_from_db()
+    # a quarter of a second at 20 per second is due: a few more
+    ResubmitRun.objects.filter(pk=run.pk).update(
+        paced_since=timezone.now() - timedelta(seconds=0.25))
+    runs.step(run.pk, run.chain)
+    run.refresh_from_db()
+    sent = list(ResubmitRunItem.objects.filter(run=run, published_at__isnull=False)
+                .order_by("position").values_list("task_id", flat=True))
+    assert 3 <= len(sent) < run.total
+    for task_id in sent:  # the supplier still times out: each fails again
+        write_entry(dead_letter(task_id, name="shop.import_catalog", version=2,
+                                queue="imports", attempt=5,
+                                exception_type="shop.tasks.SupplierTimeout",
+                                exception_message="supplier-1.example.com did not answer "
+                                                  "within 30s"))
+    runs.step(run.pk, run.chain)
+    run.refresh_from_db()
+    assert run.status == RunStatus.HALTED
+    assert run.published == len(sent)
+    assert set(published) >= set(sent)
+    wait_for_page(browser, lambda: browser.find_element(
+        By.ID, "jobbers-run-status").text == "halted", what="the run page to show the halt")
+    halt = browser.find_element(By.ID, "jobbers-run-halt").text
+    window = min(len(sent), 4)
+    assert halt == (f"Halted: {window} of the last {window} resubmitted tasks failed again "
+                    "(the rule: halt when more than 2 of the last 4)")
+    print(f"paced group resubmit: 20/s, halt when more than 2 of the last 4 failed again: "
+          f"{run.published} of {run.total} published before the halt")
+    shoot("paced-halted")
