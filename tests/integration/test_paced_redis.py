@@ -13,7 +13,6 @@ import importlib
 import re
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -103,7 +102,8 @@ def test_unfixed_cause_halts_then_fixed_cause_is_done(world: World, capsys: pyte
     left = {f"{e.task_id}:{e.attempt}" for e in entries}
     for entry in entries:
         record = j.get(entry.task_id)
-        assert record is not None and record.state == S.FAILED
+        assert record is not None
+        assert record.state == S.FAILED
         if record.attempt == entry.attempt:
             left.discard(f"{entry.task_id}:{entry.attempt}")
     assert len(left) == halted.published  # exactly the published ones ran again
@@ -143,7 +143,8 @@ def test_pause_resume_cancel_through_the_command_line(world: World) -> None:
     assert paused["status"] == "paused"
     assert paused["task_ids"] == ids
     again = cli("dlq", "run", str(run_id), "--pause")
-    assert again.rc == 2 and "is paused: it can be paused only when queued or running" in again.err
+    assert again.rc == 2
+    assert "is paused: it can be paused only when queued or running" in again.err
     assert ok(cli("dlq", "run", str(run_id), "--resume", "--json")).json()["status"] == "running"
     cancelled = ok(cli("dlq", "run", str(run_id), "--cancel", "--json")).json()
     assert cancelled["status"] == "cancelled"
@@ -154,13 +155,15 @@ def test_pause_resume_cancel_through_the_command_line(world: World) -> None:
 
     info = _settled(world, run_id, {RunStatus.CANCELLED})
     # at most one published at once and one at the resume; the rest stays dead
-    assert 1 <= info.published <= 2 and info.remaining == 3 - info.published
+    assert 1 <= info.published <= 2
+    assert info.remaining == 3 - info.published
     assert info.failed_again == info.published  # proj.boom always fails
     unpublished = [e for e in entries if e.task_id not in
                    {e2.task_id for e2 in entries[:info.published]}]
     for entry in unpublished:
         record = j.get(entry.task_id)
-        assert record is not None and (record.state, record.attempt) == (S.FAILED,
+        assert record is not None
+        assert (record.state, record.attempt) == (S.FAILED,
                                                                          entry.attempt)
 
 
@@ -179,7 +182,8 @@ def test_a_run_goes_on_across_a_worker_restart(world: World,
     j.pause_resubmit_run(run.id, by="test")
     world.worker.stop()
     at_stop = j.resubmit_run(run.id)
-    assert at_stop is not None and at_stop.status == RunStatus.PAUSED
+    assert at_stop is not None
+    assert at_stop.status == RunStatus.PAUSED
     j.resume_resubmit_run(run.id, by="test")
     world.worker = start_worker(proj.app, "tests.integration.proj",
                                 tmp_path_factory.mktemp("pace-restart"))

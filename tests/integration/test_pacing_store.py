@@ -91,7 +91,8 @@ def test_stop_rule_pause_resume_cancel(make_store: Callable[..., RedisStore]) ->
     assert len(more) <= 2
     store.settle_run(run_id, [(more[0], "c", "")], 1000)
     info = read(store, run_id)
-    assert info is not None and info.status == RunStatus.RUNNING
+    assert info is not None
+    assert info.status == RunStatus.RUNNING
     # settling the same member again counts nothing
     store.settle_run(run_id, [(first[0], "f", ""), (more[0], "f", "")], 1000)
     assert read(store, run_id).failed_again == 1  # type: ignore[union-attr]
