@@ -176,7 +176,7 @@ class ResubmitRunInfo:
         """The shape of the Django sink's runs (``jobbers_dlq run --json``), plus
         ``ended_otherwise``, ``publish_failed``, ``in_flight`` and ``events``."""
         def iso(at: datetime | None) -> str | None:
-            return at.isoformat().replace("+00:00", "Z") if at else None
+            return at.isoformat(timespec="milliseconds") if at else None
 
         return {
             "id": self.id, "status": self.status.value, "rate": self.rate,
@@ -231,11 +231,12 @@ def start(store: RedisStore, entries: Sequence[DeadLetter], pace: ResubmitPace, 
         "total": str(len(members)), "claimed": "0", "source": source, "username": username,
         "halt_reason": "",
     }
-    event = json.dumps({"at": store.now_ms(), "action": "start", "by": username or source,
+    by = f"{source}:{username}" if username else source
+    event = json.dumps({"at": store.now_ms(), "action": "start", "by": by,
                         "detail": f"{len(members)} entries at {pace.rate:g}/s; {pace.rule}"})
     run_id = store.create_run(fields, members, event)
-    log.info("paced resubmit %s started by %s: %d entries at %g/s; %s", run_id,
-             username or source, len(members), pace.rate, pace.rule)
+    log.info("paced resubmit %s started by %s: %d entries at %g/s; %s", run_id, by,
+             len(members), pace.rate, pace.rule)
     return run_id
 
 

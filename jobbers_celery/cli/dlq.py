@@ -24,6 +24,7 @@ from jobbers_celery.options import ResubmitVersion
 from jobbers_celery.pacing import PaceError, ResubmitPace, ResubmitRunInfo
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import RedisDeadLetterSink
+from jobbers_celery.states import RESUBMITTABLE
 
 __all__ = ["dlq"]
 
@@ -209,14 +210,20 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
             "filters": {k: v for k, v in (("queue", queue), ("task", name),
                                           ("version", version)) if v is not None},
             "limit": limit})
+        # a run takes the entries whose tasks are dead now (an entry stays in the sink
+        # after its task was resubmitted); the others would only count as skipped
+        dead = {s["id"] for s in shown
+                if s["task_state_now"] in (None, *RESUBMITTABLE) and not s["unpublishable"]}
+        left_out = [s["id"] for s in shown if s["id"] not in dead]
         try:
             run = e.jobbers.start_resubmit_run(
-                entries, pace.rate, pace.halt_after, pace.of_last, version=version_of,
+                [x for x, s in zip(entries, shown, strict=True) if s["id"] in dead],
+                pace.rate, pace.halt_after, pace.of_last, version=version_of,
                 selection=selection, source="cli", username=_user())
         except ValueError as exc:  # --current-version of a task this app does not register
             raise click.UsageError(str(exc)) from exc
         if as_json:
-            click.echo(out.to_json(run.to_json()))
+            click.echo(out.to_json({**run.to_json(), "left_out": left_out}))
             return
         root = ctx.find_root()
         app = root.params.get("app") or root.obj.app.main or "proj"  # what -A named
@@ -224,6 +231,10 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
                    f"per second; {run.rule}.")
         click.echo(f"Follow it: celery -A {app} jobbers dlq run {run.id}; it runs on the "
                    "Celery workers (their scheduler passes).")
+        if left_out:
+            click.echo(f"Left out {len(left_out)} matching entr"
+                       f"{'y' if len(left_out) == 1 else 'ies'} whose tasks are not dead now "
+                       "(resubmitted, running or completed) or cannot be published.")
         return
     try:
         done = set(e.jobbers.resubmit_dead_letters(entries, version=version_of))

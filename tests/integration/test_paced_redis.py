@@ -115,6 +115,7 @@ def test_unfixed_cause_halts_then_fixed_cause_is_done(world: World, capsys: pyte
     assert (started["status"], started["total"], started["rule"]) == (
         "queued", 20, "halt when more than 2 of the last 5 failed again")
     assert started["filters"] == {"task": "proj.until_fixed"}
+    assert started["left_out"] == []
     done = _settled(world, started["id"], {RunStatus.HALTED, RunStatus.DONE})
     assert (done.status, done.total, done.published, done.completed, done.failed_again,
             done.skipped, done.publish_failed, done.remaining) == (
