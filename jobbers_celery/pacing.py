@@ -28,7 +28,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -36,6 +36,7 @@ from typing import Any
 from jobbers_celery.errors import ResubmitRunConflict
 from jobbers_celery.options import ResubmitVersion
 from jobbers_celery.records import DeadLetter
+from jobbers_celery.sinks import describe_error
 from jobbers_celery.states import RESUBMITTABLE, TaskState
 from jobbers_celery.store import RedisStore
 
@@ -163,6 +164,8 @@ class ResubmitRunInfo:
     finished_at: datetime | None
     last_step_at: datetime | None
     events: list[dict[str, Any]]
+    #: ``task_id:attempt`` -> why that entry was skipped or not published
+    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def rule(self) -> str:
@@ -174,7 +177,7 @@ class ResubmitRunInfo:
 
     def to_json(self) -> dict[str, Any]:
         """The shape of the Django sink's runs (``jobbers_dlq run --json``), plus
-        ``ended_otherwise``, ``publish_failed``, ``in_flight`` and ``events``."""
+        ``ended_otherwise``, ``publish_failed``, ``in_flight``, ``events`` and ``notes``."""
         def iso(at: datetime | None) -> str | None:
             return at.isoformat(timespec="milliseconds") if at else None
 
@@ -192,6 +195,7 @@ class ResubmitRunInfo:
             "started_at": iso(self.started_at), "finished_at": iso(self.finished_at),
             "last_step_at": iso(self.last_step_at),
             "events": [{**e, "at": iso(_when(e.get("at")))} for e in self.events],
+            "notes": self.notes,
         }
 
 
@@ -245,7 +249,7 @@ def read(store: RedisStore, run_id: int) -> ResubmitRunInfo | None:
     found = store.run(run_id)
     if found is None:
         return None
-    f, pending, unsettled, events = found
+    f, pending, unsettled, events, notes = found
     counts = {name: int(f.get(name) or 0) for name in
               ("total", "claimed", "completed", "failed_again", "ended_otherwise", "skipped",
                "publish_failed")}
@@ -266,7 +270,16 @@ def read(store: RedisStore, run_id: int) -> ResubmitRunInfo | None:
         created_at=_when(f.get("created_at")) or datetime.fromtimestamp(0, tz=UTC),
         started_at=_when(f.get("started_at")), finished_at=_when(f.get("finished_at")),
         last_step_at=_when(f.get("last_step_at")),
-        events=[json.loads(e) for e in events])
+        events=[json.loads(e) for e in events],
+        notes={member: _note(text) for member, text in notes.items()})
+
+
+def _note(text: str) -> str:
+    code, _, why = text.partition("|")
+    return f"{_NOTE_KINDS.get(code, code)}: {why}"
+
+
+_NOTE_KINDS = {"s": "skipped", "x": "publish failed"}
 
 
 def control(store: RedisStore, run_id: int, action: str, by: str) -> None:
@@ -365,7 +378,8 @@ class Pacer:
         except Exception as exc:
             log.exception("paced resubmit %s: publishing %d entries failed", run_id,
                           len(entries))
-            fates.extend(self._after_failure(entries, f"{type(exc).__name__}: {exc}"[:200]))
+            # no argument value or credential in the note (as the dead-letter log lines)
+            fates.extend(self._after_failure(entries, describe_error(exc, entries.values())))
         else:
             if entries:
                 states = self.store.fields([e.task_id for e in entries.values()], ("state",))
@@ -389,7 +403,7 @@ class Pacer:
         fates = []
         for (member, entry), (state, attempt) in zip(entries.items(), rows, strict=True):
             still_dead = state in RESUBMITTABLE and attempt == str(entry.attempt)
-            fates.append((member, "x", f"publish failed ({error}); the entry stays dead")
+            fates.append((member, "x", f"{error}; the entry stays dead")
                          if still_dead else (member, "p", ""))
         return fates
 

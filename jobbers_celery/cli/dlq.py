@@ -30,6 +30,8 @@ __all__ = ["dlq"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _LIMIT = click.IntRange(1, 10_000)
+#: Entries a run skipped or could not publish that ``dlq run`` lists (``--json``: all).
+_NOTES_SHOWN = 10
 
 
 def _filters(func: _F) -> _F:
@@ -330,6 +332,10 @@ def _run_text(info: ResubmitRunInfo) -> str:
                      f"{info.ended_otherwise}")
     if info.halt_reason:
         lines.append(f"halted: {info.halt_reason}")
+    for member, why in sorted(info.notes.items())[:_NOTES_SHOWN]:
+        lines.append(f"{member}: {why}")
+    if len(info.notes) > _NOTES_SHOWN:
+        lines.append(f"... and {len(info.notes) - _NOTES_SHOWN} more (--json: all)")
     return "\n".join(lines)
 
 

@@ -899,8 +899,10 @@ class RedisStore:
         raw = cast("list[str]", self.client.zrevrange(self.keys.resubmit_runs, 0, limit - 1))
         return [int(r) for r in raw]
 
-    def run(self, run_id: int) -> tuple[dict[str, str], int, int, list[str]] | None:
-        """A run's hash, its pending and unsettled counts and its log (one round trip);
+    def run(self, run_id: int
+            ) -> tuple[dict[str, str], int, int, list[str], dict[str, str]] | None:
+        """A run's hash, its pending and unsettled counts, its log and its notes (member ->
+        ``code|why`` of the entries it skipped or could not publish), in one round trip;
         ``None`` if there is no such run (or it expired)."""
         keys = self.run_keys(run_id)
         pipe = self.client.pipeline(transaction=False)
@@ -908,19 +910,15 @@ class RedisStore:
         pipe.llen(keys[1])
         pipe.zcard(keys[2])
         pipe.lrange(keys[6], 0, -1)
-        fields, pending, unsettled, events = pipe.execute()
+        pipe.hgetall(keys[5])
+        fields, pending, unsettled, events, notes = pipe.execute()
         if not fields:
             return None
-        return fields, int(pending), int(unsettled), list(events)
+        return fields, int(pending), int(unsettled), list(events), dict(notes)
 
     def run_fields(self, run_id: int, names: Sequence[str]) -> list[str | None]:
         return cast("list[str | None]", self.client.hmget(self.keys.resubmit_run(run_id),
                                                           list(names)))
-
-    def run_notes(self, run_id: int) -> dict[str, str]:
-        """Member -> ``code|why`` of the entries a run skipped or could not publish."""
-        return cast("dict[str, str]",
-                    self.client.hgetall(self.keys.resubmit_run_part(run_id, "notes")))
 
     def claim_run(self, run_id: int, most: int) -> list[str]:
         """Claim what the run's pace allows now (run_claim.lua): each member once, ever."""

@@ -12,11 +12,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobbers_celery import ResubmitRunConflict, ResubmitVersion
+from jobbers_celery import ResubmitRunConflict, ResubmitVersion, TaskState
 from jobbers_celery.pacing import Pacer, ResubmitPace, RunStatus, control, read, start
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.store import RedisStore
 from tests.conftest import wait_for
+from tests.integration.store_helpers import put_in_state
 
 pytestmark = pytest.mark.redis
 
@@ -28,8 +29,12 @@ def _entry(task_id: str, attempt: int = 1) -> DeadLetter:
                       failed_at=datetime.now(UTC))
 
 
-def _start(store: RedisStore, n: int, pace: ResubmitPace) -> tuple[int, list[str]]:
+def _start(store: RedisStore, n: int, pace: ResubmitPace, first: str | None = None
+           ) -> tuple[int, list[str]]:
     ids = [f"race-{i}" for i in range(n)]
+    if first is not None:  # claimed alone: the first claim of a run takes one entry
+        ids.remove(first)
+        ids.insert(0, first)
     run_id = start(store, [_entry(i) for i in ids], pace, reset_retry_count=True,
                    version=ResubmitVersion.ENTRY, selection={"task_ids": ids},
                    source="test", username="")
@@ -120,3 +125,36 @@ def test_stop_rule_pause_resume_cancel(make_store: Callable[..., RedisStore]) ->
         control(store, run_id, "cancel", "ann")
     with pytest.raises(LookupError):
         control(store, 10_000, "cancel", "ann")
+
+
+def test_entries_not_published_are_recorded_with_why(
+        make_store: Callable[..., RedisStore]) -> None:
+    """An entry discarded meanwhile, a task no longer resubmittable, a publish call that
+    raised: each settles once as skipped or publish failed, its reason kept (never lost)."""
+    store = make_store(f"pace{time.monotonic_ns()}")
+    put_in_state(store, "race-3", TaskState.FAILED)  # dead at attempt 1: not published
+    run_id, _ = _start(store, 5, ResubmitPace(500), first="race-3")
+
+    def publish(entries: list[DeadLetter], reset: bool, version: ResubmitVersion
+                ) -> list[str]:
+        if any(e.task_id == "race-3" for e in entries):
+            raise ConnectionError("broker down: amqp://guest:s3cret-pw@rabbit//")
+        return [e.task_id for e in entries if e.task_id != "race-1"]
+
+    pacer = Pacer(store, lambda t, a: None if t == "race-0" else _entry(t, a), publish, 30)
+
+    def finished() -> bool:
+        pacer.pass_once()
+        info = read(store, run_id)
+        return info is not None and not info.active and info.in_flight == 0
+
+    wait_for(finished, timeout=20, interval=0.01, message="the run to finish")
+    info = read(store, run_id)
+    assert info is not None
+    assert (info.status, info.skipped, info.publish_failed) == (RunStatus.DONE, 2, 1)
+    assert info.notes["race-0:1"] == "skipped: its dead-letter entry is gone (discarded)"
+    assert info.notes["race-1:1"] == "skipped: not resubmittable: the task is gone"
+    assert info.notes["race-3:1"].startswith("publish failed: ConnectionError: broker down")
+    assert "s3cret-pw" not in info.notes["race-3:1"]
+    # the other two had no record: published, then ended otherwise
+    assert info.published == info.ended_otherwise == 2
