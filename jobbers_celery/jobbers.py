@@ -153,7 +153,8 @@ class Jobbers:
             pacer = Pacer(self.store, self._payload_sink.entry,
                           lambda entries, reset, version: self.resubmit_dead_letters(
                               entries, reset, version),
-                          claim_timeout_s=self.config.publish_lease)
+                          claim_timeout_s=self.config.publish_lease,
+                          exclusive_s=self.config.scheduler_interval * 0.8)
         return Scheduler(self.store, self.config, self.publisher, self.dead_letters,
                          self.cleaner, worker_name, history=self.count_sampler, pacer=pacer)
 

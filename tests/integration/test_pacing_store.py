@@ -158,3 +158,31 @@ def test_entries_not_published_are_recorded_with_why(
     assert "s3cret-pw" not in info.notes["race-3:1"]
     # the other two had no record: published, then ended otherwise
     assert info.published == info.ended_otherwise == 2
+
+
+@pytest.mark.parametrize(("outcomes", "halt_after", "of_last", "halts"), [
+    ("fcfcf", 2, 5, "3 of the last 5"),   # more than 2 of the last 5
+    ("fcfcf", 2, 4, ""),                  # the last 4 are c f c f: 2, not more than 2
+    ("ff", 1, 10, "2 of the last 2"),     # a window not full yet counts what there is
+    ("cccc", 0, 3, ""),
+    ("cccf", 0, 3, "1 of the last 3"),    # halt_after 0: the first failure halts
+    ("fffff", 5, 5, ""),                  # halt_after == of_last: never
+    ("fooof", 1, 5, "2 of the last 5"),   # ended otherwise counts in the window, not as failed
+])
+def test_the_stop_rule_over_the_last_n_settled(make_store: Callable[..., RedisStore],
+                                               outcomes: str, halt_after: int, of_last: int,
+                                               halts: str) -> None:
+    store = make_store(f"pace{time.monotonic_ns()}")
+    run_id, _ = _start(store, len(outcomes) + 1, ResubmitPace(500, halt_after, of_last))
+    claimed = wait_for(lambda: store.claim_run(run_id, 1), timeout=10, interval=0.002)
+    status, why = "", ""
+    for code in outcomes:  # settled one by one, oldest first
+        status, why = store.settle_run(run_id, [(claimed[0], code, "")], 1000)
+        if status == "halted":
+            break
+        claimed = wait_for(lambda: store.claim_run(run_id, 1), timeout=10, interval=0.002)
+    if halts:
+        assert status == "halted"
+        assert why.startswith(halts + " resubmitted tasks failed again")
+    else:
+        assert (status, why) == ("running", "")
