@@ -943,7 +943,7 @@ class RedisStore:
         status, changed = self._run_scripts["run_settle"](
             keys=self.run_keys(run_id),
             args=[_json([list(o) for o in outcomes]) if outcomes else "[]", int(window),
-                  self.retention_s * 1000])
+                  self.retention_s * 1000, str(run_id)])
         return str(status), str(changed)
 
     def control_run(self, run_id: int, action: str, by: str) -> tuple[bool, str]:

@@ -186,3 +186,13 @@ def test_the_stop_rule_over_the_last_n_settled(make_store: Callable[..., RedisSt
         assert why.startswith(halts + " resubmitted tasks failed again")
     else:
         assert (status, why) == ("running", "")
+
+
+def test_a_run_deleted_by_hand_is_no_longer_driven(make_store: Callable[..., RedisStore]
+                                                   ) -> None:
+    store = make_store(f"pace{time.monotonic_ns()}")
+    run_id, _ = _start(store, 2, ResubmitPace(1))
+    assert store.active_runs(10) == [run_id]
+    store.client.delete(store.keys.resubmit_run(run_id))
+    assert store.settle_run(run_id, [], 1000) == ("", "")
+    assert store.active_runs(10) == []

@@ -4,14 +4,17 @@
 -- [4] claiming zset, [5] window list (newest settled outcome first), [6] notes hash,
 -- [7] log list, [8] the set of runs to drive.
 -- ARGV[1] JSON [[member, code, note], ...]; ARGV[2] the window's length; ARGV[3] ms to keep a
--- finished run. Codes: p (published: no longer only claimed), c completed, f failed again,
--- o ended otherwise, s skipped (not published: the task was not resubmittable), x publish
--- failed. An outcome counts once: the member must still be unsettled (ZREM is the guard).
+-- finished run; ARGV[4] the run's id. Codes: p (published: no longer only claimed),
+-- c completed, f failed again, o ended otherwise, s skipped (not published: the task was not
+-- resubmittable), x publish failed. An outcome counts once: the member must still be
+-- unsettled (ZREM is the guard).
 -- Returns {status, what changed ('' if nothing)}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
+  -- gone (deleted by hand): nothing left to drive
+  redis.call('SREM', KEYS[8], ARGV[4])
   return {'', ''}
 end
 local field = {c = 'completed', f = 'failed_again', o = 'ended_otherwise', s = 'skipped',
@@ -65,7 +68,7 @@ end
 local final = status == 'halted' or status == 'cancelled' or status == 'done'
 if final and redis.call('ZCARD', KEYS[3]) == 0 then
   -- nothing left to follow: no more passes; the run is kept for the retention period
-  redis.call('SREM', KEYS[8], redis.call('HGET', KEYS[1], 'id'))
+  redis.call('SREM', KEYS[8], ARGV[4])
   for i = 1, 7 do
     redis.call('PEXPIRE', KEYS[i], ARGV[3])
   end
