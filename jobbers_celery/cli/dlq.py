@@ -304,6 +304,7 @@ def discard(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: s
 def run(ctx: click.Context, run_id: int, action: str | None, as_json: bool) -> None:
     """A paced resubmit's progress; pause, resume or cancel it."""
     e = env(ctx, as_json)
+    _sink(e)  # the Django sink's runs are in its database (manage.py jobbers_dlq run)
     jobbers = e.jobbers
     info = jobbers.resubmit_run(run_id)
     if info is None:
