@@ -15,6 +15,7 @@ from jobbers_celery.errors import (
     InvalidTaskOption,
     InvalidTransition,
     JobbersError,
+    ResubmitRunConflict,
     StoreUnavailable,
     TaskCancelled,
     TaskTimeout,
@@ -28,6 +29,7 @@ from jobbers_celery.options import (
     ShutdownPolicy,
     TaskOptions,
 )
+from jobbers_celery.pacing import PaceError, ResubmitPace, ResubmitRunInfo, RunStatus
 from jobbers_celery.records import (
     UNPUBLISHABLE,
     DeadLetter,
@@ -73,11 +75,16 @@ __all__ = [
     "JobbersConfig",
     "JobbersError",
     "JobbersTask",
+    "PaceError",
     "Parameters",
     "PurgeReport",
     "Redactor",
     "RedisDeadLetterSink",
+    "ResubmitPace",
+    "ResubmitRunConflict",
+    "ResubmitRunInfo",
     "ResubmitVersion",
+    "RunStatus",
     "ShutdownPolicy",
     "StoreUnavailable",
     "TaskCancelled",

@@ -9,6 +9,7 @@ __all__ = [
     "InvalidTaskOption",
     "InvalidTransition",
     "JobbersError",
+    "ResubmitRunConflict",
     "StoreUnavailable",
     "TaskCancelled",
     "TaskTimeout",
@@ -72,3 +73,17 @@ class TaskTimeout(JobbersError):
 
 class CheckpointTooLarge(JobbersError, ValueError):
     """A checkpoint or progress value exceeds the size limit once encoded as JSON."""
+
+
+class ResubmitRunConflict(JobbersError):
+    """A paced resubmit is not in a status the request applies to (e.g. resuming a
+    cancelled run); ``status`` is the one it is in."""
+
+    def __init__(self, run_id: int, action: str, status: str) -> None:
+        self.run_id, self.action, self.status = run_id, action, status
+        sources = {"pause": "queued or running", "resume": "paused",
+                   "cancel": "queued, running or paused"}.get(action, "?")
+        done = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}.get(action,
+                                                                                  action)
+        super().__init__(f"paced resubmit {run_id} is {status}: it can be {done} only "
+                         f"when {sources}")

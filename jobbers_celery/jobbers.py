@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, cast
 import redis
 from kombu.utils.imports import symbol_by_name
 
-from jobbers_celery import payload, results
+from jobbers_celery import pacing, payload, results
 from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.errors import ConfigurationError, StoreUnavailable
 from jobbers_celery.history import CountHistory, CountSample
 from jobbers_celery.options import ResubmitVersion, TaskOptions
+from jobbers_celery.pacing import Pacer, ResubmitPace, ResubmitRunInfo
 from jobbers_celery.publisher import Publisher
 from jobbers_celery.recorder import Recorder
 from jobbers_celery.records import DeadLetter, TaskRecord, Transition, WorkerInfo
@@ -147,8 +148,15 @@ class Jobbers:
 
     def scheduler(self, worker_name: str | None = None) -> Scheduler:
         """A scheduler of this namespace (a worker runs one, see :mod:`runtime`)."""
+        pacer = None
+        if self._payload_sink is not None:  # paced resubmits need entries read back
+            pacer = Pacer(self.store, self._payload_sink.entry,
+                          lambda entries, reset, version: self.resubmit_dead_letters(
+                              entries, reset, version),
+                          claim_timeout_s=self.config.publish_lease,
+                          exclusive_s=self.config.scheduler_interval * 0.8)
         return Scheduler(self.store, self.config, self.publisher, self.dead_letters,
-                         self.cleaner, worker_name, history=self.count_sampler)
+                         self.cleaner, worker_name, history=self.count_sampler, pacer=pacer)
 
     # ------------------------------------------------------------------ the registry
     # The one registry of installed instances: each app holds its own (``app._jobbers``,
@@ -398,6 +406,73 @@ class Jobbers:
                           "publish it again when its lease expires", task_id)
             return False
         return True
+
+    # ------------------------------------------------------------------ paced resubmits
+    @_store_call
+    def start_resubmit_run(
+        self, entries: Iterable[DeadLetter], rate: float, halt_after: int | None = None,
+        of_last: int | None = None, *, reset_retry_count: bool = True,
+        version: ResubmitVersion | str = ResubmitVersion.ENTRY,
+        selection: dict[str, Any] | None = None, source: str = "code", username: str = "",
+    ) -> ResubmitRunInfo:
+        """Start a paced resubmit of ``entries`` (dead letters of a sink that can hand
+        entries back, such as the Redis sink): the workers' scheduler passes publish them
+        through :meth:`resubmit_dead_letters`, ``rate`` per second, and halt the run when
+        more than ``halt_after`` of the last ``of_last`` settled tasks failed again.
+
+        Each entry is published at most once per run, whatever races. Raises ``ValueError``
+        (:class:`~jobbers_celery.pacing.PaceError`, naming the field) for a pace out of
+        bounds (``0 < rate <= 500``, ``0 <= halt_after <= of_last <= 1000``), and, with
+        ``version="current"``, for a task not registered here, before anything changes.
+        ``selection`` describes what was selected (``task_ids``, or ``filters`` and
+        ``limit``), for the run's readers. Follow it with :meth:`resubmit_run`."""
+        pace = ResubmitPace(rate, halt_after, of_last)
+        if self._payload_sink is None:
+            raise ConfigurationError(
+                f"paced resubmits need a dead-letter sink that can hand entries back "
+                f"(entry()); {type(self.sink).__name__} cannot")
+        batch = list(entries)
+        choice = ResubmitVersion(version)
+        if choice is ResubmitVersion.CURRENT:
+            self.current_versions(e.name for e in batch if not e.unpublishable)
+        run_id = pacing.start(self.store, batch, pace, reset_retry_count=reset_retry_count,
+                              version=choice, selection=selection, source=source,
+                              username=username)
+        info = pacing.read(self.store, run_id)
+        assert info is not None
+        return info
+
+    @_store_call
+    def resubmit_run(self, run_id: int) -> ResubmitRunInfo | None:
+        """A paced resubmit's status and counters now; ``None`` if there is no such run
+        (finished runs are kept for ``jobbers_retention``)."""
+        return pacing.read(self.store, run_id)
+
+    @_store_call
+    def resubmit_runs(self, limit: int = 20) -> list[ResubmitRunInfo]:
+        """Paced resubmits, newest first."""
+        found = (pacing.read(self.store, run_id) for run_id in self.store.runs(limit))
+        return [info for info in found if info is not None]
+
+    def pause_resubmit_run(self, run_id: int, by: str = "code") -> ResubmitRunInfo:
+        """Publish nothing more until resumed; what was published is still followed.
+        Raises ``LookupError`` (no such run) or :class:`ResubmitRunConflict`."""
+        return self._control_run(run_id, "pause", by)
+
+    def resume_resubmit_run(self, run_id: int, by: str = "code") -> ResubmitRunInfo:
+        """Publish again, at the run's pace counted from now."""
+        return self._control_run(run_id, "resume", by)
+
+    def cancel_resubmit_run(self, run_id: int, by: str = "code") -> ResubmitRunInfo:
+        """Publish nothing more, for good: the unpublished entries stay dead."""
+        return self._control_run(run_id, "cancel", by)
+
+    @_store_call
+    def _control_run(self, run_id: int, action: str, by: str) -> ResubmitRunInfo:
+        pacing.control(self.store, run_id, action, by)
+        info = pacing.read(self.store, run_id)
+        assert info is not None
+        return info
 
     @_store_call
     def cancel(self, task_id: str, terminate: bool = False) -> bool:

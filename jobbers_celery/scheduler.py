@@ -5,7 +5,8 @@ task is claimed atomically (``scheduled -> submitted`` plus a publish lease) so 
 workers never both publish it; a claim whose publisher died is published again once its
 lease expires, and the start step drops the duplicate should both messages arrive. Each
 pass also retries parked dead letters, prunes expired terminal records, and runs a catch-up
-cleaner pass when celery beat has not run one for three cleaner intervals. This module
+cleaner pass when celery beat has not run one for three cleaner intervals, and drives the
+paced resubmits (:mod:`jobbers_celery.pacing`, a bounded step per run and pass). This module
 decides what one pass does; the thread that repeats it lives in the runtime.
 """
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from jobbers_celery.cleaner import Cleaner
     from jobbers_celery.config import JobbersConfig
     from jobbers_celery.history import CountHistory
+    from jobbers_celery.pacing import Pacer
     from jobbers_celery.publisher import Publisher
     from jobbers_celery.sinks import DeadLetterDispatcher
     from jobbers_celery.store import Claimed, RedisStore
@@ -46,13 +48,15 @@ class Scheduler:
     def __init__(self, store: RedisStore, config: JobbersConfig, publisher: Publisher,
                  dead_letters: DeadLetterDispatcher | None = None,
                  cleaner: Cleaner | None = None, worker_name: str | None = None, *,
-                 batch: int = _BATCH, history: CountHistory | None = None) -> None:
+                 batch: int = _BATCH, history: CountHistory | None = None,
+                 pacer: Pacer | None = None) -> None:
         self.store = store
         self.config = config
         self.publisher = publisher
         self.dead_letters = dead_letters
         self.cleaner = cleaner
         self.history = history
+        self.pacer = pacer
         self.batch = batch
         self.worker_name = worker_name
         self._last_housekeeping = 0.0
@@ -116,13 +120,15 @@ class Scheduler:
 
     def tick(self) -> float:
         """One pass of a worker's scheduler thread: publish what is due, housekeeping every
-        ``HOUSEKEEPING_EVERY_S``, a catch-up cleaner pass when beat ran none for a while.
-        Returns the seconds to wait before the next pass."""
+        ``HOUSEKEEPING_EVERY_S``, a catch-up cleaner pass when beat ran none for a while,
+        a step of each paced resubmit. Returns the seconds to wait before the next pass."""
         interval = self.config.scheduler_interval
         wait = interval
         _, next_due = self.run_once()
         if next_due is not None:
             wait = min(interval, next_due)
+        if self.pacer is not None:
+            self.pacer.pass_once()
         if time.monotonic() - self._last_housekeeping > HOUSEKEEPING_EVERY_S:
             self._last_housekeeping = time.monotonic()
             self.housekeeping()

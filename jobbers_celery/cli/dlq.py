@@ -3,11 +3,14 @@
 The same command shape as the Django sink's ``manage.py`` command: ``list``, ``show``,
 ``resubmit`` and ``discard``, by ids (``TASK_ID`` or ``TASK_ID:ATTEMPT``) or by filters
 (``--queue``, ``--task``, ``--version``); no ids and no filter is a usage error, never
-"everything". Paced resubmits (``--rate``...) need the Django sink.
+"everything". ``resubmit --rate R [--halt-after X --of-last N]`` starts a paced resubmit
+that the workers' scheduler passes drive (:mod:`jobbers_celery.pacing`), not this process;
+``run ID [--pause|--resume|--cancel]`` shows and controls it.
 """
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -16,18 +19,19 @@ from celery.bin.base import CeleryOption
 
 from jobbers_celery.cli import output as out
 from jobbers_celery.cli.base import Command, Env, NotFound, confirm, env, json_option
+from jobbers_celery.errors import ResubmitRunConflict
 from jobbers_celery.options import ResubmitVersion
+from jobbers_celery.pacing import PaceError, ResubmitPace, ResubmitRunInfo
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import RedisDeadLetterSink
+from jobbers_celery.states import RESUBMITTABLE
 
 __all__ = ["dlq"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _LIMIT = click.IntRange(1, 10_000)
-_PACING_NEEDS_DJANGO = (
-    "paced resubmits (--rate, --halt-after, --of-last) run in the background and need the "
-    "Django dead-letter sink (jobbers_django): use its manage.py command; this app's "
-    "dead letters are in the Redis sink")
+#: Entries a run skipped or could not publish that ``dlq run`` lists (``--json``: all).
+_NOTES_SHOWN = 10
 
 
 def _filters(func: _F) -> _F:
@@ -175,20 +179,20 @@ def show(ctx: click.Context, entry_id: str, as_json: bool) -> None:
 @click.option("--current-version", cls=CeleryOption, is_flag=True,
               help="Publish as the version the task has in this app, not the entry's.")
 @click.option("--rate", cls=CeleryOption, type=float, metavar="PER_SECOND",
-              help="Pacing (Django sink only).")
+              help="Paced: publish this many per second, in the background (the workers).")
 @click.option("--halt-after", cls=CeleryOption, type=int, metavar="X",
-              help="Pacing (Django sink only).")
+              help="Paced: halt when more than X of the last N settled tasks failed again.")
 @click.option("--of-last", cls=CeleryOption, type=int, metavar="N",
-              help="Pacing (Django sink only).")
+              help="Paced: the stop rule's window (with --halt-after).")
 @json_option
 @click.pass_context
 def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: str | None,
              version: int | None, limit: int, dry_run: bool, current_version: bool,
              rate: float | None, halt_after: int | None, of_last: int | None,
              as_json: bool) -> None:
-    """Publish the entries' tasks again (same ids), from their entries' payloads."""
-    if rate is not None or halt_after is not None or of_last is not None:
-        raise click.UsageError(_PACING_NEEDS_DJANGO)
+    """Publish the entries' tasks again (same ids), from their entries' payloads; with
+    --rate, paced, in the background (follow it with `dlq run ID`)."""
+    pace = _pace(rate, halt_after, of_last)
     _check(ids, queue, name, version)
     e = env(ctx, as_json)
     entries = _select(e, _sink(e), ids, queue, name, version, limit, every_attempt=False)
@@ -203,6 +207,37 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
                        f"{'y' if len(entries) == 1 else 'ies'}; nothing changed.")
         return
     version_of = ResubmitVersion.CURRENT if current_version else ResubmitVersion.ENTRY
+    if pace is not None:
+        selection: dict[str, Any] = ({"task_ids": list(ids)} if ids else {
+            "filters": {k: v for k, v in (("queue", queue), ("task", name),
+                                          ("version", version)) if v is not None},
+            "limit": limit})
+        # a run takes the entries whose tasks are dead now (an entry stays in the sink
+        # after its task was resubmitted); the others would only count as skipped
+        dead = {s["id"] for s in shown
+                if s["task_state_now"] in (None, *RESUBMITTABLE) and not s["unpublishable"]}
+        left_out = [s["id"] for s in shown if s["id"] not in dead]
+        try:
+            run = e.jobbers.start_resubmit_run(
+                [x for x, s in zip(entries, shown, strict=True) if s["id"] in dead],
+                pace.rate, pace.halt_after, pace.of_last, version=version_of,
+                selection=selection, source="cli", username=_user())
+        except ValueError as exc:  # --current-version of a task this app does not register
+            raise click.UsageError(str(exc)) from exc
+        if as_json:
+            click.echo(out.to_json({**run.to_json(), "left_out": left_out}))
+            return
+        root = ctx.find_root()
+        app = root.params.get("app") or root.obj.app.main or "proj"  # what -A named
+        click.echo(f"Started paced resubmit #{run.id}: {run.total} entries at {run.rate:g} "
+                   f"per second; {run.rule}.")
+        click.echo(f"Follow it: celery -A {app} jobbers dlq run {run.id}; it runs on the "
+                   "Celery workers (their scheduler passes).")
+        if left_out:
+            click.echo(f"Left out {len(left_out)} matching entr"
+                       f"{'y' if len(left_out) == 1 else 'ies'} whose tasks are not dead now "
+                       "(resubmitted, running or completed) or cannot be published.")
+        return
     try:
         done = set(e.jobbers.resubmit_dead_letters(entries, version=version_of))
     except ValueError as exc:  # --current-version of a task this app does not register
@@ -254,3 +289,72 @@ def discard(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: s
     removed = sink.discard(entries)
     click.echo(out.to_json({"discarded": removed, "ids": [s["id"] for s in shown]})
                if as_json else f"Discarded {removed} entr{'y' if removed == 1 else 'ies'}.")
+
+
+@dlq.command(cls=Command)
+@click.argument("run_id", metavar="ID", type=click.IntRange(min=1))
+@click.option("--pause", "action", flag_value="pause", cls=CeleryOption,
+              help="Publish nothing more until resumed (what was published is followed).")
+@click.option("--resume", "action", flag_value="resume", cls=CeleryOption,
+              help="Publish again, at the run's pace counted from now.")
+@click.option("--cancel", "action", flag_value="cancel", cls=CeleryOption,
+              help="Publish nothing more, for good (the rest stays dead).")
+@json_option
+@click.pass_context
+def run(ctx: click.Context, run_id: int, action: str | None, as_json: bool) -> None:
+    """A paced resubmit's progress; pause, resume or cancel it."""
+    e = env(ctx, as_json)
+    _sink(e)  # the Django sink's runs are in its database (manage.py jobbers_dlq run)
+    jobbers = e.jobbers
+    info = jobbers.resubmit_run(run_id)
+    if info is None:
+        raise NotFound(f"no paced resubmit {run_id}")
+    if action is not None:
+        by = f"cli:{_user()}"
+        try:
+            info = {"pause": jobbers.pause_resubmit_run, "resume": jobbers.resume_resubmit_run,
+                    "cancel": jobbers.cancel_resubmit_run}[action](run_id, by)
+        except ResubmitRunConflict as exc:
+            raise click.UsageError(str(exc)) from exc
+        except LookupError as exc:  # expired meanwhile
+            raise NotFound(str(exc)) from exc
+    click.echo(out.to_json(info.to_json()) if as_json else _run_text(info))
+
+
+def _run_text(info: ResubmitRunInfo) -> str:
+    """As ``manage.py jobbers_dlq run`` shows a Django sink's run."""
+    lines = [f"Paced resubmit #{info.id}: {info.status}, {info.rate:g}/s, {info.rule}",
+             out.table(("SELECTED", "PUBLISHED", "COMPLETED", "FAILED AGAIN", "SKIPPED",
+                        "REMAINING"),
+                       [(info.total, info.published, info.completed, info.failed_again,
+                         info.skipped, info.remaining)])]
+    if info.publish_failed or info.ended_otherwise:
+        lines.append(f"publish failed: {info.publish_failed}; ended otherwise (record gone): "
+                     f"{info.ended_otherwise}")
+    if info.halt_reason:
+        lines.append(f"halted: {info.halt_reason}")
+    for member, why in sorted(info.notes.items())[:_NOTES_SHOWN]:
+        lines.append(f"{member}: {why}")
+    if len(info.notes) > _NOTES_SHOWN:
+        lines.append(f"... and {len(info.notes) - _NOTES_SHOWN} more (--json: all)")
+    return "\n".join(lines)
+
+
+def _pace(rate: float | None, halt_after: int | None, of_last: int | None
+          ) -> ResubmitPace | None:
+    """The pace the options give (usage errors naming the option), ``None`` if unpaced."""
+    if rate is None:
+        if halt_after is not None or of_last is not None:
+            raise click.UsageError("--halt-after and --of-last need --rate")
+        return None
+    try:
+        return ResubmitPace(rate, halt_after, of_last)
+    except PaceError as exc:
+        raise click.UsageError(f"--{exc.field.replace('_', '-')}: {exc.message}") from None
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return ""

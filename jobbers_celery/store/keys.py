@@ -139,6 +139,35 @@ class Keys:
         ``history.KEEP`` (see :mod:`jobbers_celery.history`)."""
         return f"{self._ns}:counts:history"
 
+    @property
+    def resubmit_runs(self) -> str:
+        """Sorted set of paced resubmit run ids (Redis sink), scored by creation (ms)."""
+        return f"{self._ns}:runs"
+
+    @property
+    def resubmit_runs_active(self) -> str:
+        """Set of the run ids the workers' scheduler passes still drive (not finished, or
+        finished with claimed entries whose outcome is not known yet)."""
+        return f"{self._ns}:runs:active"
+
+    @property
+    def resubmit_run_seq(self) -> str:
+        """Counter: the last run id handed out."""
+        return f"{self._ns}:runs:seq"
+
+    def resubmit_run(self, run_id: int) -> str:
+        """Hash: a run's selection, pace, rule, version choice, status, counters, halt
+        reason and times (fields in :mod:`jobbers_celery.pacing`)."""
+        return f"{self._ns}:run:{run_id}"
+
+    def resubmit_run_part(self, run_id: int, part: str) -> str:
+        """A run's ``pending`` list (members ``task_id:attempt`` not claimed yet, in order),
+        ``unsettled`` and ``claiming`` sorted sets (claimed, outcome unknown / publish not
+        confirmed yet; scored by claim time), ``window`` list (outcome codes, newest first,
+        for the stop rule), ``notes`` hash (member -> why it was skipped or not published)
+        and ``log`` list (JSON events: start, pause, resume, cancel, halt, done)."""
+        return f"{self._ns}:run:{run_id}:{part}"
+
     def lock(self, name: str) -> str:
         return f"{self._ns}:lock:{name}"
 

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any, NamedTuple, cast
@@ -173,6 +173,8 @@ class RedisStore:
         self._lease = client.register_script(lua.joinpath("lease.lua").read_text())
         self._drop_payload = client.register_script(lua.joinpath("drop_payload.lua").read_text())
         self._has_payload = client.register_script(lua.joinpath("has_payload.lua").read_text())
+        self._run_scripts = {name: client.register_script(lua.joinpath(f"{name}.lua").read_text())
+                             for name in ("run_claim", "run_settle", "run_control")}
 
     def wait_out_outages(self, seconds: float) -> None:
         """Make the lifecycle steps (not heartbeats nor liveness refreshes, which have their
@@ -855,6 +857,101 @@ class RedisStore:
     def try_lock(self, name: str, ttl_ms: int) -> bool:
         """Take a best-effort lock that expires by itself (efficiency only, never safety)."""
         return bool(self.client.set(self.keys.lock(name), "1", nx=True, px=ttl_ms))
+
+    # ------------------------------------------------------------------ paced resubmits
+    _RUN_PARTS = ("pending", "unsettled", "claiming", "window", "notes", "log")
+
+    def run_keys(self, run_id: int) -> list[str]:
+        """The keys of one paced resubmit, in the order the ``run_*.lua`` scripts take them
+        (the last one, the set of runs to drive, is shared)."""
+        k = self.keys
+        return [k.resubmit_run(run_id),
+                *(k.resubmit_run_part(run_id, part) for part in self._RUN_PARTS),
+                k.resubmit_runs_active]
+
+    def create_run(self, fields: Mapping[str, str | int | float], members: Sequence[str], event: str) -> int:
+        """A new run (id from a counter) with ``members`` pending, in one MULTI; returns
+        its id. Finished runs older than the retention period leave the index here."""
+        k = self.keys
+        run_id = int(self.client.incr(k.resubmit_run_seq))
+        now = self.now_ms()
+        keys = self.run_keys(run_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(keys[0], mapping={"id": str(run_id), "created_at": str(now)})
+        pipe.hset(keys[0], mapping=dict(fields.items()))
+        for i in range(0, len(members), 1000):
+            pipe.rpush(keys[1], *members[i:i + 1000])
+        pipe.rpush(keys[6], event)
+        pipe.zadd(k.resubmit_runs, {str(run_id): now})
+        pipe.zremrangebyscore(k.resubmit_runs, 0, now - self.retention_s * 1000)
+        pipe.sadd(k.resubmit_runs_active, str(run_id))
+        pipe.execute()
+        return run_id
+
+    def active_runs(self, limit: int) -> list[int]:
+        """Up to ``limit`` runs to drive, in a random order (``SRANDMEMBER``: with more
+        runs than one pass takes, every run still gets passes)."""
+        raw = cast("list[str]", self.client.srandmember(self.keys.resubmit_runs_active, limit))
+        return [int(r) for r in raw or ()]
+
+    def runs(self, limit: int) -> list[int]:
+        """Run ids, newest first."""
+        raw = cast("list[str]", self.client.zrevrange(self.keys.resubmit_runs, 0, limit - 1))
+        return [int(r) for r in raw]
+
+    def run(self, run_id: int
+            ) -> tuple[dict[str, str], int, int, list[str], dict[str, str]] | None:
+        """A run's hash, its pending and unsettled counts, its log and its notes (member ->
+        ``code|why`` of the entries it skipped or could not publish), in one round trip;
+        ``None`` if there is no such run (or it expired)."""
+        keys = self.run_keys(run_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(keys[0])
+        pipe.llen(keys[1])
+        pipe.zcard(keys[2])
+        pipe.lrange(keys[6], 0, -1)
+        pipe.hgetall(keys[5])
+        fields, pending, unsettled, events, notes = pipe.execute()
+        if not fields:
+            return None
+        return fields, int(pending), int(unsettled), list(events), dict(notes)
+
+    def run_fields(self, run_id: int, names: Sequence[str]) -> list[str | None]:
+        return cast("list[str | None]", self.client.hmget(self.keys.resubmit_run(run_id),
+                                                          list(names)))
+
+    def claim_run(self, run_id: int, most: int) -> list[str]:
+        """Claim what the run's pace allows now (run_claim.lua): each member once, ever."""
+        return [str(m) for m in self._run_scripts["run_claim"](
+            keys=self.run_keys(run_id)[:4], args=[int(most)])]
+
+    def run_unsettled(self, run_id: int, limit: int) -> tuple[list[str], dict[str, int]]:
+        """The oldest ``limit`` claimed members whose outcome is unknown, and of those,
+        the ones whose publish is not confirmed yet (member -> claim ms)."""
+        keys = self.run_keys(run_id)
+        unsettled = cast("list[str]", self.client.zrange(keys[2], 0, limit - 1))
+        if not unsettled:
+            return [], {}
+        scores = self.client.zmscore(keys[3], unsettled)
+        return unsettled, {m: int(s) for m, s in zip(unsettled, scores, strict=True)
+                           if s is not None}
+
+    def settle_run(self, run_id: int, outcomes: Sequence[tuple[str, str, str]],
+                   window: int) -> tuple[str, str]:
+        """Record outcomes, apply the stop rule, see if done (run_settle.lua); the run's
+        status and what changed (``""``: nothing)."""
+        status, changed = self._run_scripts["run_settle"](
+            keys=self.run_keys(run_id),
+            args=[_json([list(o) for o in outcomes]) if outcomes else "[]", int(window),
+                  self.retention_s * 1000, str(run_id)])
+        return str(status), str(changed)
+
+    def control_run(self, run_id: int, action: str, by: str) -> tuple[bool, str]:
+        """Pause, resume or cancel (run_control.lua): whether it moved, and the status now
+        (``""``: no such run)."""
+        moved, status = self._run_scripts["run_control"](
+            keys=self.run_keys(run_id), args=[action, by, self.retention_s * 1000])
+        return bool(moved), str(status)
 
     def maxmemory_policy(self) -> str | None:
         """The server's ``maxmemory-policy``, from ``INFO memory`` (the documented ACL rule

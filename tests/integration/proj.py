@@ -152,6 +152,15 @@ def fail_once(self: JobbersTask, key: str) -> int:
     return n
 
 
+@app.task(base=JobbersTask, bind=True, name="proj.until_fixed", dead_letter_policy="save")
+def until_fixed(self: JobbersTask, key: str) -> str:
+    """Fails (unexpected exception: dead-lettered) until the Redis key ``key`` is set: a
+    cause an operator fixes (tests/integration/test_paced_redis.py)."""
+    if not _redis().get(key):
+        raise ValueError("not fixed yet")
+    return "ok"
+
+
 @app.task(base=JobbersTask, bind=True, name="proj.big_payload", dead_letter_policy="save")
 def big_payload(self: JobbersTask, data: str, key: str, hold: float = 0.0) -> int:
     """Logs its attempt to ``key`` and waits ``hold`` seconds; fails (unexpected exception) on

@@ -27,7 +27,7 @@ LAYERS: dict[str, list[str]] = {
     "store": ["store", "store.base", "store.keys", "store.fastcall", "store.redis",
               "store.connect"],
     "services": ["metrics", "sinks", "results", "recorder", "publisher", "cleaner",
-                 "liveness", "scheduler", "history"],
+                 "liveness", "pacing", "scheduler", "history"],
     "root": ["jobbers"],
     "adapter": ["shutdown", "beat", "taskrepr", "task", "request", "signals", "refusals",
                 "runtime",

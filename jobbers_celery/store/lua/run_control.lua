@@ -1,0 +1,36 @@
+-- run_control.lua: pause, resume or cancel a paced resubmit (compare-and-set on its status:
+-- of two operators pressing the same button, one moves the run).
+-- KEYS as run_settle.lua. ARGV[1] pause|resume|cancel, ARGV[2] who (for the run's log),
+-- ARGV[3] ms to keep a finished run.
+-- Returns {1, new status} or {0, status now} ('' if there is no such run).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local sources = {pause = {queued = true, running = true}, resume = {paused = true},
+                 cancel = {queued = true, running = true, paused = true}}
+local targets = {pause = 'paused', resume = 'running', cancel = 'cancelled'}
+local action = ARGV[1]
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then
+  return {0, ''}
+end
+if not sources[action][status] then
+  return {0, status}
+end
+local target = targets[action]
+redis.call('HSET', KEYS[1], 'status', target)
+if action == 'resume' then
+  -- the pace counts from now: a pause does not save up a burst
+  redis.call('HSET', KEYS[1], 'paced_since', now, 'published_base',
+             redis.call('HGET', KEYS[1], 'claimed') or '0')
+elseif action == 'cancel' then
+  redis.call('HSET', KEYS[1], 'finished_at', now)
+end
+redis.call('RPUSH', KEYS[7], cjson.encode({at = now, action = action, by = ARGV[2],
+                                           detail = ''}))
+if action == 'cancel' and redis.call('ZCARD', KEYS[3]) == 0 then
+  redis.call('SREM', KEYS[8], redis.call('HGET', KEYS[1], 'id'))
+  for i = 1, 7 do
+    redis.call('PEXPIRE', KEYS[i], ARGV[3])
+  end
+end
+return {1, target}
