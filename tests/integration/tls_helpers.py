@@ -47,10 +47,12 @@ ACL_RULE: tuple[str, ...] = (
     "+multi", "+exec", "+discard", "+evalsha", "+script|load", "+script|exists",
     "+get", "+set", "+setex", "+del", "+exists", "+expire", "+pexpire", "+persist", "+time",
     "+hget", "+hset", "+hsetnx", "+hdel", "+hgetall", "+hmget", "+hlen", "+hincrby",
-    "+lpush", "+rpush", "+lpop", "+rpop", "+brpop", "+llen", "+lindex", "+lrem",
-    "+sadd", "+srem", "+smembers",
-    "+zadd", "+zrem", "+zcard", "+zscore", "+zrange", "+zrevrange", "+zrangebyscore",
-    "+zremrangebyscore",
+    "+incr", "+hscan",
+    "+lpush", "+rpush", "+lpop", "+rpop", "+brpop", "+llen", "+lindex", "+lrem", "+lrange",
+    "+ltrim",
+    "+sadd", "+srem", "+smembers", "+srandmember",
+    "+zadd", "+zrem", "+zcard", "+zscore", "+zmscore", "+zrange", "+zrevrange",
+    "+zrangebyscore", "+zrevrangebyscore", "+zremrangebyscore", "+zremrangebyrank",
     "+publish", "+subscribe", "+unsubscribe", "+psubscribe", "+punsubscribe",
 )
 

@@ -17,7 +17,7 @@ if state == 'submitted' or state == 'scheduled' then
     from = {'scheduled', 'submitted'}, ttl = req.ttl, reason = req.reason, set = req.set})
   if r[1] == 1 then return {'cancelled', state} end
 elseif state == 'started' or state == 'unsubmitted' then
-  if req.keep and redis.call('HEXISTS', task, 'cancel') == 0 then
+  if req.keep and not redis.call('HGET', task, 'cancel') then  -- HGET: no HEXISTS in the ACL rule
     redis.call('HSET', task, 'cxl', req.reason)
   end
   redis.call('HSET', task, 'cancel', ctx.now)
