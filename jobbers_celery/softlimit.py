@@ -9,6 +9,13 @@ lands during the bookkeeping after the body is discarded (the outcome is already
 The signals that interrupt a prefork child (SIGTERM, SIGQUIT, SIGHUP) are held back the same
 way, but never dropped: they land as soon as the bookkeeping is done. Only the main thread
 is affected (prefork children and solo); elsewhere these are no-ops.
+
+A signal mask is per thread, and billiard signals the whole process: with another thread in
+the process (an OpenTelemetry SDK's exporter thread in a pool child, say), the kernel hands
+the signal to that thread and Python still runs the handler in the main thread, mask or no
+mask. So while other threads run, the Python-level handlers are also swapped, for the
+bookkeeping only, for ones that note the signal; the noted ones land (a soft limit is
+dropped) when the bookkeeping is done. With the main thread alone the mask suffices.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import AbstractContextManager
+from types import FrameType
+from typing import Any
 
 __all__ = ["allowed", "shielded"]
 
@@ -34,43 +43,109 @@ def _main_thread() -> bool:
     return _SIG is not None and threading.current_thread() is _MAIN
 
 
+#: The interrupting signals first: should one land, it is the one that matters.
+_ORDER: tuple[signal.Signals, ...] = tuple(sorted(_HELD, key=lambda sig: sig == _SIG))
+
+
+class _Deferral:
+    """The handlers of the held signals, swapped for ones that note them (main thread)."""
+
+    __slots__ = ("handlers", "noted")
+
+    def __init__(self) -> None:
+        self.noted: list[int] = []
+        self.handlers: dict[signal.Signals, Any] = {}
+
+    def swap(self) -> None:
+        for sig in _ORDER:
+            self.handlers[sig] = signal.signal(sig, self._note)
+
+    def unswap(self) -> None:
+        for sig, handler in self.handlers.items():
+            signal.signal(sig, handler)
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        self.noted.append(signum)
+
+    def land(self, drop: bool) -> None:
+        """Run the handlers of the noted signals, as unmasking lets held-back ones land
+        (a soft limit only unless ``drop``)."""
+        noted, self.noted = self.noted, []
+        for sig in _ORDER:
+            if sig in noted and not (drop and sig == _SIG):
+                handler = self.handlers[sig]
+                if callable(handler):
+                    handler(sig, None)  # billiard's: raises SystemExit or the soft limit
+                elif handler == signal.SIG_DFL and sig != _SIG:
+                    signal.raise_signal(sig)
+
+
+#: The deferral whose handlers are in place now, if any (main thread only).
+_active: _Deferral | None = None
+
+
 class _Shielded:
     """``shielded()``: a plain context manager (a generator-based one costs a few
     microseconds more, on every task)."""
 
-    __slots__ = ("drop", "old")
+    __slots__ = ("deferral", "drop", "old")
 
     def __init__(self, drop: bool) -> None:
         self.drop = drop
         self.old: set[int | signal.Signals] | None = None
+        self.deferral: _Deferral | None = None
 
     def __enter__(self) -> None:
+        global _active
         if _main_thread():
             self.old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+            if _active is None and threading.active_count() > 1:
+                self.deferral = _active = _Deferral()
+                _active.swap()
 
     def __exit__(self, *exc: object) -> None:
+        global _active
         old = self.old
         if old is None:
             return
         if self.drop and _SIG in signal.sigpending():
             signal.sigtimedwait(_SOFT, 0)
+        deferral, self.deferral = self.deferral, None
+        if deferral is not None:
+            deferral.unswap()
+            _active = None
         signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a held-back SIGTERM lands now
+        if deferral is not None:
+            deferral.land(self.drop)
 
 
 class _Allowed:
-    __slots__ = ("active",)
+    __slots__ = ("active", "paused")
 
     def __init__(self) -> None:
         self.active = False
+        self.paused: _Deferral | None = None
 
     def __enter__(self) -> None:
+        global _active
         if _main_thread():
             self.active = True
+            paused = _active
+            if paused is not None:  # the body runs with the real handlers
+                self.paused, _active = paused, None
+                paused.unswap()
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+            if paused is not None:
+                paused.land(drop=False)  # what came during the bookkeeping lands now
 
     def __exit__(self, *exc: object) -> None:
+        global _active
         if self.active:
             signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+            paused, self.paused = self.paused, None
+            if paused is not None:
+                paused.swap()
+                _active = paused
 
 
 def shielded(drop: bool = True) -> AbstractContextManager[None]:

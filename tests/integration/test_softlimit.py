@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import uuid
 
 import pytest
@@ -20,13 +21,23 @@ from jobbers_celery.states import TaskState as S
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture
-def soft_limit_handler():
+@pytest.fixture(params=["alone", "beside_a_thread"])
+def soft_limit_handler(request):
+    """billiard's handler; the main thread alone, or beside another thread (an exporter's,
+    say) that does not block the signal, so the kernel may hand the signal to it and Python
+    runs the handler in the main thread whatever its mask."""
     def raise_soft_limit(signum, frame):
         raise SoftTimeLimitExceeded()
 
     old = signal.signal(signal.SIGUSR1, raise_soft_limit)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    if request.param == "beside_a_thread":
+        other.start()
     yield
+    stop.set()
+    if other.is_alive():
+        other.join(5)
     signal.signal(signal.SIGUSR1, old)
 
 
