@@ -131,9 +131,14 @@ class Redactor:
         for value in sorted(set(known), key=len, reverse=True):
             if len(value) >= MIN_KNOWN_CHARS and value in text:
                 text = text.replace(value, REDACTED)
-        text = _URL_RE.sub(_mask, text)
-        text = _AUTH_RE.sub(_mask_token, text)
-        if self._pair_re is not None:
+        # each pattern needs a character or word most strings lack: look for it first (a
+        # publish redacts every argument string, so the common case must cost little)
+        if "@" in text and "://" in text:
+            text = _URL_RE.sub(_mask, text)
+        folded = text.lower()
+        if "bearer" in folded or "basic" in folded:
+            text = _AUTH_RE.sub(_mask_token, text)
+        if self._pair_re is not None and ("=" in text or ":" in text):
             text = self._pair_re.sub(_mask_pair, text)
         return text
 
