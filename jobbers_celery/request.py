@@ -66,12 +66,6 @@ def revoke_reason(signum: Any) -> str:
 
 
 class JobbersRequest(Request):
-    def info(self, safe: bool = False) -> _InfoDict:
-        """What ``celery inspect active/reserved/scheduled/query_task`` (so Flower's worker
-        page) show of the task: always the message's ``argsrepr``/``kwargsrepr``, redacted at
-        publish (:mod:`jobbers_celery.taskrepr`), never the arguments themselves."""
-        return super().info(safe=True)
-
     def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
         # Celery's consumer catches only InvalidTaskError from a request it builds: any other
         # error of a malformed message (a body that is not [args, kwargs, embed], a missing
@@ -84,6 +78,12 @@ class JobbersRequest(Request):
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidTaskError(
                 f"malformed task message: {type(exc).__name__}: {exc}") from exc
+
+    def info(self, safe: bool = False) -> _InfoDict:
+        """What ``celery inspect active/reserved/scheduled/query_task`` (so Flower's worker
+        page) show of the task: always the message's ``argsrepr``/``kwargsrepr``, redacted at
+        publish (:mod:`jobbers_celery.taskrepr`), never the arguments themselves."""
+        return super().info(safe=True)
 
     def terminate(self, pool: Any, signal: Any = None) -> None:
         """Celery's revoke with ``terminate``: record the cancellation before the signal.
@@ -113,14 +113,14 @@ class JobbersRequest(Request):
 
     def on_failure(self, exc_info: ExceptionInfo, send_failed_event: bool = True,
                    return_ok: bool = False) -> Any:
-        # billiard wraps it (ExceptionWithTraceback, whose .exc it is) unless the pool is
-        # in this process
         if getattr(self, HALTED, False):
             # its worker ended this stalled attempt (liveness): recorded, and replaced by
             # the recovery; Celery would leave a terminated task's message unacknowledged
             # (on RabbitMQ, holding a prefetch slot until the connection closes)
             task_ready(self)
             return self.acknowledge()
+        # billiard wraps it (ExceptionWithTraceback, whose .exc it is) unless the pool is
+        # in this process
         exc = getattr(exc_info.exception, "exc", exc_info.exception)
         if isinstance(exc, Revoked) and not self._already_revoked:
             self._announce_jobbers_cancel(exc.reason)
