@@ -9,8 +9,10 @@ with everything it had, without ETA messages and without pickle.
 
 from __future__ import annotations
 
+import contextlib
 import traceback as tb
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +37,8 @@ __all__ = [
     "from_publish",
     "from_signature_options",
     "loads",
+    "publishing",
+    "publishing_app",
     "queue_of",
     "republish",
     "request_header",
@@ -163,6 +167,26 @@ def queue_of(options: Mapping[str, Any]) -> str:
     return str(options.get("queue") or options.get("routing_key") or "")
 
 
+#: The app publishing right now, for ``before_task_publish`` (which names only the task): two
+#: apps of one process may both register a task name, and the record belongs in the store of
+#: the app that sends it.
+_publishing: ContextVar[Celery | None] = ContextVar("jobbers_publishing_app", default=None)
+
+
+@contextlib.contextmanager
+def publishing(app: Celery) -> Iterator[None]:
+    """Publishes inside this block are ``app``'s."""
+    token = _publishing.set(app)
+    try:
+        yield
+    finally:
+        _publishing.reset(token)
+
+
+def publishing_app() -> Celery | None:
+    return _publishing.get()
+
+
 def republish(
     app: Celery, name: str, task_id: str, payload: Mapping[str, Any], retries: int,
     extra_headers: Mapping[str, Any] | None = None, producer: Any = None,
@@ -176,14 +200,15 @@ def republish(
         options["producer"] = producer
     if extra_headers:
         options["headers"] = {**(options.get("headers") or {}), **extra_headers}
-    app.send_task(
-        name,
-        args=payload.get("args") or [],
-        kwargs=payload.get("kwargs") or {},
-        task_id=task_id,
-        retries=retries,
-        **options,
-    )
+    with publishing(app):
+        app.send_task(
+            name,
+            args=payload.get("args") or [],
+            kwargs=payload.get("kwargs") or {},
+            task_id=task_id,
+            retries=retries,
+            **options,
+        )
 
 
 def describe_exception(exc: BaseException) -> tuple[str, str, str]:

@@ -34,6 +34,7 @@ from jobbers_celery.payload import (
     HEADER_DEAD_LETTER,
     HEADER_ENQUEUED_AT,
     HEADER_TASK,
+    publishing_app,
     request_header,
 )
 from jobbers_celery.store import RedisStore
@@ -42,9 +43,21 @@ from jobbers_celery.task import JobbersTask
 __all__ = ["connect"]
 
 log = logging.getLogger("jobbers.signals")
+
+
 def _for_publish(name: str) -> tuple[Jobbers | None, JobbersTask | None]:
-    """Which installed jobbers records a publish of ``name``, and the task if known."""
+    """Which installed jobbers records a publish of ``name``, and the task if known: that
+    of the app publishing it (``JobbersTask.apply_async``, republishes), else the first app
+    that registers the name."""
     candidates = Jobbers.installed()
+    sender = publishing_app()
+    if sender is not None:
+        for jobbers in candidates:
+            if jobbers.app is sender:
+                task = sender.tasks.get(name)
+                if task is None or isinstance(task, JobbersTask):
+                    return jobbers, task
+                return None, None
     for jobbers in candidates:
         task = jobbers.app.tasks.get(name)
         if task is not None:

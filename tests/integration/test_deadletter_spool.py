@@ -31,6 +31,10 @@ def _answers(url: str) -> bool:
         client.close()
 
 
+def _logs(directory: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in directory.glob("w-*.log"))
+
+
 @pytest.mark.parametrize("exit_by", ["warm shutdown", "SIGKILL"])
 def test_dead_letter_outlives_sink_and_redis_outage_and_worker_exit(
         redis_url: str, tmp_path: Path, exit_by: str) -> None:
@@ -57,6 +61,9 @@ def test_dead_letter_outlives_sink_and_redis_outage_and_worker_exit(
             [path] = wait_for(spool.paths, timeout=30, message="the entry in the spool")
             assert stat.S_IMODE(path.stat().st_mode) == 0o600
             assert stat.S_IMODE(spool.directory.stat().st_mode) == 0o700
+            # the file is there before the line that names it: SIGKILL waits for that line
+            wait_for(lambda: "spool file" in _logs(tmp_path), timeout=30,
+                     message="the log line naming the spool file")
         finally:
             if exit_by == "SIGKILL":
                 first.kill()
@@ -98,7 +105,7 @@ def test_dead_letter_outlives_sink_and_redis_outage_and_worker_exit(
         writes = (gate / "writes").read_text().splitlines()
         print(f"\n{exit_by}: sink write calls for the entry: {len(writes)} "
               f"(stored once); spool file {path.name}")
-        logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("w-*.log"))
+        logs = _logs(tmp_path)
         assert task_id in logs
         assert "spool file" in logs
         for secret in (CARD, TOKEN):
