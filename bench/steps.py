@@ -9,6 +9,10 @@ the script runs), the commands it runs by name, and the client's CPU per call. U
 where the Redis server time of ``overhead.py`` goes and to check a change to a script before
 the (slower, noisier) end-to-end benchmark.
 
+It also reads the ``redis-server`` process's CPU (``/proc``, user + system, so request
+parsing and socket I/O count, not only the script) per step, and prints the capacity that
+gives on paper: lifecycle steps, and tasks of three steps, one fully busy Redis core takes.
+
     .venv/bin/python bench/steps.py            # 5000 tasks
     .venv/bin/python bench/steps.py -n 20000
 """
@@ -26,7 +30,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: jobbers
 
 import redis
-from _common import PrivateRedis, commandstats, ping, wait_for  # bench/ is on sys.path
+from _common import (  # bench/ is on sys.path
+    PrivateRedis,
+    commandstats,
+    ping,
+    proc_cpu,
+    wait_for,
+)
 
 from jobbers_celery.states import TaskState
 from jobbers_celery.store import RedisStore, ResultWrite
@@ -78,23 +88,31 @@ def main() -> int:
                                                        value=meta % tid, expires=86400),
                               wid=wid, name="bench.noop", set_fields={})
 
+        redis_per_task = 0.0
         for label, fn in (("submitted", submit), ("started", start), ("completed", complete)):
             before = commandstats(client)
             cpu0 = time.process_time()
+            server0 = proc_cpu(srv.proc.pid)[0]
             for tid in ids:
                 res = fn(tid)
                 if not res.applied:
                     raise SystemExit(f"{label} refused: {res}")
             cpu = time.process_time() - cpu0
+            server_cpu = (proc_cpu(srv.proc.pid)[0] - server0) / args.n * 1e6
+            redis_per_task += server_cpu
             d = _delta(before, commandstats(client))
             d.pop("info", None)
             script = sum(u for n, (c, u) in d.items() if n in ("evalsha", "eval"))
             inner = ", ".join(f"{n} {c / args.n:g}" for n, (c, u) in sorted(d.items())
                               if n not in ("evalsha", "eval"))
-            print(f"{label:10s} server {script / args.n:6.1f} us/step | client CPU "
-                  f"{cpu / args.n * 1e6:6.1f} us/step | commands per step: {inner}")
+            print(f"{label:10s} server {script / args.n:6.1f} us/step (Redis process CPU "
+                  f"{server_cpu:6.1f}) | client CPU {cpu / args.n * 1e6:6.1f} us/step | "
+                  f"commands per step: {inner}")
         mem = client.info("memory")["used_memory"]
         print(f"records: {client.dbsize()} keys, used_memory {mem / args.n:.0f} B per task")
+        print(f"capacity of one Redis core: Redis CPU {redis_per_task:.1f} us per task of three "
+              f"steps -> {1e6 / redis_per_task:,.0f} tasks/s, "
+              f"{3e6 / redis_per_task:,.0f} steps/s")
     finally:
         srv.stop()
     return 0

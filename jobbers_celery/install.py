@@ -13,7 +13,7 @@ from typing import Any
 
 from celery import Celery
 
-from jobbers_celery import metrics, signals
+from jobbers_celery import metrics, payload, signals
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import OPTION_NAMES, validate_options
@@ -48,7 +48,23 @@ def install(app: Celery) -> Jobbers:
         app.steps["worker"].add(ShutdownStep)
         _add_cleaner(app, config)
         _validate_on_declaration(app)
+        _mark_publishes(app)
         return jobbers
+
+
+def _mark_publishes(app: Celery) -> None:
+    """Every publish of ``app`` (``apply_async``, canvas, ``send_task``, jobbers' own: all go
+    through ``app.send_task``) runs inside :func:`payload.publishing`, because
+    ``before_task_publish`` names only the task and two apps of one process may register
+    the same name: the sending app's store must record it."""
+    send_task = app.send_task
+
+    @functools.wraps(send_task)
+    def send_task_marked(*args: Any, **kwargs: Any) -> Any:
+        with payload.publishing(app):
+            return send_task(*args, **kwargs)
+
+    app.send_task = send_task_marked  # type: ignore[method-assign]
 
 
 def get_jobbers(app: Celery) -> Jobbers:

@@ -200,15 +200,14 @@ def republish(
         options["producer"] = producer
     if extra_headers:
         options["headers"] = {**(options.get("headers") or {}), **extra_headers}
-    with publishing(app):
-        app.send_task(
-            name,
-            args=payload.get("args") or [],
-            kwargs=payload.get("kwargs") or {},
-            task_id=task_id,
-            retries=retries,
-            **options,
-        )
+    app.send_task(
+        name,
+        args=payload.get("args") or [],
+        kwargs=payload.get("kwargs") or {},
+        task_id=task_id,
+        retries=retries,
+        **options,
+    )
 
 
 def describe_exception(exc: BaseException) -> tuple[str, str, str]:

@@ -27,6 +27,7 @@ from kombu.exceptions import EncodeError
 from redis.connection import SSLConnection, UnixDomainSocketConnection
 
 from jobbers_celery.store import ResultWrite
+from jobbers_celery.store.connect import is_cluster
 
 if TYPE_CHECKING:
     from celery import Task
@@ -64,6 +65,9 @@ def _fold_db(store: RedisStore, backend: Any) -> tuple[str | None, int | None]:
         return f"the result backend is {cls.__name__}, not Celery's RedisBackend", None
     if backend.serializer != "json" or backend.compression:
         return "results are not plain JSON (result_serializer or result_compression)", None
+    if is_cluster(store.client):
+        return ("the jobbers store is a Redis Cluster: Celery's result key is not in the "
+                "slot of the task's record"), None
     pool = store.client.connection_pool
     mine, my_db = _endpoint(pool.connection_kwargs, pool.connection_class)
     params = backend.connparams

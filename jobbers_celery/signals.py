@@ -47,8 +47,8 @@ log = logging.getLogger("jobbers.signals")
 
 def _for_publish(name: str) -> tuple[Jobbers | None, JobbersTask | None]:
     """Which installed jobbers records a publish of ``name``, and the task if known: that
-    of the app publishing it (``JobbersTask.apply_async``, republishes), else the first app
-    that registers the name."""
+    of the app publishing it (``install`` marks ``app.send_task``), else the first app that
+    registers the name."""
     candidates = Jobbers.installed()
     sender = publishing_app()
     if sender is not None:

@@ -828,9 +828,8 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if self.app.conf.task_send_sent_event and "argsrepr" not in options \
                 and "kwargsrepr" not in options:
             self._redacted_reprs(args, kwargs, options)
-        with payload.publishing(self.app):  # its store records it, whichever apps share the name
-            return super().apply_async(args, kwargs, task_id, producer, link, link_error,
-                                       shadow, **options)
+        return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow,
+                                   **options)
 
     def _redacted_reprs(self, args: Any, kwargs: Any, options: dict[str, Any]) -> None:
         """The ``task-sent`` event is built before ``before_task_publish`` (where every

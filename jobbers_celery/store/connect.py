@@ -2,11 +2,14 @@
 
 Why one place: the URL forms (``redis://``, ``rediss://``, ``unix://``; Sentinel) and the
 connection options (TLS, transport options) are read the way kombu reads the broker's, so a
-user who already wrote them for Celery writes nothing new.
+user who already wrote them for Celery writes nothing new. A ``redis://``/``rediss://`` URL
+that names a Redis Cluster node (``INFO cluster`` says ``cluster_enabled:1``) gets redis-py's
+cluster client, which follows the slot map and ``MOVED``/``ASK`` replies.
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
 import time
 from collections.abc import Mapping
@@ -14,13 +17,16 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
+from redis.cluster import RedisCluster
 from redis.connection import SSLConnection
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.errors import ConfigurationError
 
-__all__ = ["redis_client"]
+__all__ = ["is_cluster", "redis_client"]
+
+log = logging.getLogger("jobbers.store")
 
 #: Options every store connection gets: replies as ``str``; an idle connection is PINGed
 #: before use, so a server restart is noticed before a step is sent.
@@ -32,7 +38,57 @@ def redis_client(config: JobbersConfig) -> redis.Redis:
     options = {**_BASE_OPTIONS, **_ssl_options(config.redis_use_ssl)}
     if config.redis_url.startswith("sentinel://"):
         return _sentinel_client(config.redis_url, config.redis_transport_options, options)
-    return redis.Redis.from_url(_tls_url(config.redis_url), **options)
+    url = _tls_url(config.redis_url)
+    client = redis.Redis.from_url(url, **options)
+    if not url.startswith("unix:") and _cluster_enabled(client):
+        client.close()
+        return _cluster_client(url, options)
+    return client
+
+
+def is_cluster(client: redis.Redis) -> bool:
+    """``client`` is redis-py's cluster client (its connections are per node)."""
+    return isinstance(client, RedisCluster)
+
+
+#: Seconds the cluster probe waits for the server named by the URL (a process that imports
+#: its Celery app must not hang on an unreachable store).
+PROBE_TIMEOUT_S = 3.0
+
+
+def _cluster_enabled(client: redis.Redis) -> bool:
+    """``INFO cluster`` of the URL's server says it is a Redis Cluster node.
+
+    Unreachable (or ``INFO`` refused by an ACL): a plain client, with a warning, since a
+    cluster node would then refuse the steps with ``MOVED``.
+    """
+    kwargs = client.connection_pool.connection_kwargs
+    probe = redis.Redis(connection_pool=type(client.connection_pool)(
+        connection_class=client.connection_pool.connection_class,
+        **{**kwargs, "socket_connect_timeout": PROBE_TIMEOUT_S,
+           "socket_timeout": PROBE_TIMEOUT_S}))
+    try:
+        return str(probe.info("cluster").get("cluster_enabled", 0)) == "1"
+    except redis.RedisError as exc:
+        log.warning("could not ask the jobbers store whether it is a Redis Cluster node (%s): "
+                    "using a plain Redis client", exc)
+        return False
+    finally:
+        probe.close()
+
+
+def _cluster_client(url: str, options: Mapping[str, Any]) -> redis.Redis:
+    """redis-py's cluster client for the cluster ``url``'s node belongs to.
+
+    Its command interface is the plain client's (the store's calls route by key slot); the
+    store's lean script path asks it for the node of a key (``store/fastcall.py``).
+    """
+    kwargs = dict(options)
+    if kwargs.pop("connection_class", None) is redis.SSLConnection:
+        kwargs["ssl"] = True  # jobbers_redis_use_ssl on a redis:// URL
+    cluster = RedisCluster.from_url(url, **kwargs)
+    # one command interface: the store uses no command the cluster client lacks
+    return cluster  # type: ignore[return-value]
 
 
 #: ``ssl_cert_reqs`` spellings Celery and kombu accept, as redis-py's ``SSLConnection`` wants them.

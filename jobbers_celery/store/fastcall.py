@@ -26,24 +26,36 @@ does a refusal while connecting: under ``MISCONF`` Redis refuses even the health
 Connections are opened with ``Connection.connect()``, the method redis-py's pools call:
 for a Sentinel-managed connection it asks the sentinels for the current master first
 (sending on an unconnected one would connect to its default address instead).
+
+On Redis Cluster each thread keeps one connection per node, and a call goes to the node
+that serves its keys' slot in the cluster client's slot map. A ``MOVED`` or ``ASK`` reply,
+a ``TRYAGAIN`` or a ``CLUSTERDOWN`` means the script did not run: ``MOVED`` updates the map
+and sends again, ``ASK`` sends ``ASKING`` and the script to the node named (a slot being
+migrated), ``TRYAGAIN`` and ``CLUSTERDOWN`` wait like a refusal of writes. A failure to
+send also refreshes the map (the node may have failed over).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import (
+    AskError,
+    ClusterDownError,
     MasterDownError,
+    MovedError,
     NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
     ResponseError,
+    TryAgainError,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 if TYPE_CHECKING:
@@ -54,6 +66,11 @@ __all__ = ["FastScript", "WritesRefused", "as_refusal", "without_shebang"]
 
 _SEND_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 _FIRST_PAUSE_S, _MAX_PAUSE_S = 0.05, 1.0
+#: ``MOVED``/``ASK`` replies one call follows before it gives up (a slot map in flux).
+_MAX_REDIRECTS = 5
+#: Seconds every call waits out ``TRYAGAIN`` (its keys' slot is being resharded), whatever
+#: its ``outage_wait_s``: a publish should not go unrecorded for a migration's moment.
+_TRYAGAIN_WAIT_S = 5.0
 
 
 #: Error codes of a server that cannot take writes now (redis-py raises a plain
@@ -72,7 +89,8 @@ def as_refusal(exc: BaseException) -> BaseException | None:
     ``OutOfMemoryError``/``ReadOnlyError``/``MasterDownError`` (a replica cut off from its
     master)/``WritesRefused`` as they are, a plain ``ResponseError`` with one of the refusal
     codes as a :class:`WritesRefused`."""
-    if isinstance(exc, (OutOfMemoryError, ReadOnlyError, MasterDownError, WritesRefused)):
+    if isinstance(exc, (OutOfMemoryError, ReadOnlyError, MasterDownError, WritesRefused,
+                        ClusterDownError, TryAgainError)):
         return exc
     if isinstance(exc, ResponseError) and str(exc).startswith(_REFUSAL_CODES):
         refused = WritesRefused(str(exc))
@@ -137,14 +155,42 @@ class FastScript:
         #: failover instead of failing the task (see ``RedisStore.wait_out_outages``).
         self.outage_wait_s = 0.0
         self._local = threading.local()
+        self._cluster = hasattr(client, "get_node_from_key")  # redis-py's RedisCluster
 
-    def _connection(self) -> Any:
+    def _connection(self, keys: list[str]) -> Any:
         local = self._local
-        conn = getattr(local, "conn", None)
-        if conn is None or local.pid != os.getpid():
-            conn = self.client.connection_pool.make_connection()
-            local.conn, local.pid = conn, os.getpid()
+        if getattr(local, "pid", None) != os.getpid():
+            local.conns, local.pid = {}, os.getpid()
+        if self._cluster:  # the node serving the keys' slot, in the client's slot map
+            node: Any = self.client.get_node_from_key(keys[0])  # type: ignore[attr-defined]
+            name, pool = node.name, node.redis_connection.connection_pool
+        else:
+            name, pool = "", self.client.connection_pool
+        conn = local.conns.get(name)
+        if conn is None:
+            conn = local.conns[name] = pool.make_connection()
         return conn
+
+    def _ask(self, exc: AskError, command: bytes) -> Any:
+        """Send ``command`` to the node an ``ASK`` names, after ``ASKING`` (the slot is
+        being migrated to it), and return its reply."""
+        node: Any = self.client.nodes_manager.get_node(  # type: ignore[attr-defined]
+            host=exc.host, port=exc.port)
+        if node is None or node.redis_connection is None:
+            self.client.nodes_manager.initialize()  # type: ignore[attr-defined]
+            raise exc
+        conn = node.redis_connection.connection_pool.make_connection()
+        try:
+            conn.send_packed_command([_pack(["ASKING"]), command])
+            conn.read_response()  # OK
+            return conn.read_response()
+        finally:
+            conn.disconnect()
+
+    def _refresh_slots(self) -> None:
+        # no node answers: the send's own error is what the caller sees
+        with contextlib.suppress(Exception):
+            self.client.nodes_manager.initialize()  # type: ignore[attr-defined]
 
     @staticmethod
     def _drop_if_closed(conn: Any) -> None:
@@ -166,18 +212,21 @@ class FastScript:
 
     def __call__(self, keys: list[str], args: list[str]) -> Any:
         command = _pack(["EVALSHA", str(self.script.sha), str(len(keys)), *keys, *args])
-        conn = self._connection()
-        sends, resent = 0, False
-        deadline = time.monotonic() + self.outage_wait_s
+        sends, resent, redirects = 0, False, 0
+        started = time.monotonic()
+        deadline = started + self.outage_wait_s
         pause = _FIRST_PAUSE_S
         while True:
             sends += 1
+            conn = self._connection(keys)
             try:
                 self._drop_if_closed(conn)  # and connects, to the current master
                 # check_health: PINGs first only when idle past health_check_interval
                 conn.send_packed_command([command], check_health=True)
             except _SEND_ERRORS:
                 conn.disconnect()
+                if self._cluster:  # the node may be gone (failover): ask the cluster
+                    self._refresh_slots()
                 # nothing was sent: once more at once, then while an outage may last
                 if sends > 1:
                     if time.monotonic() + pause > deadline:
@@ -196,6 +245,17 @@ class FastScript:
                 continue
             try:
                 return conn.read_response()
+            except MovedError as exc:  # the slot moved: the script did not run
+                redirects += 1
+                if redirects > _MAX_REDIRECTS:
+                    raise
+                self.client.nodes_manager.move_slot(exc)  # type: ignore[attr-defined]
+                continue
+            except AskError as exc:  # the slot is migrating, and the keys already moved
+                redirects += 1
+                if redirects > _MAX_REDIRECTS:
+                    raise
+                return self._ask(exc, command)
             except NoScriptError:
                 # Redis restarted or SCRIPT FLUSH: load it and run it (it did not run).
                 try:
@@ -213,10 +273,14 @@ class FastScript:
                 conn.disconnect()
                 if not resent and _refused_by_replica(exc):
                     resent = True  # a failover: at once, to the current master
+                    if self._cluster:
+                        self._refresh_slots()
                     continue
                 refused = exc if _refused_by_replica(exc) else as_refusal(exc)
                 if refused is None:
                     raise
+                if isinstance(exc, TryAgainError):  # a slot half moved: over in moments
+                    deadline = max(deadline, started + _TRYAGAIN_WAIT_S)
                 # the script did not run: wait while the refusal may last
                 pause = _wait_or_raise(refused, exc, deadline, pause)
             except BaseException:

@@ -110,11 +110,15 @@ def _int(raw: str | None, default: int = 0) -> int:
 #: refuses writes for now: ``OOM`` (``maxmemory`` reached), ``READONLY`` (a replica),
 #: ``MASTERDOWN`` (a replica cut off from its master), ``MISCONF``/``NOREPLICAS``/``BUSY``
 #: (``WritesRefused``: the lifecycle steps, heartbeats and liveness refreshes raise it, other
-#: calls redis-py's plain ``ResponseError``; :func:`is_outage` tells those too). A script
-#: refused so wrote nothing: all of them are a store outage, never a task's failure.
+#: calls redis-py's plain ``ResponseError``; :func:`is_outage` tells those too), or, on Redis
+#: Cluster, cannot serve the slot now. A script refused so wrote nothing: all of them are a
+#: store outage, never a task's failure.
 UNREACHABLE: tuple[type[Exception], ...] = (
     redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError,
     redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError, WritesRefused,
+    # Redis Cluster: CLUSTERDOWN, TRYAGAIN (a slot being resharded), and redis-py's
+    # "TTL exhausted" after following redirections that long
+    redis.exceptions.ClusterError, redis.exceptions.TryAgainError,
 )
 
 

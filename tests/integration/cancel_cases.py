@@ -57,7 +57,7 @@ def scheduled_task_cancelled_at_once_and_never_republished(proj, worker_factory)
 
 def started_task_ends_cancelled_at_its_next_heartbeat(proj, worker_factory, pool):
     jobbers = proj.jobbers
-    client = jobbers.store.client
+    client = proj._redis()  # the Redis the task bodies write their marks to
     worker = worker_factory(pool=pool, concurrency=2)
     key = unique("hb-cancel")
     result = proj.heartbeating.delay(key, 30)
@@ -94,7 +94,7 @@ def started_task_ends_cancelled_at_its_next_heartbeat(proj, worker_factory, pool
 
 def terminate_interrupts_a_prefork_task_that_never_heartbeats(proj, worker_factory):
     jobbers = proj.jobbers
-    client = jobbers.store.client
+    client = proj._redis()  # the Redis the task bodies write their marks to
     worker = worker_factory(pool="prefork", concurrency=2)
     key = unique("terminate")
     result = proj.silent.delay(key, 60)  # max_stall_recoveries=1, dead_letter_policy=save

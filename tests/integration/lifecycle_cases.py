@@ -157,7 +157,7 @@ def retries_and_resubmits_stay_on_the_tasks_queue(proj, worker_factory):
 
 def duplicate_delivery_runs_the_body_once(proj, worker_factory, pool):
     jobbers = proj.jobbers
-    client = jobbers.store.client
+    client = proj._redis()  # the Redis the task bodies write their marks to
     worker = worker_factory(pool=pool, concurrency=2)
     key = unique("runs")
 

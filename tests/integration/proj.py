@@ -12,13 +12,15 @@ from jobbers_celery import BackoffStrategy, DeadLetterPolicy, JobbersTask, insta
 from tests.integration.plain_fault_proj import restore_options
 
 REDIS_URL = os.environ["JOBBERS_TEST_REDIS_URL"]
+# JOBBERS_TEST_STORE_URL: the state store elsewhere (a Redis Cluster: test_on_cluster.py).
+STORE_URL = os.environ.get("JOBBERS_TEST_STORE_URL") or REDIS_URL
 # JOBBERS_TEST_BROKER_URL: another broker (RabbitMQ, tests/rabbitmq.py); state stays in Redis.
 BROKER_URL = os.environ.get("JOBBERS_TEST_BROKER_URL") or REDIS_URL
 
 # PROJ_RESULT_BACKEND: a worker storing results elsewhere (tests of the unfolded result path).
 app = Celery("proj", broker=BROKER_URL, backend=os.environ.get("PROJ_RESULT_BACKEND") or REDIS_URL)
 app.conf.update(
-    jobbers_redis_url=REDIS_URL,
+    jobbers_redis_url=STORE_URL,
     task_serializer="json",
     accept_content=["json"],
     result_serializer="json",

@@ -162,7 +162,7 @@ def refused_messages_end_dropped(proj: Any, worker_factory: Any, tmp_path: Path)
     assert entry.unpublishable is None
     assert jobbers.resubmit_dead_letters([entry]) == [pickled.id]
     wait_state(jobbers, pickled.id, S.COMPLETED, worker=worker)
-    assert jobbers.store.client.get(key) is not None
+    assert proj._redis().get(key) is not None
 
     # the worker goes on
     assert proj.add.delay(2, 3).get(timeout=20) == 5

@@ -78,9 +78,9 @@ def killed_worker_task_is_stalled_and_resumed_once_on_another_worker(
         victim = worker_running(jobbers, result.id, workers)
         [survivor] = [w for w in workers if w is not victim]
         if task == "resumable":  # a few steps done, checkpoints saved
-            wait_for(lambda: jobbers.store.client.llen(key) >= 3, message="three steps")
+            wait_for(lambda: proj._redis().llen(key) >= 3, message="three steps")
         else:
-            wait_for(lambda: jobbers.store.client.llen(key) >= 1, message="the task body")
+            wait_for(lambda: proj._redis().llen(key) >= 1, message="the task body")
         started = jobbers.get(result.id)
 
         stop_group(victim, signal.SIGKILL)
@@ -131,7 +131,7 @@ def killed_worker_task_is_stalled_and_resumed_once_on_another_worker(
     assert done.attempt == 2
     assert done.worker == survivor.name
 
-    runs = jobbers.store.client.lrange(key, 0, -1)
+    runs = proj._redis().lrange(key, 0, -1)
     if task == "resumable":
         first = [int(r[2:]) for r in runs if r.startswith("1:")]
         second = [int(r[2:]) for r in runs if r.startswith("2:")]
@@ -177,7 +177,7 @@ def frozen_task_is_ended_by_its_worker_and_its_slot_runs_the_next(proj, worker_f
     SIGTERM: billiard replaces the child), and the recovered attempt 2 runs in the one slot.
     The stall's history entry says how it ended; no failure, no dead letter."""
     jobbers = proj.jobbers
-    client = jobbers.store.client
+    client = proj._redis()  # the Redis the task bodies write their marks to
     worker = worker_factory(pool="prefork", concurrency=1)
     figures = []
     with Beat(jobbers) as beat:

@@ -1,5 +1,6 @@
 """Private Redis topologies for fault tests: a Sentinel set (master, replica, three
-sentinels) and a Redis with AOF that can be killed and restarted on the same port.
+sentinels), a Redis with AOF that can be killed and restarted on the same port, and a
+three-master Redis Cluster.
 
 Everything runs on free loopback ports with its own config file and directory in a temp
 dir, and is torn down at the end; the machine's shared Redis is never touched. A missing
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -211,6 +213,144 @@ class RestartableRedis:
     def stop(self) -> None:
         self.server.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
+class ClusterSet:
+    """Three masters of a Redis Cluster (no replicas), made by ``redis-cli --cluster create``
+    (contiguous slot ranges, one third each)."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="jobbers-cluster-"))
+        self.servers: list[_Process] = []
+
+    def start(self) -> ClusterSet:
+        for n in range(3):
+            port = _cluster_port()
+            conf = self.dir / f"node{n}.conf"
+            conf.write_text("\n".join([
+                f"port {port}", "bind 127.0.0.1", f"dir {self.dir}", "save \"\"",
+                "appendonly no", f"dbfilename node{n}.rdb", "maxmemory-policy noeviction",
+                "cluster-enabled yes", f"cluster-config-file nodes{n}.conf",
+                "cluster-node-timeout 2000",
+            ]) + "\n")
+            server = _Process(conf)
+            server.start(port)
+            self.servers.append(server)
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            pytest.fail("redis-cli is not installed (apt-get install redis-tools)",
+                        pytrace=False)
+        subprocess.run([cli, "--cluster", "create",
+                        *(f"127.0.0.1:{s.port}" for s in self.servers),
+                        "--cluster-replicas", "0", "--cluster-yes"],
+                       check=True, capture_output=True, timeout=60)
+        wait_for(self._ok, timeout=30, interval=0.1, message="the cluster to be ok")
+        return self
+
+    def _ok(self) -> bool:
+        for server in self.servers:
+            info = redis.Redis(port=server.port, decode_responses=True).cluster("info")
+            if info.get("cluster_state") != "ok":
+                return False
+        return True
+
+    def url(self, n: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.servers[n].port}/0"
+
+    def client(self) -> redis.cluster.RedisCluster:
+        return redis.cluster.RedisCluster(host="127.0.0.1", port=self.servers[0].port,
+                                          decode_responses=True)
+
+    def flush(self) -> None:
+        for server in self.servers:
+            redis.Redis(port=server.port).flushall()
+
+    def node_ids(self) -> dict[int, str]:
+        """Port -> node id."""
+        ids = {}
+        for server in self.servers:
+            ids[server.port] = redis.Redis(port=server.port, decode_responses=True
+                                           ).execute_command("CLUSTER", "MYID")
+        return ids
+
+    def owner(self, slot: int) -> int:
+        """The port of the master that serves ``slot``."""
+        for start, end, (_host, port, *_), *_ in redis.Redis(
+                port=self.servers[0].port, decode_responses=True).cluster("slots"):
+            if start <= slot <= end:
+                return int(port)
+        raise AssertionError(f"slot {slot} is not served")
+
+    def keys_per_master(self) -> dict[int, int]:
+        return {s.port: int(redis.Redis(port=s.port).dbsize()) for s in self.servers}
+
+    def redirections(self) -> dict[str, int]:
+        """``MOVED``, ``ASK`` and ``TRYAGAIN`` replies the masters gave so far (``INFO
+        errorstats``, summed)."""
+        counts: dict[str, int] = {}
+        for server in self.servers:
+            stats = redis.Redis(port=server.port, decode_responses=True).info("errorstats")
+            for name, value in stats.items():
+                code = name.removeprefix("errorstat_")
+                if code in ("MOVED", "ASK", "TRYAGAIN"):
+                    counts[code] = counts.get(code, 0) + int(value["count"])
+        return counts
+
+    def migrate_slot(self, slot: int, to_port: int, batch: int = 10,
+                     between: Any = None) -> int:
+        """Move ``slot`` to the master on ``to_port`` the way ``redis-cli --cluster reshard``
+        does (IMPORTING/MIGRATING, ``MIGRATE`` of its keys ``batch`` at a time, ``SETSLOT
+        NODE`` everywhere): clients see ``ASK`` during it and ``MOVED`` after it. Calls
+        ``between()`` after each batch. Returns how many keys moved."""
+        from_port = self.owner(slot)
+        ids = self.node_ids()
+        src = redis.Redis(port=from_port, decode_responses=True)
+        dst = redis.Redis(port=to_port, decode_responses=True)
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[from_port])
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to_port])
+        moved = 0
+        while True:
+            keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
+            if not keys:
+                break
+            src.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "REPLACE",
+                                "KEYS", *keys)
+            moved += len(keys)
+            if between is not None:
+                between()
+        for server in self.servers:
+            redis.Redis(port=server.port).execute_command(
+                "CLUSTER", "SETSLOT", slot, "NODE", ids[to_port])
+        return moved
+
+    def stop(self) -> None:
+        for process in self.servers:
+            with contextlib.suppress(Exception):
+                process.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def cluster_set() -> Iterator[ClusterSet]:
+    servers = ClusterSet()
+    try:
+        yield servers.start()
+    finally:
+        servers.stop()
 
 
 @contextlib.contextmanager

@@ -26,10 +26,14 @@ def test_a_name_no_app_knows_is_recorded_by_the_current_app():
 def test_a_name_two_apps_register_is_recorded_by_the_app_that_publishes_it(monkeypatch):
     """A test suite or a process with two apps: each publish lands in its own app's store,
     not in that of the oldest app that registers the name."""
-    from celery.app.task import Task
-
     from jobbers_celery import JobbersTask, payload
 
+    seen = []
+
+    def send_task(app, name, *args, **kwargs):  # what before_task_publish would see
+        seen.append(signals._for_publish(name))
+
+    monkeypatch.setattr(Celery, "send_task", send_task)  # install wraps what it finds
     apps = [Celery(f"app{i}", broker=f"redis://127.0.0.1:1/{i}", set_as_current=False)
             for i in range(2)]
     tasks = []
@@ -42,17 +46,12 @@ def test_a_name_two_apps_register_is_recorded_by_the_app_that_publishes_it(monke
         tasks.append(app.task(base=JobbersTask, name="shared.name", shared=False)(body))
     assert signals._for_publish("shared.name")[0].app is apps[0]  # no sender known
 
-    seen = []
-
-    def publish(task, *args, **kwargs):
-        seen.append(signals._for_publish(task.name))
-
-    monkeypatch.setattr(Task, "apply_async", publish)
     tasks[1].apply_async()
-    tasks[0].apply_async()
-    assert [(j.app if j else None, t) for j, t in seen] == [(apps[1], tasks[1]),
-                                                             (apps[0], tasks[0])]
-    with payload.publishing(apps[1]):  # a republish by the second app's scheduler
+    tasks[0].delay()
+    apps[1].send_task("shared.name")
+    apps[1].send_task("nowhere.registered")
+    assert [(j.app if j else None, t) for j, t in seen] == [
+        (apps[1], tasks[1]), (apps[0], tasks[0]), (apps[1], tasks[1]), (apps[1], None)]
+    with payload.publishing(apps[1]):
         assert signals._for_publish("shared.name")[0].app is apps[1]
-        assert signals._for_publish("nowhere.registered")[0].app is apps[1]
     assert payload.publishing_app() is None
