@@ -37,6 +37,7 @@ from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.liveness import HALTED
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
+from jobbers_celery.states import TERMINAL
 from jobbers_celery.task import Revoked
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ class JobbersRequest(Request):
             # its worker ended this stalled attempt (liveness): recorded, and replaced by
             # the recovery; Celery would leave a terminated task's message unacknowledged
             # (on RabbitMQ, holding a prefetch slot until the connection closes)
+            self._announce_halt()
             task_ready(self)
             return self.acknowledge()
         # billiard wraps it (ExceptionWithTraceback, whose .exc it is) unless the pool is
@@ -127,6 +129,24 @@ class JobbersRequest(Request):
             return None
         return super().on_failure(exc_info, send_failed_event=send_failed_event,
                                   return_ok=return_ok)
+
+    def _announce_halt(self) -> None:
+        """A task event for the stalled attempt its worker ended, so that Flower and other
+        event readers do not show it started for ever: ``task-retried`` when the cleaner
+        recovered it (the next attempt's events follow; Celery's event state lets a retry
+        be followed by a start), ``task-failed`` when the stall was its end."""
+        if not (self.eventer and self.eventer.enabled and self.task.send_events):
+            return
+        try:
+            record = Jobbers.of(self.task.app).get(self.id)
+        except Exception:  # the store is out: say what is known for sure
+            log.warning("could not read %s[%s] to announce its stalled attempt", self.task.name,
+                        self.id, exc_info=True)
+            record = None
+        final = record is None or record.state in TERMINAL
+        self.send_event("task-failed" if final else "task-retried", traceback="",
+                        exception="stalled: the cleaner declared this attempt stalled and "
+                                  "its worker ended it")
 
     def _announce_jobbers_cancel(self, reason: str) -> None:
         """Celery's own announcement of a revoked request (backend REVOKED, ``task-revoked``

@@ -450,6 +450,14 @@ def on_resubmit_slow(self: JobbersTask, key: str, seconds: float, step: float = 
     return _policy_body(self, key, seconds, step)
 
 
+@app.task(base=JobbersTask, bind=True, name="proj.freezes_unrecovered",
+          max_heartbeat_interval=1, max_stall_recoveries=0)
+def freezes_unrecovered(self: JobbersTask, seconds: float) -> None:
+    """Heartbeats once, then freezes for ``seconds``: stalled for good (no recovery)."""
+    self.heartbeat()
+    time.sleep(seconds)
+
+
 @app.task(base=JobbersTask, bind=True, name="proj.freezes", max_heartbeat_interval=1,
           max_stall_recoveries=1, dead_letter_policy="save")
 def freezes(self: JobbersTask, key: str, seconds: float, deaf: bool = False) -> int:

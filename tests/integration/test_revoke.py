@@ -238,3 +238,47 @@ def test_a_revoke_keeps_its_reason_for_the_step_that_ends_the_task(make_store):
     assert store.cancel("t3", revoked, keep_reason=True).outcome == "cancelled"
     assert store.history("t3")[-1].reason == revoked
     assert "cxl" not in store.get_raw("t3")
+
+
+def test_a_frozen_attempt_its_worker_ends_is_announced_as_retried(proj, worker_factory):
+    """Flower's view of a frozen task: once the cleaner declares attempt 1 stalled and the
+    worker ends it, a ``task-retried`` event says so (it was recovered), and attempt 2's
+    events follow to ``task-succeeded``; Celery's event state ends SUCCESS, not STARTED."""
+    from celery.events.state import State
+
+    from tests.integration.beat_helpers import Beat
+
+    jobbers = proj.jobbers
+    worker = worker_factory(pool="prefork", concurrency=1, extra=["-E"])
+    with TaskEvents(proj.app) as events, Beat(jobbers):
+        result = proj.freezes.delay(unique("freezes"), 120.0)
+        wait_state(jobbers, result.id, S.COMPLETED, timeout=40, worker=worker)
+        events.wait("task-succeeded", result.id)
+    kinds = [e["type"] for e in events.seen if e.get("uuid") == result.id]
+    assert "task-retried" in kinds, kinds
+    assert kinds.index("task-retried") < kinds.index("task-succeeded"), kinds
+    assert "task-failed" not in kinds, kinds
+    state = State()
+    for event in events.seen:
+        state.event(event)
+    assert state.tasks[result.id].state == "SUCCESS"
+
+
+def test_a_frozen_attempt_stalled_for_good_is_announced_as_failed(proj, worker_factory):
+    """The same with no stall recovery left: ``task-failed``, and Celery's event state (what
+    Flower shows) ends FAILURE instead of STARTED for ever."""
+    from celery.events.state import State
+
+    from tests.integration.beat_helpers import Beat
+
+    jobbers = proj.jobbers
+    worker = worker_factory(pool="prefork", concurrency=1, extra=["-E"])
+    with TaskEvents(proj.app) as events, Beat(jobbers):
+        result = proj.freezes_unrecovered.delay(120.0)
+        wait_state(jobbers, result.id, S.STALLED, timeout=40, worker=worker)
+        events.wait("task-failed", result.id)
+    state = State()
+    for event in events.seen:
+        state.event(event)
+    assert state.tasks[result.id].state == "FAILURE"
+    assert "stalled" in state.tasks[result.id].exception
