@@ -2,9 +2,9 @@
 """Redis cost of one task's lifecycle steps, script by script (no Celery, no worker).
 
 Runs the three steps a task that completes first time makes (``submitted`` at publish,
-``started``, ``completed`` with Celery's result write folded in) N times against a private
-``redis-server``, with the same arguments the real code sends, and prints per step: the
-server time (``INFO commandstats`` ``usec`` of the script call, which includes the commands
+``started``, ``completed`` with Celery's result write folded in), and a heartbeat between the
+last two, N times against a private ``redis-server``, with the same arguments the real code
+sends, and prints per step: the server time (``INFO commandstats`` ``usec`` of the script call, which includes the commands
 the script runs), the commands it runs by name, and the client's CPU per call. Used to find
 where the Redis server time of ``overhead.py`` goes and to check a change to a script before
 the (slower, noisier) end-to-end benchmark.
@@ -81,6 +81,10 @@ def main() -> int:
                               lease_cap_ms=60000, defer_ms=1000, cancellable=True,
                               set_fields={}, ret=("ckpt", "queue"), name="bench.noop")
 
+        def heartbeat(tid: str) -> Any:  # with progress, as a long task sends it
+            return store.heartbeat(tid, 1, progress='{"done": 40, "total": 100}',
+                                   name="bench.noop")
+
         def complete(tid: str) -> Any:
             return store.step(tid, S.COMPLETED, sources=(S.STARTED,), fence=1,
                               worker="celery@bench", delete=("msg", "wid", "hb_iv", "srec"),
@@ -89,17 +93,20 @@ def main() -> int:
                               wid=wid, name="bench.noop", set_fields={})
 
         redis_per_task = 0.0
-        for label, fn in (("submitted", submit), ("started", start), ("completed", complete)):
+        steps = (("submitted", submit), ("started", start), ("heartbeat", heartbeat),
+                 ("completed", complete))
+        for label, fn in steps:
             before = commandstats(client)
             cpu0 = time.process_time()
             server0 = proc_cpu(srv.proc.pid)[0]
             for tid in ids:
                 res = fn(tid)
-                if not res.applied:
+                if not getattr(res, "applied", getattr(res, "accepted", False)):
                     raise SystemExit(f"{label} refused: {res}")
             cpu = time.process_time() - cpu0
             server_cpu = (proc_cpu(srv.proc.pid)[0] - server0) / args.n * 1e6
-            redis_per_task += server_cpu
+            if label != "heartbeat":  # per task of three steps; a heartbeat is extra
+                redis_per_task += server_cpu
             d = _delta(before, commandstats(client))
             d.pop("info", None)
             script = sum(u for n, (c, u) in d.items() if n in ("evalsha", "eval"))
