@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import FrameType
 from typing import Any
@@ -37,6 +38,10 @@ _TERM = {getattr(signal, n) for n in ("SIGTERM", "SIGQUIT", "SIGHUP") if hasattr
 _HELD: frozenset[signal.Signals] = frozenset({_SIG, *_TERM}) if _SIG is not None else frozenset()
 _SOFT: frozenset[signal.Signals] = frozenset({_SIG}) if _SIG is not None else frozenset()
 _MAIN = threading.main_thread()
+#: ``signal.signal``'s C function: the public wrapper converts the old handler to an enum,
+#: which costs ~2 us a call (a ValueError caught per callable handler), and a task with
+#: other threads in its process swaps handlers 16 times.
+_set_handler: Callable[[int, Any], Any] = signal._signal.signal  # type: ignore[attr-defined]
 
 
 def _main_thread() -> bool:
@@ -58,11 +63,11 @@ class _Deferral:
 
     def swap(self) -> None:
         for sig in _ORDER:
-            self.handlers[sig] = signal.signal(sig, self._note)
+            self.handlers[sig] = _set_handler(sig, self._note)
 
     def unswap(self) -> None:
         for sig, handler in self.handlers.items():
-            signal.signal(sig, handler)
+            _set_handler(sig, handler)
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         self.noted.append(signum)
