@@ -54,15 +54,18 @@ def install(app: Celery) -> Jobbers:
 
 def _mark_publishes(app: Celery) -> None:
     """Every publish of ``app`` (``apply_async``, canvas, ``send_task``, jobbers' own: all go
-    through ``app.send_task``) runs inside :func:`payload.publishing`, because
+    through ``app.send_task``) is marked as the app's (:func:`payload.mark_publishing`), because
     ``before_task_publish`` names only the task and two apps of one process may register
     the same name: the sending app's store must record it."""
     send_task = app.send_task
 
     @functools.wraps(send_task)
     def send_task_marked(*args: Any, **kwargs: Any) -> Any:
-        with payload.publishing(app):
+        token = payload.mark_publishing(app)  # no context manager: on every publish
+        try:
             return send_task(*args, **kwargs)
+        finally:
+            payload.unmark_publishing(token)
 
     app.send_task = send_task_marked  # type: ignore[method-assign]
 

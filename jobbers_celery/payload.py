@@ -9,10 +9,9 @@ with everything it had, without ETA messages and without pickle.
 
 from __future__ import annotations
 
-import contextlib
 import traceback as tb
-from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
+from collections.abc import Mapping
+from contextvars import ContextVar, Token
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -37,11 +36,12 @@ __all__ = [
     "from_publish",
     "from_signature_options",
     "loads",
-    "publishing",
+    "mark_publishing",
     "publishing_app",
     "queue_of",
     "republish",
     "request_header",
+    "unmark_publishing",
 ]
 
 HEADER_TASK = "jobbers_task"
@@ -173,14 +173,13 @@ def queue_of(options: Mapping[str, Any]) -> str:
 _publishing: ContextVar[Celery | None] = ContextVar("jobbers_publishing_app", default=None)
 
 
-@contextlib.contextmanager
-def publishing(app: Celery) -> Iterator[None]:
-    """Publishes inside this block are ``app``'s."""
-    token = _publishing.set(app)
-    try:
-        yield
-    finally:
-        _publishing.reset(token)
+def mark_publishing(app: Celery) -> Token[Celery | None]:
+    """Publishes from here on are ``app``'s, until :func:`unmark_publishing` with the token."""
+    return _publishing.set(app)
+
+
+def unmark_publishing(token: Token[Celery | None]) -> None:
+    _publishing.reset(token)
 
 
 def publishing_app() -> Celery | None:

@@ -819,12 +819,13 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         publishes it when due, as it does a delayed retry. ``expires`` still counts from
         this call. If the store cannot take it, it goes out as Celery's ETA message."""
         delay = _seconds_until(options.get("countdown"), options.get("eta"))
-        jobbers = Jobbers.find(self.app)
-        if delay > 0 and jobbers is not None and not self.app.conf.task_always_eager:
-            later = self._publish_later(jobbers, args, kwargs, task_id, link, link_error,
-                                        shadow, options, delay)
-            if later is not None:
-                return later
+        if delay > 0:
+            jobbers = Jobbers.find(self.app)
+            if jobbers is not None and not self.app.conf.task_always_eager:
+                later = self._publish_later(jobbers, args, kwargs, task_id, link, link_error,
+                                            shadow, options, delay)
+                if later is not None:
+                    return later
         if self.app.conf.task_send_sent_event and "argsrepr" not in options \
                 and "kwargsrepr" not in options:
             self._redacted_reprs(args, kwargs, options)

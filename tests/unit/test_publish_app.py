@@ -52,6 +52,7 @@ def test_a_name_two_apps_register_is_recorded_by_the_app_that_publishes_it(monke
     apps[1].send_task("nowhere.registered")
     assert [(j.app if j else None, t) for j, t in seen] == [
         (apps[1], tasks[1]), (apps[0], tasks[0]), (apps[1], tasks[1]), (apps[1], None)]
-    with payload.publishing(apps[1]):
-        assert signals._for_publish("shared.name")[0].app is apps[1]
+    token = payload.mark_publishing(apps[1])
+    assert signals._for_publish("shared.name")[0].app is apps[1]
+    payload.unmark_publishing(token)
     assert payload.publishing_app() is None
