@@ -1,4 +1,5 @@
-"""The state store on a real three-master Redis Cluster (the broker stays the session's Redis).
+"""The state store on a real Redis Cluster of three masters and their replicas (the broker
+stays the session's Redis).
 
 The module starts its own cluster (``redis-cli --cluster create``, free ports, removed at
 the end: tests/integration/topology_servers.py) and a copy of ``tests.integration.proj``
@@ -9,8 +10,9 @@ client from that URL alone.
 Representative paths with real prefork workers: the lifecycle, a delayed retry (the
 scheduler), stall recovery after SIGKILL of the whole worker (the cleaner), cancellation,
 the concurrency cap, a dead letter in the Redis sink resubmitted; then the slot that holds
-jobbers' keys is resharded to another master while tasks run (clients see ``ASK`` and
-``MOVED``): nothing is lost or run twice.
+jobbers' keys is resharded to another master while tasks run (clients see ``ASK``,
+``TRYAGAIN`` and ``MOVED``), and its master is failed over to its replica under load:
+nothing is lost or run twice.
 
 jobbers' keys share one hash tag today, so all of them sit in one slot on one master: the
 spread is printed, not yet asserted to cover three masters.
@@ -157,7 +159,7 @@ def test_resharding_the_slot_under_load_loses_nothing(proj: Any, worker_factory:
     store = proj.jobbers.store
     slot = store.client.keyslot(store.keys.task("x"))
     source = cluster.owner(slot)
-    target = next(s.port for s in cluster.servers if s.port != source)
+    target = next(port for port in cluster.masters() if port != source)
     worker_factory(concurrency=4)
     key = unique("runs")
     ids = [proj.record_run.delay(key, 0.05).id for _ in range(40)]
@@ -188,3 +190,32 @@ def test_resharding_the_slot_under_load_loses_nothing(proj: Any, worker_factory:
 
 def _half_moved(counts: dict[str, int]) -> int:
     return counts.get("ASK", 0) + counts.get("TRYAGAIN", 0)
+
+
+def test_failing_the_master_over_under_load_loses_nothing(proj: Any, worker_factory: Any,
+                                                         cluster: ClusterSet,
+                                                         tmp_path: Path) -> None:
+    """``CLUSTER FAILOVER`` to the replica of the master that serves jobbers' slot while 40
+    tasks run: the old master becomes a replica and answers ``MOVED``; the clients follow
+    to the new master. Every task completes once."""
+    store = proj.jobbers.store
+    slot = store.client.keyslot(store.keys.task("x"))
+    old = cluster.owner(slot)
+    worker_factory(concurrency=4)
+    key = unique("runs")
+    before = cluster.redirections()
+    ids = [proj.record_run.delay(key, 0.05).id for _ in range(40)]
+    wait_for(lambda: proj._redis().llen(key) >= 5, timeout=30, message="tasks to run")
+    new = cluster.failover(old)
+    assert cluster.owner(slot) == new
+    ids += [proj.record_run.delay(key, 0.0).id for _ in range(10)]
+    for task_id in ids:
+        wait_state(proj.jobbers, task_id, S.COMPLETED, timeout=60)
+    runs = proj._redis().lrange(key, 0, -1)
+    assert sorted(r.split(":")[0] for r in runs) == sorted(ids)  # each body ran once
+    logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("w-*.log"))
+    assert "Traceback" not in logs
+    after = cluster.redirections()
+    met = {k: after.get(k, 0) - before.get(k, 0) for k in ("ASK", "TRYAGAIN", "MOVED")}
+    print(f"\nfailed over slot {slot} from {old} to {new} while {len(ids)} tasks ran: "
+          f"replies met {met}; completed {len(ids)}, ran twice 0, lost 0")

@@ -1,6 +1,6 @@
 """Private Redis topologies for fault tests: a Sentinel set (master, replica, three
 sentinels), a Redis with AOF that can be killed and restarted on the same port, and a
-three-master Redis Cluster.
+Redis Cluster of three masters and their replicas.
 
 Everything runs on free loopback ports with its own config file and directory in a temp
 dir, and is torn down at the end; the machine's shared Redis is never touched. A missing
@@ -230,22 +230,23 @@ def _cluster_port() -> int:
 
 
 class ClusterSet:
-    """Three masters of a Redis Cluster (no replicas), made by ``redis-cli --cluster create``
-    (contiguous slot ranges, one third each)."""
+    """A Redis Cluster of three masters, each with one replica, made by ``redis-cli --cluster
+    create`` (contiguous slot ranges, one third each). Nodes judge a peer failed after 2 s."""
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="jobbers-cluster-"))
         self.servers: list[_Process] = []
 
     def start(self) -> ClusterSet:
-        for n in range(3):
+        for n in range(6):
             port = _cluster_port()
             conf = self.dir / f"node{n}.conf"
             conf.write_text("\n".join([
                 f"port {port}", "bind 127.0.0.1", f"dir {self.dir}", "save \"\"",
                 "appendonly no", f"dbfilename node{n}.rdb", "maxmemory-policy noeviction",
                 "cluster-enabled yes", f"cluster-config-file nodes{n}.conf",
-                "cluster-node-timeout 2000",
+                "cluster-node-timeout 2000", "repl-diskless-sync yes",
+                "repl-diskless-sync-delay 0",
             ]) + "\n")
             server = _Process(conf)
             server.start(port)
@@ -256,17 +257,52 @@ class ClusterSet:
                         pytrace=False)
         subprocess.run([cli, "--cluster", "create",
                         *(f"127.0.0.1:{s.port}" for s in self.servers),
-                        "--cluster-replicas", "0", "--cluster-yes"],
+                        "--cluster-replicas", "1", "--cluster-yes"],
                        check=True, capture_output=True, timeout=60)
-        wait_for(self._ok, timeout=30, interval=0.1, message="the cluster to be ok")
+        wait_for(self._ok, timeout=60, interval=0.1, message="the cluster to be ok")
         return self
 
     def _ok(self) -> bool:
         for server in self.servers:
-            info = redis.Redis(port=server.port, decode_responses=True).cluster("info")
-            if info.get("cluster_state") != "ok":
+            node = redis.Redis(port=server.port, decode_responses=True)
+            if node.cluster("info").get("cluster_state") != "ok":
                 return False
-        return True
+            replication = node.info("replication")
+            if replication["role"] != "master" and replication.get("master_link_status") != "up":
+                return False
+        return len(self.masters()) == 3
+
+    def masters(self) -> list[int]:
+        """The ports of the nodes that are masters now."""
+        return [s.port for s in self.servers
+                if redis.Redis(port=s.port).info("replication")["role"] == "master"]
+
+    def replica_of(self, port: int) -> int:
+        for server in self.servers:
+            info = redis.Redis(port=server.port, decode_responses=True).info("replication")
+            if info["role"] == "slave" and int(info["master_port"]) == port:
+                return server.port
+        raise AssertionError(f"no replica of {port}")
+
+    def failover(self, master: int) -> int:
+        """``CLUSTER FAILOVER`` on ``master``'s replica (the coordinated, manual one: the
+        replica catches up first); returns the new master's port once every node serves
+        the old master's slots from it."""
+        replica = self.replica_of(master)
+        redis.Redis(port=replica).execute_command("CLUSTER", "FAILOVER")
+
+        def switched() -> bool:
+            if redis.Redis(port=replica).info("replication")["role"] != "master":
+                return False
+            return all(self._serves(s.port, replica) for s in self.servers)
+
+        wait_for(switched, timeout=30, interval=0.05, message="the failover")
+        return replica
+
+    @staticmethod
+    def _serves(port: int, master: int) -> bool:
+        slots = redis.Redis(port=port, decode_responses=True).cluster("slots")
+        return any(int(node[1]) == master for _start, _end, node, *_ in slots)
 
     def url(self, n: int = 0) -> str:
         return f"redis://127.0.0.1:{self.servers[n].port}/0"
@@ -276,13 +312,13 @@ class ClusterSet:
                                           decode_responses=True)
 
     def flush(self) -> None:
-        for server in self.servers:
-            redis.Redis(port=server.port).flushall()
+        for port in self.masters():
+            redis.Redis(port=port).flushall()
 
     def node_ids(self) -> dict[int, str]:
         """Port -> node id."""
         ids = {}
-        for server in self.servers:
+        for server in self.servers:  # masters and replicas
             ids[server.port] = redis.Redis(port=server.port, decode_responses=True
                                            ).execute_command("CLUSTER", "MYID")
         return ids
@@ -296,7 +332,7 @@ class ClusterSet:
         raise AssertionError(f"slot {slot} is not served")
 
     def keys_per_master(self) -> dict[int, int]:
-        return {s.port: int(redis.Redis(port=s.port).dbsize()) for s in self.servers}
+        return {port: int(redis.Redis(port=port).dbsize()) for port in self.masters()}
 
     def redirections(self) -> dict[str, int]:
         """``MOVED``, ``ASK`` and ``TRYAGAIN`` replies the masters gave so far (``INFO
@@ -332,8 +368,8 @@ class ClusterSet:
             moved += len(keys)
             if between is not None:
                 between()
-        for server in self.servers:
-            redis.Redis(port=server.port).execute_command(
+        for port in self.masters():
+            redis.Redis(port=port).execute_command(
                 "CLUSTER", "SETSLOT", slot, "NODE", ids[to_port])
         return moved
 
