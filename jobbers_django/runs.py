@@ -40,6 +40,7 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
+from jobbers_celery.pacing import MAX_RATE, MAX_WINDOW, PaceError, ResubmitPace
 from jobbers_django import services
 from jobbers_django.models import (
     FINAL_STATUSES,
@@ -74,10 +75,6 @@ log = logging.getLogger("jobbers.django.runs")
 
 #: The Celery task that drives runs (:mod:`jobbers_django.tasks`).
 STEP_TASK = "jobbers.resubmit_run_step"
-#: Fastest pace, tasks per second: above it a paced resubmit paces nothing.
-MAX_RATE = 500.0
-#: Largest stop-rule window (``of_last``).
-MAX_WINDOW = 1000
 #: Seconds between steps while publishing, and while only reading outcomes.
 STEP_INTERVAL = 0.5
 SETTLE_INTERVAL = 1.0
@@ -100,21 +97,10 @@ class Pace:
     of_last: int | None = None
 
     def __post_init__(self) -> None:
-        rate = self.rate
-        if isinstance(rate, bool) or not isinstance(rate, int | float) \
-                or not math.isfinite(rate) or not 0 < rate <= MAX_RATE:
-            raise services.SelectionError("rate", f"must be a number of tasks per second, "
-                                          f"more than 0 and at most {MAX_RATE:g}")
-        if (self.halt_after is None) != (self.of_last is None):
-            name = "halt_after" if self.halt_after is None else "of_last"
-            raise services.SelectionError(name, "give halt_after and of_last together "
-                                          "(the stop rule), or neither")
-        if self.of_last is not None and self.halt_after is not None:
-            if not 1 <= self.of_last <= MAX_WINDOW:
-                raise services.SelectionError("of_last", f"must be between 1 and {MAX_WINDOW}")
-            if not 0 <= self.halt_after <= self.of_last:
-                raise services.SelectionError("halt_after", "must be between 0 and of_last "
-                                              f"({self.of_last})")
+        try:  # the Redis sink's checks: one rule for both sinks
+            ResubmitPace(self.rate, self.halt_after, self.of_last)
+        except PaceError as exc:
+            raise services.SelectionError(exc.field, exc.message) from None
 
 
 # ---------------------------------------------------------------------- control
