@@ -58,6 +58,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from jobbers_celery.errors import ConfigurationError
+
 if TYPE_CHECKING:
     import redis
     from redis.commands.core import Script
@@ -142,6 +144,14 @@ def _wait_or_raise(refused: BaseException, exc: BaseException, deadline: float,
         raise refused from exc
     time.sleep(pause)
     return min(2 * pause, _MAX_PAUSE_S)
+
+
+def _not_a_cluster_client(exc: BaseException) -> ConfigurationError:
+    return ConfigurationError(
+        f"the jobbers store answered {'MOVED' if isinstance(exc, MovedError) else 'ASK'} "
+        f"{exc}: jobbers_redis_url names a Redis Cluster node, but this process uses a "
+        "plain Redis client, because the node could not be asked INFO cluster when the "
+        "process started (see the warning logged then); restart it once the node answers")
 
 
 class FastScript:
@@ -246,12 +256,16 @@ class FastScript:
             try:
                 return conn.read_response()
             except MovedError as exc:  # the slot moved: the script did not run
+                if not self._cluster:
+                    raise _not_a_cluster_client(exc) from exc
                 redirects += 1
                 if redirects > _MAX_REDIRECTS:
                     raise
                 self.client.nodes_manager.move_slot(exc)  # type: ignore[attr-defined]
                 continue
             except AskError as exc:  # the slot is migrating, and the keys already moved
+                if not self._cluster:
+                    raise _not_a_cluster_client(exc) from exc
                 redirects += 1
                 if redirects > _MAX_REDIRECTS:
                     raise

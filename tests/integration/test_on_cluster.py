@@ -97,6 +97,24 @@ def test_the_store_is_a_cluster_client(proj: Any) -> None:
     assert isinstance(proj.jobbers.store.client, RedisCluster)
 
 
+def test_a_plain_client_on_a_cluster_node_is_a_clear_error(cluster: ClusterSet) -> None:
+    """The store of a process that could not ask the node whether it is a cluster (it was
+    unreachable at start) and so got a plain client: the first step the node redirects
+    says what happened and what to do, instead of failing obscurely."""
+    import redis
+
+    from jobbers_celery.errors import ConfigurationError
+    from jobbers_celery.store import RedisStore
+
+    keys_slot = RedisCluster(host="127.0.0.1", port=cluster.servers[0].port).keyslot(
+        "{jobbers}:x")
+    other = next(p for p in cluster.masters() if p != cluster.owner(keys_slot))
+    store = RedisStore(redis.Redis(port=other, decode_responses=True))
+    with pytest.raises(ConfigurationError, match=r"names a Redis Cluster node.*restart"):
+        store.submit("t-1", sources=(TaskState.UNSUBMITTED,), reason="published",
+                     create={"name": "x", "queue": "celery"})
+
+
 def test_lifecycle(proj: Any, worker_factory: Any, tmp_path: Path) -> None:
     lifecycle_cases.started_then_completed_with_timestamps(proj, worker_factory, "prefork")
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("w-*.log"))
