@@ -8,6 +8,9 @@ need_apt=()
 # scripts/example sets JOBBERS_REDIS_OPTIONAL when REDIS_URL names a Redis to use instead
 command -v redis-server >/dev/null 2>&1 || [ -n "${JOBBERS_REDIS_OPTIONAL:-}" ] \
   || need_apt+=(redis-server)
+# the Redis Cluster tests (tests/integration/topology_servers.py) create theirs with redis-cli
+command -v redis-cli >/dev/null 2>&1 || [ -n "${JOBBERS_REDIS_OPTIONAL:-}" ] \
+  || need_apt+=(redis-tools)
 # the TLS tests (tests/integration/tls_helpers.py) make their certificates with openssl
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # the Django quickstart (tests/distribution) reads the API with curl, as the page does
