@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from jobbers_celery.errors import ResubmitRunConflict
 from jobbers_celery.options import ResubmitVersion
@@ -88,6 +88,10 @@ class ResubmitPace:
     more than ``halt_after`` of the last ``of_last`` settled tasks failed again
     (``0 <= halt_after <= of_last <= 1000``). Bad values raise ``ValueError`` naming the
     field (``.field``)."""
+
+    #: The bounds, for front ends that state them (``MAX_RATE``, ``MAX_WINDOW``).
+    max_rate: ClassVar[float] = MAX_RATE
+    max_window: ClassVar[int] = MAX_WINDOW
 
     rate: float
     halt_after: int | None = None

@@ -40,7 +40,7 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
-from jobbers_celery.pacing import MAX_RATE, MAX_WINDOW, PaceError, ResubmitPace
+from jobbers_celery import PaceError, ResubmitPace
 from jobbers_django import services
 from jobbers_django.models import (
     FINAL_STATUSES,
@@ -81,6 +81,9 @@ SETTLE_INTERVAL = 1.0
 #: Most items one step publishes, and settles.
 MAX_BATCH = 500
 MAX_SETTLE = 500
+#: Fastest pace (tasks per second) and largest stop-rule window (``of_last``): the Redis
+#: sink's bounds, one rule for both sinks.
+MAX_RATE, MAX_WINDOW = ResubmitPace.max_rate, ResubmitPace.max_window
 
 
 class RunConflict(Exception):
