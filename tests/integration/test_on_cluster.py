@@ -122,6 +122,31 @@ def test_lifecycle(proj: Any, worker_factory: Any, tmp_path: Path) -> None:
     assert "Traceback" not in logs
 
 
+def test_reads_cleaner_and_purge_on_the_cluster(proj: Any, worker_factory: Any) -> None:
+    """What the CLI, the Django live pages and the metric gauges read, on the cluster."""
+    worker = worker_factory(concurrency=2)
+    ids = [proj.add.delay(i, i).id for i in range(5)]
+    for task_id in ids:
+        wait_state(proj.jobbers, task_id, S.COMPLETED, worker=worker)
+    later = proj.flaky.apply_async((1, 300)).id  # fails once, then waits 300 s
+    wait_state(proj.jobbers, later, S.SCHEDULED, worker=worker)
+    jobbers = proj.jobbers
+    assert jobbers.counts()[S.COMPLETED] == 5
+    assert jobbers.counts()[S.SCHEDULED] == 1
+    newest = [r.task_id for r in jobbers.tasks(limit=3)]
+    assert len(newest) == 3
+    assert newest[0] == later
+    assert sorted(r.task_id for r in jobbers.tasks(state=S.COMPLETED, name="proj.add")) \
+        == sorted(ids)
+    assert [r.task_id for r in jobbers.scheduled()] == [later]
+    assert [w.hostname for w in jobbers.workers()] == [worker.name]
+    report = jobbers.cleaner.run(by="test")
+    assert report.as_dict()["stalled"] == 0
+    purged = jobbers.purge(name="proj.add")
+    assert purged.removed == 5
+    assert jobbers.get(ids[0]) is None
+
+
 def test_delayed_retries_wait_in_the_store_and_are_republished(proj: Any,
                                                               worker_factory: Any) -> None:
     lifecycle_cases.expected_exception_with_delay_waits_in_scheduled(
