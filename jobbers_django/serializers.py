@@ -10,7 +10,6 @@ stored values stay whole, so a resubmission still uses the real ones.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from datetime import UTC
@@ -20,7 +19,7 @@ from django.db import models
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from jobbers_celery import TaskState
+from jobbers_celery import PaceError, ResubmitPace, TaskState
 from jobbers_django import conf
 from jobbers_django.models import (
     DeadLetterEntry,
@@ -314,17 +313,14 @@ class ResubmitRequestSerializer(DiscardRequestSerializer):
         if rate is None and ("halt_after" in attrs or "of_last" in attrs):
             raise serializers.ValidationError({"rate": [
                 "a stop rule (halt_after, of_last) needs a rate"]})
-        if rate is not None and (isinstance(self.initial_data.get("rate"), bool)
-                                 or not math.isfinite(rate) or not 0 < rate <= MAX_RATE):
-            message = f"must be a number of tasks per second, more than 0 and at most {MAX_RATE:g}"
-            raise serializers.ValidationError({"rate": [message]})
-        if ("halt_after" in attrs) != ("of_last" in attrs):
-            missing = "of_last" if "halt_after" in attrs else "halt_after"
-            raise serializers.ValidationError({missing: [
-                "give halt_after and of_last together (the stop rule), or neither"]})
-        if "halt_after" in attrs and attrs["halt_after"] > attrs["of_last"]:
-            raise serializers.ValidationError({"halt_after": [
-                f"must be at most of_last ({attrs['of_last']})"]})
+        if rate is not None:
+            # FloatField reads true as 1.0: the pace's own check sees what was sent
+            sent = self.initial_data.get("rate")
+            try:  # the pace's rule, the one every front end applies
+                ResubmitPace(sent if isinstance(sent, bool) else rate,
+                             attrs.get("halt_after"), attrs.get("of_last"))
+            except PaceError as exc:
+                raise serializers.ValidationError({exc.field: [exc.message]}) from None
         return attrs
 
 
