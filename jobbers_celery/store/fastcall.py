@@ -122,6 +122,9 @@ def _pack(args: list[str]) -> bytes:
     return b"".join(parts)
 
 
+_ASKING = b"*1\r\n$6\r\nASKING\r\n"
+
+
 def _refused_by_replica(exc: BaseException) -> bool:
     """A refused write, so the script did not run: ``READONLY`` (the server is now a
     replica; its first write aborted the script) or ``NOREPLICAS`` (a master cut off from
@@ -167,12 +170,15 @@ class FastScript:
         self._local = threading.local()
         self._cluster = hasattr(client, "get_node_from_key")  # redis-py's RedisCluster
 
-    def _connection(self, keys: list[str]) -> Any:
+    def _connection(self, keys: list[str], node: Any = None) -> Any:
+        """This thread's connection to ``node``, or, by default, to the node serving the
+        keys' slot in the cluster client's slot map (the one server otherwise)."""
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
             local.conns, local.pid = {}, os.getpid()
-        if self._cluster:  # the node serving the keys' slot, in the client's slot map
-            node: Any = self.client.get_node_from_key(keys[0])  # type: ignore[attr-defined]
+        if self._cluster:
+            if node is None:
+                node = self.client.get_node_from_key(keys[0])  # type: ignore[attr-defined]
             name, pool = node.name, node.redis_connection.connection_pool
         else:
             name, pool = "", self.client.connection_pool
@@ -181,21 +187,17 @@ class FastScript:
             conn = local.conns[name] = pool.make_connection()
         return conn
 
-    def _ask(self, exc: AskError, command: bytes) -> Any:
-        """Send ``command`` to the node an ``ASK`` names, after ``ASKING`` (the slot is
-        being migrated to it), and return its reply."""
-        node: Any = self.client.nodes_manager.get_node(  # type: ignore[attr-defined]
+    def _asked_node(self, exc: AskError) -> Any:
+        """The node an ``ASK`` names (the slot is being migrated to it)."""
+        node = self.client.nodes_manager.get_node(  # type: ignore[attr-defined]
             host=exc.host, port=exc.port)
-        if node is None or node.redis_connection is None:
+        if node is None or node.redis_connection is None:  # not in the map yet
             self.client.nodes_manager.initialize()  # type: ignore[attr-defined]
+            node = self.client.nodes_manager.get_node(  # type: ignore[attr-defined]
+                host=exc.host, port=exc.port)
+        if node is None or node.redis_connection is None:
             raise exc
-        conn = node.redis_connection.connection_pool.make_connection()
-        try:
-            conn.send_packed_command([_pack(["ASKING"]), command])
-            conn.read_response()  # OK
-            return conn.read_response()
-        finally:
-            conn.disconnect()
+        return node
 
     def _refresh_slots(self) -> None:
         # no node answers: the send's own error is what the caller sees
@@ -223,16 +225,18 @@ class FastScript:
     def __call__(self, keys: list[str], args: list[str]) -> Any:
         command = _pack(["EVALSHA", str(self.script.sha), str(len(keys)), *keys, *args])
         sends, resent, redirects = 0, False, 0
+        asked: Any = None  # the node an ASK named: the next send goes there, after ASKING
         started = time.monotonic()
         deadline = started + self.outage_wait_s
         pause = _FIRST_PAUSE_S
         while True:
             sends += 1
-            conn = self._connection(keys)
+            conn = self._connection(keys, asked)
             try:
                 self._drop_if_closed(conn)  # and connects, to the current master
                 # check_health: PINGs first only when idle past health_check_interval
-                conn.send_packed_command([command], check_health=True)
+                conn.send_packed_command([_ASKING, command] if asked is not None else [command],
+                                         check_health=True)
             except _SEND_ERRORS:
                 conn.disconnect()
                 if self._cluster:  # the node may be gone (failover): ask the cluster
@@ -254,6 +258,9 @@ class FastScript:
                 pause = _wait_or_raise(refused, exc, deadline, pause)
                 continue
             try:
+                if asked is not None:
+                    asked = None  # one command only, as ASKING applies
+                    conn.read_response()  # ASKING's OK
                 return conn.read_response()
             except MovedError as exc:  # the slot moved: the script did not run
                 if not self._cluster:
@@ -269,7 +276,8 @@ class FastScript:
                 redirects += 1
                 if redirects > _MAX_REDIRECTS:
                     raise
-                return self._ask(exc, command)
+                asked = self._asked_node(exc)
+                continue
             except NoScriptError:
                 # Redis restarted or SCRIPT FLUSH: load it and run it (it did not run).
                 try:
