@@ -59,6 +59,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jobbers_celery.errors import ConfigurationError
+from jobbers_celery.store.connect import is_cluster
 
 if TYPE_CHECKING:
     import redis
@@ -168,7 +169,7 @@ class FastScript:
         #: failover instead of failing the task (see ``RedisStore.wait_out_outages``).
         self.outage_wait_s = 0.0
         self._local = threading.local()
-        self._cluster = hasattr(client, "get_node_from_key")  # redis-py's RedisCluster
+        self._cluster = is_cluster(client)
 
     def _connection(self, keys: list[str], node: Any = None) -> Any:
         """This thread's connection to ``node``, or, by default, to the node serving the

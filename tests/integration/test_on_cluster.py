@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -192,31 +192,21 @@ def test_a_dead_letter_is_resubmitted_and_completes(proj: Any, worker_factory: A
     assert record.attempt == 2
 
 
-def test_resharding_the_slot_under_load_loses_nothing(proj: Any, worker_factory: Any,
-                                                      cluster: ClusterSet,
-                                                      tmp_path: Path) -> None:
-    """Move the slot of jobbers' keys to another master, a few keys at a time, while 40
-    tasks run: during the move the clients get ``ASK`` (keys already moved) and
-    ``TRYAGAIN`` (a script's keys split between two nodes), after it ``MOVED``. Every task
-    must complete once."""
+def _under_load(proj: Any, worker_factory: Any, cluster: ClusterSet, tmp_path: Path,
+                fault: Callable[[int], str]) -> dict[str, int]:
+    """Run ``fault(slot)`` on the slot of jobbers' keys once 5 of 40 tasks ran,
+    publish 10 more after it, and check that all 50 complete, each body once, with no
+    traceback in the workers' logs. Returns the ``ASK``/``TRYAGAIN``/``MOVED`` replies the
+    clients met meanwhile; prints them with what ``fault`` says it did."""
     store = proj.jobbers.store
     slot = store.client.keyslot(store.keys.task("x"))
-    source = cluster.owner(slot)
-    target = next(port for port in cluster.masters() if port != source)
     worker_factory(concurrency=4)
     key = unique("runs")
+    before = cluster.redirections()
     ids = [proj.record_run.delay(key, 0.05).id for _ in range(40)]
     wait_for(lambda: proj._redis().llen(key) >= 5, timeout=30, message="tasks to run")
-    before = cluster.redirections()
-
-    def met_half_moved() -> None:  # a client met the slot half moved: ASK or TRYAGAIN
-        seen = cluster.redirections()
-        wait_for(lambda: _half_moved(cluster.redirections()) > _half_moved(seen),
-                 timeout=30, message="a client to meet the slot half moved")
-
-    moved = cluster.migrate_slot(slot, target, batch=3, between=met_half_moved)
-    assert cluster.owner(slot) == target
-    ids += [proj.record_run.delay(key, 0.0).id for _ in range(10)]  # after the move: MOVED
+    done = fault(slot)
+    ids += [proj.record_run.delay(key, 0.0).id for _ in range(10)]  # after it: MOVED
     for task_id in ids:
         wait_state(proj.jobbers, task_id, S.COMPLETED, timeout=60)
     runs = proj._redis().lrange(key, 0, -1)
@@ -225,10 +215,34 @@ def test_resharding_the_slot_under_load_loses_nothing(proj: Any, worker_factory:
     assert "Traceback" not in logs  # waited out as a store outage, not a failure
     after = cluster.redirections()
     met = {k: after.get(k, 0) - before.get(k, 0) for k in ("ASK", "TRYAGAIN", "MOVED")}
+    print(f"\n{done} while {len(ids)} tasks ran: replies met {met}; completed {len(ids)}, "
+          f"ran twice 0, lost 0")
+    return met
+
+
+def test_resharding_the_slot_under_load_loses_nothing(proj: Any, worker_factory: Any,
+                                                      cluster: ClusterSet,
+                                                      tmp_path: Path) -> None:
+    """Move the slot of jobbers' keys to another master, a few keys at a time, while 40
+    tasks run: during the move the clients get ``ASK`` (keys already moved) and
+    ``TRYAGAIN`` (a script's keys split between two nodes), after it ``MOVED``. Every task
+    must complete once."""
+
+    def reshard(slot: int) -> str:
+        source = cluster.owner(slot)
+        target = next(port for port in cluster.masters() if port != source)
+
+        def met_half_moved() -> None:  # a client met the slot half moved: ASK or TRYAGAIN
+            seen = cluster.redirections()
+            wait_for(lambda: _half_moved(cluster.redirections()) > _half_moved(seen),
+                     timeout=30, message="a client to meet the slot half moved")
+
+        moved = cluster.migrate_slot(slot, target, batch=3, between=met_half_moved)
+        assert cluster.owner(slot) == target
+        return f"resharded slot {slot} from {source} to {target}: {moved} keys moved"
+
+    met = _under_load(proj, worker_factory, cluster, tmp_path, reshard)
     assert met["MOVED"] > 0
-    print(f"\nresharded slot {slot} from {source} to {target}: {moved} keys moved while "
-          f"{len(ids)} tasks ran; replies met {met}; completed {len(ids)}, ran twice 0, "
-          f"lost 0")
 
 
 def _half_moved(counts: dict[str, int]) -> int:
@@ -241,24 +255,11 @@ def test_failing_the_master_over_under_load_loses_nothing(proj: Any, worker_fact
     """``CLUSTER FAILOVER`` to the replica of the master that serves jobbers' slot while 40
     tasks run: the old master becomes a replica and answers ``MOVED``; the clients follow
     to the new master. Every task completes once."""
-    store = proj.jobbers.store
-    slot = store.client.keyslot(store.keys.task("x"))
-    old = cluster.owner(slot)
-    worker_factory(concurrency=4)
-    key = unique("runs")
-    before = cluster.redirections()
-    ids = [proj.record_run.delay(key, 0.05).id for _ in range(40)]
-    wait_for(lambda: proj._redis().llen(key) >= 5, timeout=30, message="tasks to run")
-    new = cluster.failover(old)
-    assert cluster.owner(slot) == new
-    ids += [proj.record_run.delay(key, 0.0).id for _ in range(10)]
-    for task_id in ids:
-        wait_state(proj.jobbers, task_id, S.COMPLETED, timeout=60)
-    runs = proj._redis().lrange(key, 0, -1)
-    assert sorted(r.split(":")[0] for r in runs) == sorted(ids)  # each body ran once
-    logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("w-*.log"))
-    assert "Traceback" not in logs
-    after = cluster.redirections()
-    met = {k: after.get(k, 0) - before.get(k, 0) for k in ("ASK", "TRYAGAIN", "MOVED")}
-    print(f"\nfailed over slot {slot} from {old} to {new} while {len(ids)} tasks ran: "
-          f"replies met {met}; completed {len(ids)}, ran twice 0, lost 0")
+
+    def failover(slot: int) -> str:
+        old = cluster.owner(slot)
+        new = cluster.failover(old)
+        assert cluster.owner(slot) == new
+        return f"failed over slot {slot} from {old} to {new}"
+
+    _under_load(proj, worker_factory, cluster, tmp_path, failover)
