@@ -107,50 +107,57 @@ class Cleaner:
         pass_limit, stall_chunk = self.pass_limit, self.stall_chunk
         started = time.perf_counter()
         lost_ms = int(config.worker_lost_after * 1000)
-        scan = store.cleaner_due(liveness.gaps(config), lost_ms, pass_limit)
-        items: list[tuple[str, str, str, str]] = []
-        candidates: list[tuple[str, str, str]] = [(i, "hb", "") for i in scan.hb]
-        dead = scan.dead
-        if dead:
-            # pass_limit bounds the whole pass, not each dead worker: what is left over is
-            # judged next pass (an incarnation is forgotten only once it has no tasks left)
-            room = max(0, pass_limit - len(candidates))
-            for wid, ids in store.worker_tasks(dead, max(room, 1)).items():
-                take = ids[:room]
-                room -= len(take)
-                candidates += [(i, "worker", wid) for i in take]
-        if candidates:
-            meta = store.fields([c[0] for c in candidates], ("wid", "name"))
-            for (task_id, kind, wid), (rec_wid, name) in zip(candidates, meta, strict=True):
-                items.append((task_id, kind, wid or rec_wid or "", name or ""))
+        scans = store.cleaner_due(liveness.gaps(config), lost_ms, pass_limit)
         recovered_items: list[dict[str, str]] = []
         dead_items: list[dict[str, str]] = []
-        stalled = kept = 0
+        stalled = kept = examined = 0
         lease_ms = int(config.publish_lease * 1000)
-        # one script call per chunk, so that Redis is never blocked long by a big pass
-        chunks = [items[i:i + stall_chunk] for i in range(0, len(items), stall_chunk)]
-        if dead and not chunks:
-            chunks = [[]]  # only forget dead incarnations that have no tasks left
-        for n, chunk in enumerate(chunks):
-            last = n == len(chunks) - 1
-            part = store.stall(chunk, lost_ms, lease_ms, dead if last else ())
-            recovered_items += part.recovered
-            dead_items += part.dead
-            stalled += part.stalled
-            kept += part.kept
+        room = pass_limit  # bounds the whole pass, not each shard: the rest is next pass's
+        cancel: list[str] = []
+        for scan in scans:
+            cancel += scan.cancel
+            items: list[tuple[str, str, str, str]] = []
+            candidates: list[tuple[str, str, str]] = [(i, "hb", "") for i in scan.hb[:room]]
+            room -= len(candidates)
+            dead = scan.dead
+            if dead and room > 0:
+                # nor each dead worker: an incarnation is forgotten (in this shard) only
+                # once it has no tasks left in it
+                for wid, ids in store.worker_tasks(dead, room, shard=scan.shard).items():
+                    take = ids[:room]
+                    room -= len(take)
+                    candidates += [(i, "worker", wid) for i in take]
+            if candidates:
+                meta = store.fields([c[0] for c in candidates], ("wid", "name"))
+                for (task_id, kind, wid), (rec_wid, name) in zip(candidates, meta, strict=True):
+                    items.append((task_id, kind, wid or rec_wid or "", name or ""))
+            examined += len(items)
+            # one script call per chunk, so that Redis is never blocked long by a big pass
+            chunks = [items[i:i + stall_chunk] for i in range(0, len(items), stall_chunk)]
+            if dead and not chunks:
+                chunks = [[]]  # only forget dead incarnations that have no tasks left
+            for n, chunk in enumerate(chunks):
+                last = n == len(chunks) - 1
+                part = store.stall(chunk, lost_ms, lease_ms, dead if last else (),
+                                   shard=scan.shard)
+                recovered_items += part.recovered
+                dead_items += part.dead
+                stalled += part.stalled
+                kept += part.kept
         recovered, dead_lettered = self._settle(StallVerdict(recovered_items, dead_items,
                                                              stalled, kept))
-        if scan.cancel:
-            store.tidy_cancelling(scan.cancel)
+        if cancel:
+            store.tidy_cancelling(cancel)
         duration = (time.perf_counter() - started) * 1000
-        resumed = scan.resumed_at_ms
+        resumed = max(scan.resumed_at_ms for scan in scans)
+        now_ms = max(scan.now_ms for scan in scans)
         report = CleanReport(
-            at=from_ms(scan.now_ms),  # type: ignore[arg-type]
-            duration_ms=duration, by=by, examined=len(items),
+            at=from_ms(now_ms),  # type: ignore[arg-type]
+            duration_ms=duration, by=by, examined=examined,
             stalled=stalled, recovered=recovered, dead_lettered=dead_lettered,
             kept=kept, resumed_at=from_ms(resumed) if resumed else None,
         )
-        store.record_pass(scan.now_ms, duration, by, report.as_dict(max_ids=20))
+        store.record_pass(now_ms, duration, by, report.as_dict(max_ids=20))
         if report.stalled:
             log.warning("cleaner: %d stalled task(s), %d resubmitted, %d dead-lettered",
                         report.stalled, len(recovered), len(dead_lettered))

@@ -15,9 +15,14 @@ from typing import Any
 from jobbers_celery.errors import ConfigurationError
 from jobbers_celery.redaction import DEFAULT_REDACT_KEYS
 
-__all__ = ["DEFAULT_SINK", "JobbersConfig"]
+__all__ = ["DEFAULT_SHARDS", "DEFAULT_SINK", "MAX_SHARDS", "JobbersConfig"]
 
 DEFAULT_SINK = "jobbers_celery.sinks.RedisDeadLetterSink"
+#: Shards of a new dataset on Redis Cluster (``jobbers_store_shards`` unset): enough to
+#: spread over 16 masters, few enough that a fan-out (a liveness refresh, the cleaner's
+#: scan, counts) stays short.
+DEFAULT_SHARDS = 16
+MAX_SHARDS = 256
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 #: Broker URL schemes whose URL (and transport options) the state store can take over.
 _REDIS_SCHEMES = frozenset({"redis", "rediss", "sentinel"})
@@ -38,6 +43,12 @@ class JobbersConfig:
     redis_use_ssl: Mapping[str, Any] | bool | None = None
     #: Namespace of every key; wrapped in a hash tag so scripts run on Redis Cluster.
     key_prefix: str = "jobbers"
+    #: Shards the state store's keys spread over (each a hash tag: a Redis Cluster slot),
+    #: fixed per dataset at its first use; ``None``: the dataset's own, else, for a new one,
+    #: 16 on Redis Cluster and 1 on a single server (1 also for a dataset written before
+    #: shards existed). A value that differs from the dataset's is refused at first use
+    #: (see ``docs/reference/redis.md``).
+    store_shards: int | None = None
     #: Seconds between cleaner passes (scheduled by celery beat).
     cleaner_interval: float = 10.0
     #: Seconds without a sign of life after which a worker's started tasks are stalled.
@@ -107,6 +118,12 @@ class JobbersConfig:
             if (isinstance(value, bool) or not isinstance(value, int | float)
                     or not math.isfinite(value) or value <= 0):
                 raise ConfigurationError(f"jobbers_{name} must be a number > 0, got {value!r}")
+        shards = self.store_shards
+        if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
+                                   or not 1 <= shards <= MAX_SHARDS):
+            raise ConfigurationError(
+                f"jobbers_store_shards must be a whole number from 1 to {MAX_SHARDS} (or "
+                f"None: the dataset's own), got {shards!r}")
         warn = self.payload_warn_bytes
         if isinstance(warn, bool) or not isinstance(warn, int) or warn < 0:
             raise ConfigurationError(

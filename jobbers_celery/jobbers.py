@@ -123,7 +123,8 @@ class Jobbers:
         self._serial = next(Jobbers._count)
         self.app = app
         self.config = config
-        self.store = RedisStore(redis_client(config), config.key_prefix, config.retention)
+        self.store = RedisStore(redis_client(config), config.key_prefix, config.retention,
+                                config.store_shards)
         factory = symbol_by_name(config.dead_letter_sink)
         sink = factory(self)
         if not isinstance(sink, DeadLetterSink):

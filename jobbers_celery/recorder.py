@@ -182,7 +182,7 @@ class Recorder:
                                        fields=fields, reason="published", name=name)
             now, epoch = result.now_ms, result.epoch  # epoch: None if refused (not recorded)
         else:
-            epoch = self.store.epoch(max_age=10.0)
+            epoch = self.store.epoch(task_id, max_age=10.0)
         headers.setdefault(pl.HEADER_ENQUEUED_AT, now)
         headers[pl.HEADER_PUBLISHED_AT] = now
         if epoch:

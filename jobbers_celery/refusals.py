@@ -119,7 +119,7 @@ def _record(consumer: Any, message: Any, exc: BaseException | None) -> None:
 
     res = drop()
     if not res.applied and res.previous == "missing" and isinstance(opts, TaskOptions) \
-            and not _removed_on_purpose(jobbers, headers):
+            and not _removed_on_purpose(jobbers, task_id, headers):
         # Published without a record (by a client without jobbers, or while the store was
         # away): record the submission now, with no arguments (the body is not read), and
         # drop it, so that the refusal is seen and dead-lettered like any other.
@@ -133,11 +133,11 @@ def _record(consumer: Any, message: Any, exc: BaseException | None) -> None:
                  task_id, res.previous)
 
 
-def _removed_on_purpose(jobbers: Jobbers, headers: Mapping[str, Any]) -> bool:
+def _removed_on_purpose(jobbers: Jobbers, task_id: str, headers: Mapping[str, Any]) -> bool:
     """The message's submission was recorded in the current dataset, and its record is
     gone: removed on purpose (purged, expired), not to be recorded again."""
     epoch = headers.get(HEADER_EPOCH)
-    return bool(epoch) and epoch == jobbers.store.epoch()
+    return bool(epoch) and epoch == jobbers.store.epoch(task_id)
 
 
 def _int(value: Any, default: int) -> int:

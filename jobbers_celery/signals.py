@@ -28,6 +28,7 @@ from celery import signals
 from celery._state import get_current_app
 
 from jobbers_celery import liveness, metrics, results, shutdown, sinks, taskrepr
+from jobbers_celery.errors import ConfigurationError
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import (
@@ -198,6 +199,14 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
     if jobbers is not None:
         # a step waits for the store as long as the worker's liveness may be silent
         jobbers.store.wait_out_outages(jobbers.config.worker_lost_after)
+        try:
+            jobbers.store.shards  # noqa: B018 - read the dataset's layout before forking
+        except ConfigurationError as exc:  # a wrong jobbers_store_shards: do not start
+            log.critical("%s", exc)
+            raise SystemExit(f"jobbers: {exc}") from exc
+        except Exception:  # unreachable now: read at the first store call instead
+            log.warning("could not read the jobbers store's layout at start; it is read at "
+                        "the first store call", exc_info=True)
         try:
             results.check_layout(jobbers.store, jobbers.app.backend)
         except Exception:  # a check, never a reason not to start

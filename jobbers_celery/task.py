@@ -623,7 +623,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         lost) the worker records it late and runs it."""
         req = self.request
         epoch = payload.request_header(req, payload.HEADER_EPOCH)
-        return bool(epoch) and epoch == jobbers.store.epoch()
+        return bool(epoch) and epoch == jobbers.store.epoch(str(req.id))
 
     def _start_step(self, jobbers: Jobbers) -> StepResult:
         opts = self.jobbers_options

@@ -82,13 +82,15 @@ class CleanerScan:
     """What one cleaner pass must judge (``cleaner_due.lua``), by the Redis clock ``now_ms``:
     the tasks past their heartbeat deadline (``hb``), the worker incarnations not seen for
     ``worker_lost_after`` (``dead``), the stale cancellation requests to tidy (``cancel``),
-    and when the last store outage or pause ended (``resumed_at_ms``, 0 if none)."""
+    and when the last store outage or pause ended (``resumed_at_ms``, 0 if none), in one
+    shard (``shard``: each shard keeps its own copy of the workers set and clock)."""
 
     now_ms: int
     hb: list[str]
     dead: list[str]
     cancel: list[str]
     resumed_at_ms: int = 0
+    shard: int = 0
 
 
 @dataclass(frozen=True, slots=True)

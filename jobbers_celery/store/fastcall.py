@@ -42,11 +42,13 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    ClusterError,
     MasterDownError,
     MovedError,
     NoScriptError,
@@ -65,7 +67,7 @@ if TYPE_CHECKING:
     import redis
     from redis.commands.core import Script
 
-__all__ = ["FastScript", "WritesRefused", "as_refusal", "without_shebang"]
+__all__ = ["FastScript", "WritesRefused", "as_refusal", "not_a_cluster_client", "without_shebang"]
 
 _SEND_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 _FIRST_PAUSE_S, _MAX_PAUSE_S = 0.05, 1.0
@@ -150,7 +152,14 @@ def _wait_or_raise(refused: BaseException, exc: BaseException, deadline: float,
     return min(2 * pause, _MAX_PAUSE_S)
 
 
-def _not_a_cluster_client(exc: BaseException) -> ConfigurationError:
+def _redirected_too_often(exc: BaseException) -> ClusterError:
+    """A slot map in flux longer than ``_MAX_REDIRECTS`` replies: a store outage (redis-py's
+    cluster client raises the same after following redirections that long)."""
+    return ClusterError(f"still redirected after {_MAX_REDIRECTS} MOVED/ASK replies: {exc}")
+
+
+def not_a_cluster_client(exc: BaseException) -> ConfigurationError:
+    """The error for a ``MOVED``/``ASK`` reply to a plain client (see below)."""
     return ConfigurationError(
         f"the jobbers store answered {'MOVED' if isinstance(exc, MovedError) else 'ASK'} "
         f"{exc}: jobbers_redis_url names a Redis Cluster node, but this process uses a "
@@ -265,18 +274,18 @@ class FastScript:
                 return conn.read_response()
             except MovedError as exc:  # the slot moved: the script did not run
                 if not self._cluster:
-                    raise _not_a_cluster_client(exc) from exc
+                    raise not_a_cluster_client(exc) from exc
                 redirects += 1
                 if redirects > _MAX_REDIRECTS:
-                    raise
+                    raise _redirected_too_often(exc) from exc
                 self.client.nodes_manager.move_slot(exc)  # type: ignore[attr-defined]
                 continue
             except AskError as exc:  # the slot is migrating, and the keys already moved
                 if not self._cluster:
-                    raise _not_a_cluster_client(exc) from exc
+                    raise not_a_cluster_client(exc) from exc
                 redirects += 1
                 if redirects > _MAX_REDIRECTS:
-                    raise
+                    raise _redirected_too_often(exc) from exc
                 asked = self._asked_node(exc)
                 continue
             except NoScriptError:
@@ -304,8 +313,50 @@ class FastScript:
                     raise
                 if isinstance(exc, TryAgainError):  # a slot half moved: over in moments
                     deadline = max(deadline, started + _TRYAGAIN_WAIT_S)
+                    # an ASK then TRYAGAIN (a script's keys that exist on neither node yet)
+                    # repeats until the move ends: bounded by this wait, not by the count
+                    redirects = 0
                 # the script did not run: wait while the refusal may last
                 pause = _wait_or_raise(refused, exc, deadline, pause)
             except BaseException:
                 conn.disconnect()
                 raise
+
+    def many(self, calls: Sequence[tuple[list[str], list[str]]]) -> list[Any]:
+        """Several calls of an idempotent script (a liveness refresh, one per shard) in one
+        round trip: on one server all are sent at once and their replies read in order; on
+        Redis Cluster (or for one call) one at a time, each following redirections as
+        :meth:`__call__` does. An error reply is raised once every reply is read, so the
+        connection stays in step; a ``NOSCRIPT`` loads the script and runs those calls
+        again. A failed send falls back to one call at a time (some may then run twice,
+        which is why the script must be idempotent)."""
+        if self._cluster or len(calls) <= 1:
+            return [self(keys, args) for keys, args in calls]
+        sha = str(self.script.sha)
+        commands = [_pack(["EVALSHA", sha, str(len(keys)), *keys, *args])
+                    for keys, args in calls]
+        conn = self._connection(calls[0][0])
+        try:
+            self._drop_if_closed(conn)
+            conn.send_packed_command(commands, check_health=True)
+        except _SEND_ERRORS:
+            conn.disconnect()
+            return [self(keys, args) for keys, args in calls]
+        replies: list[Any] = []
+        for _ in calls:
+            try:
+                replies.append(conn.read_response())
+            except ResponseError as exc:  # read whole: the next reply follows
+                replies.append(exc)
+            except BaseException:
+                conn.disconnect()
+                raise
+        out = []
+        for (keys, args), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, NoScriptError):
+                out.append(self(keys, args))  # loads the script, then runs it
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                out.append(reply)
+        return out

@@ -1,7 +1,13 @@
 """Every Redis key and record field name jobbers uses, in one place.
 
-All keys share the hash tag ``{<prefix>}`` so that the Lua scripts, which touch several keys
-at once, also run on Redis Cluster (one slot per jobbers namespace).
+The keys are spread over ``S`` shards (``jobbers_store_shards``, fixed per dataset): a task's
+record and every key one of its lifecycle steps touches (state indexes, due sets, the
+worker-tasks and halt sets, the shard's copy of the workers set and clock, its epoch) share
+its shard's hash tag, so each script touches one slot, and on Redis Cluster the shards spread
+over the masters. Keys with no task to follow (dead letters, concurrency leases, paced
+resubmits, locks and leases, count history, the layout itself) share the global tag
+``{<prefix>}``. With one shard, shard 0's tag is the global one: the layout of datasets
+written before shards existed.
 
 Record hash ``task:<id>`` fields (the Lua scripts use the same literal names):
 
@@ -30,23 +36,50 @@ with ``entry()``, see ``drop_payload.lua``): jobbers stores a payload once at a 
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from jobbers_celery.states import TaskState
 
-__all__ = ["STATE_ORDER", "Keys"]
+__all__ = ["STATE_ORDER", "Keys", "Shards", "shard_tags"]
 
 #: The order in which per-state index keys are passed to the scripts.
 STATE_ORDER: tuple[TaskState, ...] = tuple(TaskState)
 
 
+def shard_tags(prefix: str, shards: int) -> tuple[str, ...]:
+    """The hash tag of each of ``shards`` shards: shard ``i`` gets ``<prefix>.<i>.<k>`` with
+    the smallest ``k`` whose slot is in the ``i``-th of ``shards`` equal slot ranges, so the
+    shards spread evenly over any contiguous assignment of slots to masters (as
+    ``redis-cli --cluster create`` makes). One shard: the global tag, ``<prefix>``."""
+    if shards == 1:
+        return (prefix,)
+    tags = []
+    for i in range(shards):
+        k = 0
+        while key_slot(f"{prefix}.{i}.{k}".encode()) * shards // REDIS_CLUSTER_HASH_SLOTS != i:
+            k += 1
+        tags.append(f"{prefix}.{i}.{k}")
+    return tuple(tags)
+
+
 @dataclass(frozen=True, slots=True)
 class Keys:
+    """The keys under one hash tag: the global one (``tag`` empty) or a shard's."""
+
     prefix: str
+    tag: str = ""
 
     @property
     def _ns(self) -> str:
-        return "{" + self.prefix + "}"
+        return "{" + (self.tag or self.prefix) + "}"
+
+    @property
+    def layout(self) -> str:
+        """String: the dataset's number of shards, written at first use (global)."""
+        return f"{self._ns}:layout"
 
     def task(self, task_id: str) -> str:
         return f"{self._ns}:task:{task_id}"
@@ -97,7 +130,8 @@ class Keys:
 
     @property
     def workers(self) -> str:
-        """Sorted set of worker incarnations, scored by when each was last seen alive."""
+        """Sorted set of worker incarnations, scored by when each was last seen alive (a copy
+        per shard, each written by every liveness refresh and read by that shard's verdicts)."""
         return f"{self._ns}:workers"
 
     def worker_tasks(self, wid: str) -> str:
@@ -121,15 +155,16 @@ class Keys:
 
     @property
     def clock(self) -> str:
-        """Hash: ``tick`` (last sign of life from any worker or cleaner, ms), ``resumed_at``
-        (end of the last gap in those signs: a Redis outage or pause, or a change of server:
-        restart or failover, told by ``run_id``), and the cleaner's last pass (``last_at``, ``last_ms``, ``report``, ``by``)."""
+        """A shard's hash: ``tick`` (last sign of life from any worker or cleaner, ms),
+        ``resumed_at`` (end of the last gap in those signs: a Redis outage or pause, or a
+        change of server: restart or failover, told by ``run_id``). The global one: the
+        cleaner's last pass (``last_at``, ``last_ms``, ``report``, ``by``)."""
         return f"{self._ns}:clock"
 
     @property
     def epoch(self) -> str:
-        """A random id made once per dataset: a record missing under the same epoch as its
-        message was removed on purpose (purge, retention), not lost with the dataset."""
+        """A random id made once per shard's data: a record missing under the same epoch as
+        its message was removed on purpose (purge, retention), not lost with the data."""
         return f"{self._ns}:epoch"
 
     @property
@@ -176,3 +211,24 @@ class Keys:
         """String: the token of the one process that reports the cluster-wide metric gauges
         (expires unless that process renews it; see ``jobbers_celery.metrics``)."""
         return f"{self._ns}:metrics:lease"
+
+
+class Shards:
+    """The ``S`` shards of a dataset: which one holds a task, and each one's keys."""
+
+    __slots__ = ("count", "keys")
+
+    def __init__(self, prefix: str, count: int) -> None:
+        self.count = count
+        self.keys: tuple[Keys, ...] = tuple(Keys(prefix, tag)
+                                            for tag in shard_tags(prefix, count))
+
+    def index(self, task_id: str) -> int:
+        """The shard of ``task_id``: CRC-32 of the id modulo ``S`` (stable across processes
+        and versions, unlike ``hash()``)."""
+        if self.count == 1:
+            return 0
+        return zlib.crc32(task_id.encode()) % self.count
+
+    def of(self, task_id: str) -> Keys:
+        return self.keys[self.index(task_id)]

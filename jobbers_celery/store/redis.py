@@ -6,13 +6,16 @@ scripts compare-and-set against the same table that the Python code documents.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import heapq
+import itertools
 import json
 import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any, NamedTuple, cast
@@ -20,6 +23,8 @@ from typing import Any, NamedTuple, cast
 import redis
 from redis.commands.core import Script
 
+from jobbers_celery.config import DEFAULT_SHARDS
+from jobbers_celery.errors import ConfigurationError
 from jobbers_celery.records import ErrorInfo, TaskRecord, Transition, from_ms
 from jobbers_celery.states import RESUBMITTABLE, TERMINAL, TaskState, allowed_from
 from jobbers_celery.store.base import (
@@ -31,8 +36,15 @@ from jobbers_celery.store.base import (
     StallVerdict,
     StepResult,
 )
-from jobbers_celery.store.fastcall import FastScript, WritesRefused, as_refusal, without_shebang
-from jobbers_celery.store.keys import STATE_ORDER, Keys
+from jobbers_celery.store.connect import is_cluster
+from jobbers_celery.store.fastcall import (
+    FastScript,
+    WritesRefused,
+    as_refusal,
+    not_a_cluster_client,
+    without_shebang,
+)
+from jobbers_celery.store.keys import STATE_ORDER, Keys, Shards
 
 __all__ = ["UNREACHABLE", "RedisStore", "WritesRefused", "is_outage"]
 
@@ -147,25 +159,37 @@ class Alive(NamedTuple):
 
 
 class RedisStore:
-    """Typed access to the lifecycle records of one jobbers namespace."""
+    """Typed access to the lifecycle records of one jobbers namespace.
 
-    def __init__(self, client: redis.Redis, prefix: str = "jobbers", retention: float = 604800):
+    The keys spread over the dataset's shards (see :mod:`jobbers_celery.store.keys`): a step
+    runs in its task's shard; what spans tasks (the cleaner's scan, the scheduler's due
+    sets, a worker's liveness refresh, counts and listings) runs once per shard, in one
+    pipeline per server, and merges the answers.
+    """
+
+    def __init__(self, client: redis.Redis, prefix: str = "jobbers", retention: float = 604800,
+                 shards: int | None = None):
         self.client = client
+        #: The global keys (``{<prefix>}``); a task's are ``keys_of(task_id)``.
         self.keys = Keys(prefix)
         self.retention_s = int(retention)
-        self._layouts: dict[frozenset[TaskState], tuple[list[str], str]] = {}
+        self._want_shards = shards
+        self._shards: Shards | None = None
+        self._cluster = is_cluster(client)
+        self._layouts: dict[tuple[int, frozenset[TaskState]], tuple[list[str], str]] = {}
         self._shapes: dict[tuple[TaskState, tuple[TaskState, ...] | None],
                            tuple[list[str], frozenset[TaskState]]] = {}
-        k = self.keys
-        self._fixed_keys = (k.all_tasks, k.publishing, k.stats, k.heartbeat_due)
-        self._workers_key = k.workers
-        self._epoch: tuple[str, float] | None = None
-        #: (pid, worker incarnation) whose start entered it in the workers set
-        self._registered: tuple[int, str] | None = None
+        self._epochs: dict[int, tuple[str, float]] = {}
+        self._fixed: list[tuple[str, str, str, str, str, str]] = []
+        self._sharded = False
+        #: (pid, worker incarnation, shard) whose start entered it in that shard's copy of
+        #: the workers set: a worker killed before its first liveness refresh is then known
+        #: as dead in every shard where it started a task
+        self._registered: set[tuple[int, str, int]] = set()
         self._scripts = {
             name: _Script(client, _script_source(name))
             for name in ("transition", "complete", "claim", "prune", "heartbeat", "cancel",
-                         "alive", "cleaner_due", "stall")
+                         "alive", "cleaner_due", "stall", "conc")
         }
         self._transition = FastScript(client, self._scripts["transition"])
         self._complete = FastScript(client, self._scripts["complete"])
@@ -174,6 +198,10 @@ class RedisStore:
         self._alive = FastScript(client, self._scripts["alive"])
         lua = resources.files("jobbers_celery.store").joinpath("lua")
         self._due = client.register_script(lua.joinpath("due.lua").read_text())
+        # the per-shard scans of the scheduler's polls and the cleaner's passes: one round
+        # trip for every shard on one server, without redis-py's SCRIPT EXISTS per pipeline
+        self._due_scan = FastScript(client, self._due)
+        self._cleaner_scan = FastScript(client, self._scripts["cleaner_due"])
         self._lease = client.register_script(lua.joinpath("lease.lua").read_text())
         self._drop_payload = client.register_script(lua.joinpath("drop_payload.lua").read_text())
         self._has_payload = client.register_script(lua.joinpath("has_payload.lua").read_text())
@@ -191,32 +219,154 @@ class RedisStore:
         self._transition.outage_wait_s = self._complete.outage_wait_s = float(seconds)
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "jobbers", retention: float = 604800) -> RedisStore:
+    def from_url(cls, url: str, prefix: str = "jobbers", retention: float = 604800,
+                 shards: int | None = None) -> RedisStore:
         client = redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
-        return cls(client, prefix, retention)
+        return cls(client, prefix, retention, shards)
+
+    # ------------------------------------------------------------------ shards
+    @property
+    def shards(self) -> Shards:
+        """The dataset's shards, read (or, for a new dataset, written) at first use."""
+        if self._shards is None:
+            shards = self._layout_waiting_out_outages()
+            # what every step passes, worked out once per shard
+            self._fixed = [(k.all_tasks, k.publishing, k.stats, k.heartbeat_due, k.workers,
+                            k.concurrency("")) for k in shards.keys]
+            self._sharded = shards.count > 1
+            self._shards = shards
+        return self._shards
+
+    @property
+    def sharded(self) -> bool:
+        """More than one shard: concurrency leases live in the global slot, apart from the
+        steps (see ``conc.lua``)."""
+        if self._shards is None:
+            self.shards  # noqa: B018 - reads the layout
+        return self._sharded
+
+    def _layout_waiting_out_outages(self) -> Shards:
+        """:meth:`_read_layout`, waiting while Redis is unreachable or refuses writes as a
+        step would (``wait_out_outages``); then the outage is raised as a store outage
+        (``WritesRefused`` for a refusal redis-py has no class for)."""
+        deadline = time.monotonic() + self._transition.outage_wait_s
+        pause = 0.05
+        while True:
+            try:
+                return self._read_layout()
+            except (redis.exceptions.MovedError, redis.exceptions.AskError) as exc:
+                if self._cluster:
+                    raise
+                raise not_a_cluster_client(exc) from exc
+            except redis.RedisError as exc:
+                if not is_outage(exc):
+                    raise
+                if time.monotonic() + pause > deadline:
+                    refused = as_refusal(exc)
+                    if refused is None or refused is exc:
+                        raise
+                    raise refused from exc
+                time.sleep(pause)
+                pause = min(2 * pause, 1.0)
+
+    def _read_layout(self) -> Shards:
+        """The dataset's number of shards (``{<prefix>}:layout``), written at first use:
+        the configured number, else ``DEFAULT_SHARDS`` on Redis Cluster and one on a single
+        server (plain or Sentinel), where shards spread nothing and cost a fan-out (a
+        liveness refresh and a cleaner scan per shard); a dataset written before shards
+        existed (its keys under the global tag) has one. A configured number that differs
+        from the dataset's is refused: every key would be looked up in the wrong slot."""
+        k, want = self.keys, self._want_shards
+        raw = self.client.get(k.layout)
+        if raw is None:
+            legacy = bool(self.client.exists(k.epoch, k.all_tasks))
+            count = want if want is not None else (
+                DEFAULT_SHARDS if self._cluster and not legacy else 1)
+            if legacy and count != 1:
+                raise ConfigurationError(
+                    f"jobbers_store_shards is {count}, but the dataset under prefix "
+                    f"{k.prefix!r} was written with one shard (by a jobbers without shards); "
+                    "leave jobbers_store_shards unset (or set it to 1), or migrate the "
+                    "dataset (docs/reference/redis.md, 'Shards')")
+            self.client.set(k.layout, str(count), nx=True)
+            raw = self.client.get(k.layout)
+        stored = int(str(raw))
+        if want is not None and want != stored:
+            raise ConfigurationError(
+                f"jobbers_store_shards is {want}, but the dataset under prefix {k.prefix!r} "
+                f"has {stored} shards (fixed at its first use, in {k.layout}); set it to "
+                f"{stored} or leave it unset, or migrate the dataset (docs/reference/redis.md,"
+                " 'Shards')")
+        return Shards(k.prefix, stored)
+
+    def keys_of(self, task_id: str) -> Keys:
+        """The keys of ``task_id``'s shard."""
+        return self.shards.of(task_id)
+
+    def _by_shard(self, ids: Iterable[str]) -> dict[int, list[str]]:
+        """``ids`` grouped by shard, each group in the given order."""
+        shards = self.shards
+        out: dict[int, list[str]] = {}
+        for task_id in ids:
+            out.setdefault(shards.index(task_id), []).append(task_id)
+        return out
+
+    def _fan(self, calls: Sequence[tuple[Any, list[str], list[Any]]]) -> list[Any]:
+        """Run ``(script, keys, args)`` calls, one per shard: one pipeline on one server;
+        on Redis Cluster one call at a time, each to the node serving its shard."""
+        if len(calls) == 1 or self._cluster:
+            return [script(keys=keys, args=args) for script, keys, args in calls]
+        pipe = self.client.pipeline(transaction=False)
+        for script, keys, args in calls:
+            script(keys=keys, args=args, client=pipe)
+        return pipe.execute()
+
+    def _release_leases(self, freed: Iterable[tuple[str, str]]) -> None:
+        """Release the global concurrency leases of attempts that ended (sharded layout):
+        ``(task id, name)`` pairs. Lost if Redis goes away meanwhile: the lease then expires
+        as a dead holder's does."""
+        pairs = [(task_id, name) for task_id, name in freed if name]
+        if not pairs:
+            return
+        try:
+            if len(pairs) == 1:
+                self.client.zrem(self.keys.concurrency(pairs[0][1]), pairs[0][0])
+                return
+            pipe = self.client.pipeline(transaction=False)
+            for task_id, name in pairs:
+                pipe.zrem(self.keys.concurrency(name), task_id)
+            pipe.execute()
+        except UNREACHABLE as exc:
+            log.warning("could not release the concurrency lease of %s (it expires by "
+                        "itself): %s", ", ".join(i for i, _ in pairs), exc)
 
     # ------------------------------------------------------------------ steps
     def _shared_keys(
-        self, states: Iterable[TaskState], wid: str | None = None, name: str | None = None
+        self, states: Iterable[TaskState], wid: str | None = None, name: str | None = None,
+        shard: int = 0,
     ) -> tuple[list[str], str]:
-        """The shared KEYS prefix of every script and the matching ARGV[1].
+        """The shared KEYS prefix of every script and the matching ARGV[1], in ``shard``.
 
         Only the indexes of ``states`` are passed: a step touches the index of its current
         state (one of its sources) and of its targets, nothing else. ``wid`` and ``name``
-        select the worker-tasks and concurrency-lease sets (placeholders when ``None``).
+        select the worker-tasks and concurrency-lease sets (placeholders when ``None``;
+        the lease set is the shard's placeholder in the sharded layout, where leases live
+        in the global slot and are taken apart from the steps).
         """
         wanted = frozenset(states)
-        cached = self._layouts.get(wanted)
+        cached = self._layouts.get((shard, wanted))
         if cached is None:
+            sk = self.shards.keys[shard]
             ordered = [s for s in STATE_ORDER if s in wanted]
             cached = (
-                [self.keys.state_index(s) for s in ordered],
+                [sk.state_index(s) for s in ordered],
                 json.dumps([s.value for s in ordered]),
             )
-            self._layouts[wanted] = cached
-        k = self.keys
-        return [*self._fixed_keys, k.worker_tasks(wid or ""), k.concurrency(name or ""),
-                self._workers_key, *cached[0]], cached[1]
+            self._layouts[(shard, wanted)] = cached
+        all_tasks, publishing, stats, hbdue, workers, placeholder = self._fixed[shard]
+        conc = placeholder if self._sharded else self.keys.concurrency(name or "")
+        return [all_tasks, publishing, stats, hbdue, self.shards.keys[shard].worker_tasks(wid or ""),
+                conc, workers, *cached[0]], cached[1]
 
     # One method per kind of transition, typed: what jobbers' recorder calls. Each builds
     # the spec ``transition.lua``/``complete.lua`` reads (the same keys, the same encoding
@@ -269,7 +419,7 @@ class RedisStore:
         spec["start"] = True
         if wid:
             spec["wid"] = wid
-            if self._registered != (os.getpid(), wid):
+            if (os.getpid(), wid, self.shards.index(task_id)) not in self._registered:
                 spec["reg"] = True  # its first start here: enter it in the workers set
         if heartbeat_ms:
             spec["hb_ms"] = int(heartbeat_ms)
@@ -283,6 +433,12 @@ class RedisStore:
         spec["ret"] = list(_START_RETURNS)
         return self._run(task_id, TaskState.STARTED, src | targets, spec, wid, name, None,
                          None, _START_RETURNS, None, False)
+
+    def _take_lease(self, name: str, task_id: str, cap: int, lease_ms: int) -> bool:
+        """Take a ``max_concurrent`` lease of ``name`` for ``task_id`` (sharded layout, see
+        ``conc.lua``): False when ``cap`` others hold one."""
+        return bool(int(self._scripts["conc"](keys=[self.keys.concurrency(name)],
+                                              args=["take", lease_ms, cap, task_id])))
 
     def complete(
         self,
@@ -421,7 +577,7 @@ class RedisStore:
             spec["start"] = True
             if wid:
                 spec["wid"] = wid
-                if self._registered != (os.getpid(), wid):
+                if (os.getpid(), wid, self.shards.index(task_id)) not in self._registered:
                     spec["reg"] = True  # its first start here: enter it in the workers set
             if heartbeat_ms:
                 spec["hb_ms"] = int(heartbeat_ms)
@@ -463,10 +619,21 @@ class RedisStore:
     ) -> StepResult:
         """Run the step ``spec`` (one round trip): the keys of ``states``' indexes, the
         record, and what ``create``/``write_result`` need."""
-        keys, layout = self._shared_keys(states, wid, name)
-        keys.append(self.keys.task(task_id))
+        shard = self.shards.index(task_id)
+        sk = self.shards.keys[shard]
+        keys, layout = self._shared_keys(states, wid, name, shard)
+        keys.append(sk.task(task_id))
+        split = self.sharded
+        held = False
+        if split:
+            spec["split"] = True
+            if spec.get("start") and spec.get("cap"):
+                # the lease first, in the global slot (conc.lua); a start that does not
+                # happen gives it back below (one that fails unconfirmed lets it expire)
+                held = spec["cap_held"] = self._take_lease(
+                    name or "", task_id, int(spec["cap"]), int(spec["lease_cap_ms"]))
         if create is not None:
-            keys += [self.keys.name_index(name or ""), self.keys.epoch]
+            keys += [sk.name_index(name or ""), sk.epoch]
         if write_result is not None:
             if create is not None:
                 raise ValueError("a step that writes a result cannot create the record")
@@ -474,14 +641,19 @@ class RedisStore:
             db = "" if write_result.db is None else str(write_result.db)
             raw = self._complete(keys, [layout, _json(spec), write_result.value,
                                         str(write_result.expires), db])
-            result = self._step_result(task_id, to, raw[:-1], ret, fence, expect_refusal)
+            result = self._step_result(task_id, to, raw[:-1], ret, fence, expect_refusal,
+                                       split)
             if int(raw[-1]):
                 result = dataclasses.replace(result, result_written=True)
         else:
             raw = self._transition(keys, [layout, _json(spec)])
-            result = self._step_result(task_id, to, raw, ret, fence, expect_refusal)
+            result = self._step_result(task_id, to, raw, ret, fence, expect_refusal, split)
+        if split and result.applied and raw[5 + len(ret)]:
+            self._release_leases([(task_id, str(raw[5 + len(ret)]))])
+        if held and result.state is not TaskState.STARTED:
+            self._release_leases([(task_id, name or "")])
         if spec.get("reg") and result.applied:
-            self._registered = (os.getpid(), str(wid))
+            self._registered.add((os.getpid(), str(wid), shard))
         return result
 
     def _sources(
@@ -503,10 +675,11 @@ class RedisStore:
     @staticmethod
     def _step_result(
         task_id: str, to: TaskState, raw: Sequence[Any], ret: Sequence[str], fence: int | None,
-        expect_refusal: bool = False,
+        expect_refusal: bool = False, split: bool = False,
     ) -> StepResult:
         applied = bool(int(raw[0]))
-        epoch = str(raw[5 + len(ret)]) if applied and len(raw) > 5 + len(ret) else None
+        at = 5 + len(ret) + split  # after the ret values (and the freed lease's name)
+        epoch = str(raw[at]) if applied and len(raw) > at else None
         result = StepResult(
             applied=applied,
             previous=str(raw[1]),
@@ -527,16 +700,20 @@ class RedisStore:
         return result
 
     # ------------------------------------------------------------------ epoch
-    def epoch(self, max_age: float = 0.0) -> str:
-        """This dataset's epoch id (made on first use). A value read less than ``max_age``
-        seconds ago may be returned without asking Redis."""
+    def epoch(self, task_id: str, max_age: float = 0.0) -> str:
+        """The epoch id of ``task_id``'s shard (made on first use; a shard that lost its
+        data gets a new one). A value read less than ``max_age`` seconds ago may be returned
+        without asking Redis."""
         now = time.monotonic()
-        if self._epoch is None or now - self._epoch[1] >= max_age:
+        shard = self.shards.index(task_id)
+        cached = self._epochs.get(shard)
+        if cached is None or now - cached[1] >= max_age:
+            key = self.shards.keys[shard].epoch
             pipe = self.client.pipeline(transaction=False)
-            pipe.set(self.keys.epoch, uuid.uuid4().hex, nx=True)
-            pipe.get(self.keys.epoch)
-            self._epoch = (str(pipe.execute()[1]), now)
-        return self._epoch[0]
+            pipe.set(key, uuid.uuid4().hex, nx=True)
+            pipe.get(key)
+            cached = self._epochs[shard] = (str(pipe.execute()[1]), now)
+        return cached[0]
 
     # ------------------------------------------------------------------ running tasks
     def heartbeat(
@@ -555,14 +732,16 @@ class RedisStore:
             spec["progress"] = progress
         if checkpoint is not None:
             spec["ckpt"] = checkpoint
-        if lease_cap_ms:
-            spec["lease_cap_ms"] = int(lease_cap_ms)
-        k = self.keys
         try:
-            raw = self._heartbeat(
-                [k.task(task_id), k.heartbeat_due, k.concurrency(name or ""), k.stats],
-                [_json(spec)],
-            )
+            k = self.keys_of(task_id)
+            if self.sharded:  # the lease is renewed by the worker's liveness refresh
+                conc = k.concurrency("")
+            else:
+                conc = self.keys.concurrency(name or "")
+                if lease_cap_ms:
+                    spec["lease_cap_ms"] = int(lease_cap_ms)
+            raw = self._heartbeat([k.task(task_id), k.heartbeat_due, conc, k.stats],
+                                  [_json(spec)])
         except UNREACHABLE as exc:
             # best effort: a Redis blip (or a refusal of writes, OOM) must not kill a long
             # task; the cleaner allows for outages (see the clock tick), and the next
@@ -589,8 +768,11 @@ class RedisStore:
         task's ``reason`` heads the history of the step that ends it cancelled (a Celery
         revoke says so), unless a cancellation was already requested."""
         S = TaskState
-        keys, states = self._shared_keys((S.SUBMITTED, S.SCHEDULED, S.STARTED, S.CANCELLED))
-        keys += [self.keys.task(task_id), self.keys.cancelling]
+        shard = self.shards.index(task_id)
+        sk = self.shards.keys[shard]
+        keys, states = self._shared_keys((S.SUBMITTED, S.SCHEDULED, S.STARTED, S.CANCELLED),
+                                         shard=shard)
+        keys += [sk.task(task_id), sk.cancelling]
         spec: dict[str, Any] = {"id": task_id, "ttl": self.retention_s + _EXPIRY_SLACK_S,
                                 "reason": reason}
         if terminate_ms is not None:
@@ -613,70 +795,121 @@ class RedisStore:
         by it for longer than ``orphan_ms`` that it does not run, none until
         ``orphan_grace_ms`` (default ``orphan_ms``) after an outage ended; and the halts:
         tasks it runs whose attempt the cleaner declared stalled. ``notes``: (task id,
-        attempt, text) appended to the reason of that attempt's stall in the history."""
-        k = self.keys
-        keys = [k.clock, k.workers, k.worker_tasks(wid), k.cancelling, k.halts(wid),
-                *(k.concurrency(name) for name, _ in leases),
-                *(k.task(task_id) for task_id, _, _ in notes)]
-        spec: dict[str, Any] = {"wid": wid, "gap_ms": gaps[0], "cgap_ms": gaps[1],
-                                "lease_cap_ms": int(lease_cap_ms),
-                                "leases": [task_id for _, task_id in leases]}
-        if running is not None:
-            spec.update(running=list(running), orphan_ms=int(orphan_ms),
-                        orphan_grace_ms=int(orphan_ms if orphan_grace_ms is None
-                                            else orphan_grace_ms))
-        if notes:
-            spec["notes"] = [{"id": task_id, "attempt": int(attempt), "text": text}
-                             for task_id, attempt, text in notes]
-        raw = self._alive(keys, [_json(spec)])
-        flat = [str(x) for x in raw[3] or ()] if len(raw) > 3 else []
-        halts = []
-        for task_id, value in zip(flat[::2], flat[1::2], strict=True):
-            verdict, _, attempt = value.partition("|")
-            halts.append(Halt(task_id, int(verdict), int(attempt or 0)))
-        return Alive([str(x) for x in raw[1] or ()], [str(x) for x in raw[2] or ()],
-                     tuple(halts), int(raw[0]))
+        attempt, text) appended to the reason of that attempt's stall in the history.
+
+        Sharded: the refresh runs in every shard (one pipeline per server), each with the
+        shard's copy of the workers set and clock, the tasks running in it, and its notes;
+        the concurrency leases are renewed in the global slot."""
+        shards, split = self.shards, self.sharded
+        calls = []
+        for shard, sk in enumerate(shards.keys):
+            mine = [n for n in notes if shards.index(n[0]) == shard] if notes else []
+            own_leases = [] if split else list(leases)
+            keys = [sk.clock, sk.workers, sk.worker_tasks(wid), sk.cancelling, sk.halts(wid),
+                    *(self.keys.concurrency(name) for name, _ in own_leases),
+                    *(sk.task(task_id) for task_id, _, _ in mine)]
+            spec: dict[str, Any] = {"wid": wid, "gap_ms": gaps[0], "cgap_ms": gaps[1],
+                                    "lease_cap_ms": int(lease_cap_ms),
+                                    "leases": [task_id for _, task_id in own_leases]}
+            if running is not None:
+                spec.update(running=[i for i in running if shards.index(i) == shard],
+                            orphan_ms=int(orphan_ms),
+                            orphan_grace_ms=int(orphan_ms if orphan_grace_ms is None
+                                                else orphan_grace_ms))
+            if mine:
+                spec["notes"] = [{"id": task_id, "attempt": int(attempt), "text": text}
+                                 for task_id, attempt, text in mine]
+            calls.append((keys, [_json(spec)]))
+        replies = self._alive.many(calls)
+        if split and leases:
+            self._renew_leases(leases, lease_cap_ms)
+        interrupt: list[str] = []
+        orphans: list[str] = []
+        halts: list[Halt] = []
+        now = 0
+        for raw in replies:
+            interrupt += [str(x) for x in raw[1] or ()]
+            orphans += [str(x) for x in raw[2] or ()]
+            flat = [str(x) for x in raw[3] or ()] if len(raw) > 3 else []
+            for task_id, value in zip(flat[::2], flat[1::2], strict=True):
+                verdict, _, attempt = value.partition("|")
+                halts.append(Halt(task_id, int(verdict), int(attempt or 0)))
+            now = max(now, int(raw[0]))
+        return Alive(interrupt, orphans, tuple(halts), now)
+
+    def _renew_leases(self, leases: Sequence[tuple[str, str]], lease_cap_ms: int) -> None:
+        """Renew the global concurrency leases of the capped tasks a worker runs (sharded
+        layout: ``conc.lua``, one call per task name)."""
+        by_name: dict[str, list[str]] = {}
+        for name, task_id in leases:
+            by_name.setdefault(name, []).append(task_id)
+        conc = self._scripts["conc"]
+        self._fan([(conc, [self.keys.concurrency(name)], ["renew", int(lease_cap_ms), *ids])
+                   for name, ids in by_name.items()])
 
     # ------------------------------------------------------------------ cleaner
-    def cleaner_due(self, gaps: tuple[int, int], lost_ms: int, limit: int) -> CleanerScan:
-        """Ids and incarnations one cleaner pass must judge (see cleaner_due.lua; index ranges only, never a keyspace scan)."""
-        k = self.keys
-        raw = self._scripts["cleaner_due"](
-            keys=[k.clock, k.heartbeat_due, k.workers, k.cancelling],
-            args=[_json({"gap_ms": gaps[0], "cgap_ms": gaps[1], "lost_ms": int(lost_ms),
-                         "limit": limit})],
-        )
-        out: dict[str, Any] = json.loads(raw)
-        return CleanerScan(now_ms=int(out["now"]), hb=_ids(out["hb"]), dead=_ids(out["dead"]),
-                           cancel=_ids(out["cancel"]),
-                           resumed_at_ms=int(out.get("resumed_at") or 0))
+    def cleaner_due(self, gaps: tuple[int, int], lost_ms: int, limit: int
+                    ) -> list[CleanerScan]:
+        """Ids and incarnations one cleaner pass must judge, one scan per shard (see
+        cleaner_due.lua; index ranges only, never a keyspace scan; one pipeline)."""
+        args = [_json({"gap_ms": gaps[0], "cgap_ms": gaps[1], "lost_ms": int(lost_ms),
+                       "limit": limit})]
+        replies = self._cleaner_scan.many(
+            [([k.clock, k.heartbeat_due, k.workers, k.cancelling], args)
+             for k in self.shards.keys])
+        scans = []
+        for shard, raw in enumerate(replies):
+            out: dict[str, Any] = json.loads(raw)
+            scans.append(CleanerScan(now_ms=int(out["now"]), hb=_ids(out["hb"]),
+                                     dead=_ids(out["dead"]), cancel=_ids(out["cancel"]),
+                                     resumed_at_ms=int(out.get("resumed_at") or 0),
+                                     shard=shard))
+        return scans
+
+    def _pipeline_each(self, commands: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Read commands (``(method, args)``) in one pipeline (per node on a cluster)."""
+        pipe = self.client.pipeline(transaction=False)
+        for method, args in commands:
+            getattr(pipe, method)(*args)
+        return pipe.execute()
 
     def workers(self, since_ms: int) -> list[tuple[str, int, int]]:
         """``(incarnation, last seen ms, tasks it runs)`` of every worker incarnation seen
-        alive since ``since_ms``, most recently seen first (two round trips)."""
-        seen = cast("list[tuple[str, float]]", self.client.zrevrangebyscore(
-            self.keys.workers, "+inf", since_ms, withscores=True))
+        alive since ``since_ms``, most recently seen first (two round trips; the latest
+        sighting in any shard, the tasks summed over shards)."""
+        shards = self.shards.keys
+        replies = self._pipeline_each([("zrevrangebyscore",
+                                        (k.workers, "+inf", since_ms, None, None, True))
+                                       for k in shards])
+        seen: dict[str, int] = {}
+        for pairs in replies:
+            for wid, at in pairs:
+                seen[wid] = max(seen.get(wid, 0), int(at))
         if not seen:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        for wid, _ in seen:
-            pipe.zcard(self.keys.worker_tasks(wid))
-        running = pipe.execute()
-        return [(wid, int(at), int(n)) for (wid, at), n in zip(seen, running, strict=True)]
+        order = sorted(seen, key=lambda w: -seen[w])
+        counts = self._pipeline_each([("zcard", (k.worker_tasks(wid),))
+                                      for wid in order for k in shards])
+        n = len(shards)
+        return [(wid, seen[wid], sum(int(c) for c in counts[i * n:(i + 1) * n]))
+                for i, wid in enumerate(order)]
 
-    def worker_tasks(self, wids: Sequence[str], limit: int) -> dict[str, list[str]]:
-        """The tasks each worker incarnation started and did not finish, oldest first."""
-        pipe = self.client.pipeline(transaction=False)
-        for wid in wids:
-            pipe.zrange(self.keys.worker_tasks(wid), 0, limit - 1)
-        return dict(zip(wids, pipe.execute(), strict=True))
+    def worker_tasks(self, wids: Sequence[str], limit: int, shard: int | None = None
+                     ) -> dict[str, list[str]]:
+        """The tasks each worker incarnation started and did not finish, oldest first, in
+        ``shard`` (default: every shard, each shard's oldest first)."""
+        shards = self.shards.keys if shard is None else (self.shards.keys[shard],)
+        replies = self._pipeline_each([("zrange", (k.worker_tasks(wid), 0, limit - 1))
+                                       for wid in wids for k in shards])
+        n = len(shards)
+        return {wid: [str(i) for part in replies[j * n:(j + 1) * n] for i in part][:limit]
+                for j, wid in enumerate(wids)}
 
     def fields(self, ids: Sequence[str], names: Sequence[str]) -> list[list[str | None]]:
-        """``HMGET`` of ``names`` for each id, in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for task_id in ids:
-            pipe.hmget(self.keys.task(task_id), list(names))
-        return cast("list[list[str | None]]", pipe.execute())
+        """``HMGET`` of ``names`` for each id, in one round trip (per node on a cluster)."""
+        of = self.shards.of
+        return cast("list[list[str | None]]", self._pipeline_each(
+            [("hmget", (of(task_id).task(task_id), list(names))) for task_id in ids]))
 
     def drop_payloads(self, dead: Sequence[tuple[str, int]]) -> int:
         """Forget the payload (``msg``) of dead-lettered records whose dead-letter entry now
@@ -685,20 +918,28 @@ class RedisStore:
         if not dead:
             return 0
         keep_ms = (self.retention_s + _EXPIRY_SLACK_S) * 1000
-        return int(self._drop_payload(keys=[self.keys.task(i) for i, _ in dead],
-                                      args=[keep_ms, *(str(a) for _, a in dead)]))
+        attempts = dict(dead)
+        of = self.shards.of
+        return sum(int(n) for n in self._fan([
+            (self._drop_payload, [of(i).task(i) for i in ids],
+             [keep_ms, *(str(attempts[i]) for i in ids)])
+            for ids in self._by_shard(attempts).values()]))
 
     def without_payload(self, ids: Sequence[str]) -> dict[str, int]:
         """Of ``ids``, the resubmittable records that hold no payload (a dead-letter entry
         holds it, see :meth:`drop_payloads`): id -> attempt. One round trip."""
         if not ids:
             return {}
-        raw = self._has_payload(keys=[self.keys.task(i) for i in ids])
+        of = self.shards.of
+        groups = list(self._by_shard(ids).values())
+        replies = self._fan([(self._has_payload, [of(i).task(i) for i in group], [])
+                             for group in groups])
         out: dict[str, int] = {}
-        for n, task_id in enumerate(ids):
-            state, attempt, has_msg = raw[3 * n:3 * n + 3]
-            if state in RESUBMITTABLE and not int(has_msg):
-                out[task_id] = _int(attempt)
+        for group, raw in zip(groups, replies, strict=True):
+            for n, task_id in enumerate(group):
+                state, attempt, has_msg = raw[3 * n:3 * n + 3]
+                if state in RESUBMITTABLE and not int(has_msg):
+                    out[task_id] = _int(attempt)
         return out
 
     def stall(
@@ -707,33 +948,62 @@ class RedisStore:
         lost_ms: int,
         lease_ms: int,
         forget: Sequence[str] = (),
+        shard: int | None = None,
     ) -> StallVerdict:
-        """Judge ``(task id, kind, worker incarnation, task name)`` candidates (stall.lua)."""
+        """Judge ``(task id, kind, worker incarnation, task name)`` candidates (stall.lua),
+        one script call per shard; ``forget``: dead incarnations to forget in ``shard`` (the
+        shard a cleaner scan found them dead in) once they have no task left there."""
+        groups: dict[int, list[tuple[str, str, str, str]]] = {}
+        for item in items:
+            groups.setdefault(self.shards.index(item[0]), []).append(item)
+        if forget:
+            if shard is None:
+                raise ValueError("forget: name the shard the incarnations were found dead in")
+            groups.setdefault(shard, [])
+        recovered: list[dict[str, str]] = []
+        dead: list[dict[str, str]] = []
+        stalled = kept = 0
+        for group_shard, group in groups.items():
+            part = self._stall(group_shard, group, lost_ms, lease_ms,
+                               forget if group_shard == shard else ())
+            recovered += part.recovered
+            dead += part.dead
+            stalled += part.stalled
+            kept += part.kept
+        return StallVerdict(recovered, dead, stalled, kept)
+
+    def _stall(self, shard: int, items: Sequence[tuple[str, str, str, str]], lost_ms: int,
+               lease_ms: int, forget: Sequence[str]) -> StallVerdict:
         S = TaskState
-        keys, states = self._shared_keys((S.STARTED, S.STALLED, S.SUBMITTED))
-        k = self.keys
+        keys, states = self._shared_keys((S.STARTED, S.STALLED, S.SUBMITTED), shard=shard)
+        k = self.shards.keys[shard]
+        split = self.sharded
         keys += [k.clock, k.workers]
         for task_id, _, wid, name in items:
-            keys += [k.task(task_id), k.worker_tasks(wid), k.concurrency(name), k.halts(wid)]
+            conc = k.concurrency("") if split else self.keys.concurrency(name)
+            keys += [k.task(task_id), k.worker_tasks(wid), conc, k.halts(wid)]
         keys += [k.worker_tasks(wid) for wid in forget]
         keys += [k.halts(wid) for wid in forget]
-        spec = {
+        spec: dict[str, Any] = {
             "items": [{"id": i, "kind": kind, "wid": wid} for i, kind, wid, _ in items],
             "lost_ms": int(lost_ms),
             "lease_ms": int(lease_ms),
             "ttl": self.retention_s + _EXPIRY_SLACK_S,
             "forget": list(forget),
         }
-        if not spec["items"]:
-            spec["items"] = []
+        if split:
+            spec["split"] = True
         out: dict[str, Any] = json.loads(
             self._scripts["stall"](keys=keys, args=[states, _json(spec)]))
+        if split:
+            self._release_leases((str(i), str(n)) for i, n in _ids(out.get("freed")))
         return StallVerdict(recovered=_ids(out["recovered"]), dead=_ids(out["dead"]),
                             stalled=int(out["stalled"]), kept=int(out["kept"]))
 
     def tidy_cancelling(self, ids: Sequence[str]) -> None:
-        if ids:
-            self.client.zrem(self.keys.cancelling, *ids)
+        of = self.shards.of
+        for group in self._by_shard(ids).values():
+            self.client.zrem(of(group[0]).cancelling, *group)
 
     def record_pass(self, at_ms: int, duration_ms: float, by: str, report: dict[str, Any]) -> None:
         self.client.hset(self.keys.clock, mapping={
@@ -766,12 +1036,19 @@ class RedisStore:
         terminal records are removed, submitted and scheduled tasks cancelled, others
         skipped. The records purge cancels are marked ``purged`` and kept (until the
         retention period) as tombstones, also by a later purge: a message of theirs still
-        queued must find them and be dropped. Returns (removed, cancelled ids, skipped ids)."""
-        k = self.keys
-        index = k.name_index(name) if name is not None else k.all_tasks
+        queued must find them and be dropped. Returns (removed, cancelled ids, skipped ids).
+        Shard by shard."""
         removed = 0
         cancelled: list[str] = []
         skipped: list[str] = []
+        for k in self.shards.keys:
+            removed += self._purge_shard(k, name, queue, before_ms, cancelled, skipped)
+        return removed, cancelled, skipped
+
+    def _purge_shard(self, k: Keys, name: str | None, queue: str | None,
+                     before_ms: int | None, cancelled: list[str], skipped: list[str]) -> int:
+        index = k.name_index(name) if name is not None else k.all_tasks
+        removed = 0
         seen: set[str] = set()
         start = 0
         while True:
@@ -804,29 +1081,41 @@ class RedisStore:
             n = self.remove_terminal(terminal)
             removed += n
             start -= n + len(gone)  # what was removed no longer occupies the window
-        return removed, cancelled, skipped
+        return removed
 
     # ------------------------------------------------------------------ scheduler
     def due(self, limit: int = 500) -> tuple[list[str], int | None]:
-        """Ids worth claiming now (due, or lease expired) and the next run_at (ms) if any."""
-        raw = self._due(
-            keys=[self.keys.state_index(TaskState.SCHEDULED), self.keys.publishing],
-            args=[limit],
-        )
-        first = raw.index("|")
-        second = raw.index("|", first + 1)
-        ids = list(dict.fromkeys([*raw[:first], *raw[first + 1:second]]))
-        nxt = raw[second + 1]
-        return ids, int(float(nxt)) if nxt not in ("", None) else None
+        """Ids worth claiming now (due, or lease expired) and the next run_at (ms) if any,
+        over every shard (one pipeline; up to ``limit`` of each kind per shard)."""
+        replies = self._due_scan.many([([k.state_index(TaskState.SCHEDULED), k.publishing],
+                                        [str(limit)]) for k in self.shards.keys])
+        ids: list[str] = []
+        nxt: int | None = None
+        for raw in replies:
+            first = raw.index("|")
+            second = raw.index("|", first + 1)
+            ids += [*raw[:first], *raw[first + 1:second]]
+            at = raw[second + 1]
+            if at not in ("", None):
+                nxt = int(float(at)) if nxt is None else min(nxt, int(float(at)))
+        return list(dict.fromkeys(ids)), nxt
 
     def claim(self, ids: Sequence[str], lease_ms: int, worker: str | None) -> list[Claimed]:
         """Atomically take due tasks (scheduled -> submitted) for this caller to publish."""
         if not ids:
             return []
+        out: list[Claimed] = []
+        for shard, group in self._by_shard(ids).items():
+            out += self._claim(shard, group, lease_ms, worker)
+        return out
+
+    def _claim(self, shard: int, ids: Sequence[str], lease_ms: int, worker: str | None
+               ) -> list[Claimed]:
         keys, states = self._shared_keys(
-            (TaskState.UNSUBMITTED, TaskState.SCHEDULED, TaskState.SUBMITTED))
+            (TaskState.UNSUBMITTED, TaskState.SCHEDULED, TaskState.SUBMITTED), shard=shard)
+        sk = self.shards.keys[shard]
         for task_id in ids:
-            keys.append(self.keys.task(task_id))
+            keys.append(sk.task(task_id))
         spec = {
             "ids": list(ids),
             "lease_ms": int(lease_ms),
@@ -844,14 +1133,15 @@ class RedisStore:
 
     def release_publish_leases(self, ids: Sequence[str]) -> None:
         """Make claimed-but-unpublished tasks due for any scheduler to publish now."""
-        if ids:
-            self.client.zadd(self.keys.publishing, dict.fromkeys(ids, 0), xx=True)
+        of = self.shards.of
+        for group in self._by_shard(ids).values():
+            self.client.zadd(of(group[0]).publishing, dict.fromkeys(group, 0), xx=True)
 
     def confirm_published(self, ids: Iterable[str]) -> None:
         """Drop publish leases once the messages are with the broker."""
-        ids = list(ids)
-        if ids:
-            self.client.zrem(self.keys.publishing, *ids)
+        of = self.shards.of
+        for group in self._by_shard(ids).values():
+            self.client.zrem(of(group[0]).publishing, *group)
 
     def hold_lease(self, key: str, token: str, ttl_ms: int) -> bool:
         """Take the lease ``key`` for ``token`` if it is free, or renew it if ``token`` holds
@@ -975,29 +1265,30 @@ class RedisStore:
     def prune(self, limit: int = 500) -> int:
         """Remove terminal records older than the retention period; returns how many."""
         cutoff = self.now_ms() - self.retention_s * 1000
-        ids: list[str] = []
-        for state in TERMINAL:
-            ids += cast("list[str]", self.client.zrangebyscore(
-                self.keys.state_index(state), "-inf", cutoff, start=0, num=limit
-            ))
+        replies = self._pipeline_each([
+            ("zrangebyscore", (k.state_index(state), "-inf", cutoff, 0, limit))
+            for k in self.shards.keys for state in TERMINAL])
+        ids = [str(i) for part in replies for i in part]
         if not ids:
             return 0
         return self._remove(ids, cutoff)
 
     def _remove(self, ids: list[str], cutoff: int) -> int:
-        pipe = self.client.pipeline(transaction=False)
-        for task_id in ids:
-            pipe.hget(self.keys.task(task_id), "name")
-        names = pipe.execute()
-        keys, states = self._shared_keys(TERMINAL)
-        for task_id, name in zip(ids, names, strict=True):
-            keys += [self.keys.task(task_id), self.keys.name_index(name or "")]
-        spec = {"ids": ids, "cutoff_ms": cutoff, "terminal": sorted(s.value for s in TERMINAL)}
-        return int(self._scripts["prune"](keys=keys, args=[states, _json(spec)]))
+        names = dict(zip(ids, (n for (n,) in self.fields(ids, ("name",))), strict=True))
+        removed = 0
+        for shard, group in self._by_shard(ids).items():
+            sk = self.shards.keys[shard]
+            keys, states = self._shared_keys(TERMINAL, shard=shard)
+            for task_id in group:
+                keys += [sk.task(task_id), sk.name_index(names[task_id] or "")]
+            spec = {"ids": group, "cutoff_ms": cutoff,
+                    "terminal": sorted(s.value for s in TERMINAL)}
+            removed += int(self._scripts["prune"](keys=keys, args=[states, _json(spec)]))
+        return removed
 
     # ------------------------------------------------------------------ reads
     def get(self, task_id: str) -> TaskRecord | None:
-        raw = cast("dict[str, str]", self.client.hgetall(self.keys.task(task_id)))
+        raw = cast("dict[str, str]", self.client.hgetall(self.keys_of(task_id).task(task_id)))
         return self._record(task_id, raw) if raw else None
 
     def started_by(self, task_id: str, wid: str) -> StepResult | None:
@@ -1013,10 +1304,10 @@ class RedisStore:
                           values={"ckpt": raw.get("ckpt", ""), "queue": raw.get("queue", "")})
 
     def get_raw(self, task_id: str) -> dict[str, str]:
-        return cast("dict[str, str]", self.client.hgetall(self.keys.task(task_id)))
+        return cast("dict[str, str]", self.client.hgetall(self.keys_of(task_id).task(task_id)))
 
     def history(self, task_id: str) -> list[Transition]:
-        raw = cast("dict[str, str]", self.client.hgetall(self.keys.task(task_id)))
+        raw = self.get_raw(task_id)
         return self._history(task_id, raw)
 
     @staticmethod
@@ -1048,10 +1339,12 @@ class RedisStore:
         return out
 
     def counts(self) -> dict[TaskState, int]:
-        pipe = self.client.pipeline(transaction=False)
-        for state in STATE_ORDER:
-            pipe.zcard(self.keys.state_index(state))
-        return {s: int(n) for s, n in zip(STATE_ORDER, pipe.execute(), strict=True)}
+        """Tasks per state, summed over the shards (one pipeline)."""
+        replies = self._pipeline_each([("zcard", (k.state_index(state),))
+                                       for k in self.shards.keys for state in STATE_ORDER])
+        n = len(STATE_ORDER)
+        return {s: sum(int(replies[j * n + i]) for j in range(len(self.shards.keys)))
+                for i, s in enumerate(STATE_ORDER)}
 
     def sample_counts(self, keep: int) -> bool:
         """Add :meth:`counts` to the count history unless this Redis-clock minute has a
@@ -1081,9 +1374,18 @@ class RedisStore:
         return out
 
     def scheduled(self, limit: int = 100) -> list[TaskRecord]:
-        ids = cast("list[str]",
-                   self.client.zrange(self.keys.state_index(TaskState.SCHEDULED), 0, limit - 1))
-        return self._records(ids, self.keys.state_index(TaskState.SCHEDULED))
+        """The next ``limit`` scheduled tasks, soonest first (each shard's soonest, merged)."""
+        if limit < 1:
+            return []
+        shards = self.shards.keys
+        replies = self._pipeline_each([
+            ("zrange", (k.state_index(TaskState.SCHEDULED), 0, limit - 1, False, True))
+            for k in shards])
+        # ties ordered by id, as within one sorted set
+        merged = heapq.merge(*([(float(score), str(i), shard) for i, score in pairs]
+                               for shard, pairs in enumerate(replies)))
+        picked = [(shard, task_id) for _, task_id, shard in itertools.islice(merged, limit)]
+        return self._records(picked, lambda k: k.state_index(TaskState.SCHEDULED))
 
     def tasks(
         self,
@@ -1095,24 +1397,57 @@ class RedisStore:
     ) -> list[TaskRecord]:
         """Newest first. Walks the state or name index when given (else every task, newest
         first) and filters on the other criteria; a queue or a worker is a filter only (no
-        index of its own: it would cost every record ~135 bytes)."""
+        index of its own: it would cost every record ~135 bytes). Each shard's index is read
+        a page at a time (one pipeline for every shard that needs one) and the pages are
+        merged by score, so the answer is the same as from one index; at most
+        ``_MAX_EXAMINED`` records are examined in all."""
         if limit < 1:
             return []
         if state is not None:
-            index = self.keys.state_index(state)
+            def index(k: Keys) -> str:
+                return k.state_index(state)
         elif name is not None:
-            index = self.keys.name_index(name)
+            def index(k: Keys) -> str:
+                return k.name_index(name)
         else:
-            index = self.keys.all_tasks
+            def index(k: Keys) -> str:
+                return k.all_tasks
+        shards = self.shards.keys
+        count = len(shards)
+        batch = max(limit, 100)
+        page = batch if count == 1 else batch // count + 16
+        cursors = [0] * count
+        buffers: list[collections.deque[tuple[float, str]]] = [
+            collections.deque() for _ in range(count)]
+        exhausted = [False] * count
         found: list[TaskRecord] = []
-        offset, batch = 0, max(limit, 100)
-        while len(found) < limit and offset < _MAX_EXAMINED:
-            ids = cast("list[str]", self.client.zrevrange(index, offset, offset + batch - 1))
-            if not ids:
+        examined = 0
+        while len(found) < limit and examined < _MAX_EXAMINED:
+            need = [i for i in range(count) if not buffers[i] and not exhausted[i]]
+            if need:
+                replies = self._pipeline_each([
+                    ("zrevrange", (index(shards[i]), cursors[i], cursors[i] + page - 1, True))
+                    for i in need])
+                for i, pairs in zip(need, replies, strict=True):
+                    if not pairs:
+                        exhausted[i] = True
+                    buffers[i].extend((float(score), str(m)) for m, score in pairs)
+                    cursors[i] += len(pairs)
+            # newest first across the shards, until a shard's page runs out (it is read
+            # further before anything older than its next entry is taken)
+            picked: list[tuple[int, str]] = []
+            while len(picked) < batch:
+                heads = [(*buffers[i][0], i) for i in range(count) if buffers[i]]
+                if not heads:
+                    break
+                i = max(heads)[2]  # ties by id, as within one sorted set
+                picked.append((i, buffers[i].popleft()[1]))
+                if not buffers[i] and not exhausted[i]:
+                    break
+            if not picked:
                 break
-            records = self._records(ids, index)
-            # _records removed the ids whose hash is gone from this index: later ones moved up
-            offset += len(records)
+            examined += len(picked)
+            records = self._records(picked, index, cursors)
             for record in records:
                 if ((state is None or record.state == state)
                         and (name is None or record.name == name)
@@ -1123,18 +1458,25 @@ class RedisStore:
                         break
         return found
 
-    def _records(self, ids: Sequence[str], index: str) -> list[TaskRecord]:
-        pipe = self.client.pipeline(transaction=False)
-        for task_id in ids:
-            pipe.hgetall(self.keys.task(task_id))
-        out, gone = [], []
-        for task_id, raw in zip(ids, pipe.execute(), strict=True):
+    def _records(self, picked: Sequence[tuple[int, str]], index: Callable[[Keys], str],
+                 cursors: list[int] | None = None) -> list[TaskRecord]:
+        """The records of ``(shard, id)`` pairs, in order (one pipeline). An id whose record
+        expired behind its index's back leaves ``index`` here (lazily tidied), and the
+        shard's read position in ``cursors`` moves back by one: what followed it moved up."""
+        shards = self.shards.keys
+        raws = self._pipeline_each([("hgetall", (shards[shard].task(task_id),))
+                                    for shard, task_id in picked])
+        out = []
+        gone: dict[int, list[str]] = {}
+        for (shard, task_id), raw in zip(picked, raws, strict=True):
             if raw:
                 out.append(self._record(task_id, raw))
             else:
-                gone.append(task_id)
-        if gone:  # expired behind the index's back: tidy up lazily
-            self.client.zrem(index, *gone)
+                gone.setdefault(shard, []).append(task_id)
+        for shard, ids in gone.items():
+            self.client.zrem(index(shards[shard]), *ids)
+            if cursors is not None:
+                cursors[shard] -= len(ids)
         return out
 
     @staticmethod
@@ -1162,5 +1504,9 @@ class RedisStore:
         )
 
     def refused_counts(self) -> dict[str, int]:
-        raw = cast("dict[str, str]", self.client.hgetall(self.keys.stats))
-        return {k: int(v) for k, v in raw.items()}
+        """The refusal counters, summed over the shards."""
+        out: dict[str, int] = {}
+        for raw in self._pipeline_each([("hgetall", (k.stats,)) for k in self.shards.keys]):
+            for key, value in raw.items():
+                out[key] = out.get(key, 0) + int(value)
+        return out

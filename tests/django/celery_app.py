@@ -27,6 +27,8 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     jobbers_scheduler_interval=0.2,
+    # the dataset tests.integration.proj shares (same Redis, same prefix): its layout
+    jobbers_store_shards=16,
     jobbers_dead_letter_sink="jobbers_django.sink.DjangoDeadLetterSink",
 )
 jobbers = install(app)

@@ -537,5 +537,5 @@ def test_a_big_payload_is_cut_on_its_page_and_resubmitted_whole(
     with django_capture_on_commit_callbacks(execute=True):
         confirm(client, post_action(client, "resubmit_selected", [task_id]))
     assert published == [task_id]
-    msg = payload.loads(jobbers.store.client.hget(jobbers.store.keys.task(task_id), "msg"))
+    msg = payload.loads(jobbers.store.client.hget(jobbers.store.keys_of(task_id).task(task_id), "msg"))
     assert msg["args"] == ["catalog-42", big]

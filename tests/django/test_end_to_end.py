@@ -31,7 +31,7 @@ def test_a_big_payload_lives_in_the_database_only_and_resubmits_whole(
     assert entry.args == [key, data]
     # the database keeps the payload: the record drops its copy, Redis holds none
     store = jobbers.store
-    record_key = store.keys.task(result.id)
+    record_key = store.keys_of(result.id).task(result.id)
     wait_for(lambda: not store.client.hexists(record_key, "msg"), timeout=10,
              message="the record to drop its copy")
     sizes = {k: store.client.memory_usage(k, samples=0) for k in store.client.scan_iter()}

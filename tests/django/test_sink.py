@@ -128,7 +128,7 @@ def test_a_written_entry_drops_the_records_copy_and_resubmit_takes_it_back(jobbe
     assert store.step(entry.task_id, S.FAILED).attempt == 1
 
     assert jobbers.dead_letters.send(entry)
-    key = store.keys.task(entry.task_id)
+    key = store.keys_of(entry.task_id).task(entry.task_id)
     assert not store.client.hexists(key, "msg")
     assert store.client.memory_usage(key, samples=0) <= 1024
 

@@ -27,5 +27,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_JOBBERS_CLEANER_INTERVAL = 1
+# the dataset tests.integration.proj shares (same Redis, same prefix): its layout
+CELERY_JOBBERS_STORE_SHARDS = 16
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

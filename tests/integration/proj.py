@@ -27,6 +27,9 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     jobbers_scheduler_interval=0.2,
+    # the sharded layout on this one server too (its default there is one shard);
+    # PROJ_SHARDS: another number (test_shards: a worker that disagrees does not start)
+    jobbers_store_shards=int(os.environ.get("PROJ_SHARDS", "16")),
     # short enough for the stall and recovery tests to run in seconds
     jobbers_worker_lost_after=3,
     jobbers_cleaner_interval=1,

@@ -151,8 +151,8 @@ def killed_worker_task_is_stalled_and_resumed_once_on_another_worker(
 
     # the dead incarnation is forgotten once it has no task left
     wid = f"{victim.name}:{victim.proc.pid}:"
-    wait_for(lambda: not any(w.startswith(wid) for w in
-                             jobbers.store.client.zrange(jobbers.store.keys.workers, 0, -1)),
+    wait_for(lambda: not any(w.startswith(wid) for k in jobbers.store.shards.keys
+                             for w in jobbers.store.client.zrange(k.workers, 0, -1)),
              timeout=10, message="the dead incarnation to be forgotten")
 
 

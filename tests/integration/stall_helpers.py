@@ -41,6 +41,21 @@ def ticking(store: RedisStore, wid: str = "live:1:tick00", period: float = 0.3) 
         thread.join(10)
 
 
+def resumed_at(store: RedisStore) -> int:
+    """The end of the latest outage any shard's clock saw (ms; 0 if none)."""
+    return max(int(store.client.hget(k.clock, "resumed_at") or 0) for k in store.shards.keys)
+
+
+def last_seen(store: RedisStore, wid: str, at_ms: int | None = None) -> list[float | None]:
+    """The worker incarnation's score in each shard's copy of the workers set; with
+    ``at_ms``, first set it there (a worker last seen then)."""
+    keys = store.shards.keys
+    if at_ms is not None:
+        for k in keys:
+            store.client.zadd(k.workers, {wid: at_ms})
+    return [store.client.zscore(k.workers, wid) for k in keys]
+
+
 def fabricate(store: RedisStore, ids: list[str], *, wid: str, hb_ms: int | None,
               srec: int) -> None:
     """Records of started tasks, built through the store's own steps (as a worker would)."""

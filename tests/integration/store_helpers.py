@@ -19,12 +19,14 @@ FAR_DELAY_MS = 600_000
 
 @contextmanager
 def store_factory(redis_url: str) -> Iterator[Callable[..., RedisStore]]:
-    """``make(prefix=..., retention=...)``: RedisStores, each on its own connection pool,
-    closed on exit. Test modules wrap it in their ``make_store`` fixture."""
+    """``make(prefix=..., retention=..., shards=...)``: RedisStores, each on its own
+    connection pool, closed on exit; the sharded layout (16) unless ``shards`` says
+    otherwise. Test modules wrap it in their ``make_store`` fixture."""
     stores: list[RedisStore] = []
 
-    def make(prefix: str = "jt", retention: float = 604800) -> RedisStore:
-        store = RedisStore.from_url(redis_url, prefix=prefix, retention=retention)
+    def make(prefix: str = "jt", retention: float = 604800, shards: int = 16) -> RedisStore:
+        store = RedisStore.from_url(redis_url, prefix=prefix, retention=retention,
+                                    shards=shards)
         stores.append(store)
         return store
 
@@ -71,14 +73,14 @@ def put_in_state(store: RedisStore, task_id: str, state: TaskState, name: str = 
         res = store.step(task_id, to, **step_kwargs(to))
         assert res.applied, (to, res)
         results.append(res)
-    assert store.client.hget(store.keys.task(task_id), "state") == state.value
+    assert store.client.hget(store.keys_of(task_id).task(task_id), "state") == state.value
     return results
 
 
 def indexed_states(store: RedisStore, task_id: str) -> set[TaskState]:
     pipe = store.client.pipeline(transaction=False)
     for s in TaskState:
-        pipe.zscore(store.keys.state_index(s), task_id)
+        pipe.zscore(store.keys_of(task_id).state_index(s), task_id)
     return {s for s, score in zip(TaskState, pipe.execute(), strict=True) if score is not None}
 
 
@@ -88,7 +90,7 @@ def assert_indexed_only_in(store: RedisStore, task_id: str, state: TaskState) ->
 
 def snapshot(store: RedisStore, task_id: str) -> dict[str, Any]:
     """Everything a step may touch for one task (hash with its history, TTL, every index)."""
-    k = store.keys
+    k = store.keys_of(task_id)
     c = store.client
     index_keys = [*k.state_indexes(), k.all_tasks, k.publishing, k.name_index(NAME)]
     return {

@@ -51,7 +51,7 @@ def _fail_and_dead_letter(proj: Any, worker: Any, data: str) -> str:
     result = proj.big_payload.delay(data, f"proj:big:{uuid.uuid4().hex[:8]}")
     wait_state(jobbers, result.id, S.FAILED, worker=worker)
     wait_for(lambda: dead_letters(jobbers, result.id), timeout=10, message="the dead letter")
-    task_key = jobbers.store.keys.task(result.id)
+    task_key = jobbers.store.keys_of(result.id).task(result.id)
     wait_for(lambda: not jobbers.store.client.hexists(task_key, "msg"), timeout=10,
              message="the record to drop its copy of the payload")
     return str(result.id)
@@ -79,7 +79,7 @@ def test_a_big_payload_is_stored_once_and_resubmitted_whole(proj, worker_factory
     assert SIZE < size < SIZE + 1024  # the JSON payload: the argument and a little more
 
     # published, no worker yet: jobbers' copy on the record, Celery's in the broker's message
-    task_key = keys.task(task_id)
+    task_key = jobbers.store.keys_of(task_id).task(task_id)
     assert client.hstrlen(task_key, "msg") == size
     assert SIZE < _usage(client, task_key) < 1.5 * SIZE
     assert _usage(client, "celery") > 4 / 3 * SIZE  # base64 body in kombu's envelope
@@ -120,7 +120,7 @@ def test_resubmit_from_the_dead_letter_entry_after_the_record_expired(proj, work
     with caplog.at_level(logging.WARNING, logger="jobbers.lifecycle"):
         task_id = _fail_and_dead_letter(proj, worker, data)
     assert len(_warnings(caplog)) == 1
-    jobbers.store.client.delete(jobbers.store.keys.task(task_id))  # what expiry does
+    jobbers.store.client.delete(jobbers.store.keys_of(task_id).task(task_id))  # what expiry does
 
     assert jobbers.resubmit([task_id]) == []  # no record: nothing to resubmit it from
     [entry] = dead_letters(jobbers, task_id)

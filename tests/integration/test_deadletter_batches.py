@@ -32,7 +32,7 @@ from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, RedisDeadLetterSink
 from jobbers_celery.store import RedisStore
 from tests.conftest import free_port, wait_for
-from tests.integration.stall_helpers import ticking
+from tests.integration.stall_helpers import last_seen, resumed_at, ticking
 
 pytestmark = pytest.mark.redis
 
@@ -336,7 +336,7 @@ def fabricate(store: RedisStore, ids: list[str], *, wid: str, hb_ms: int | None)
 def _grace_over(store: RedisStore) -> None:
     """Silence counts from the first tick of a fresh database: wait until that is older
     than worker_lost_after."""
-    wait_for(lambda: store.now_ms() - int(store.clock()["resumed_at"])
+    wait_for(lambda: store.now_ms() - resumed_at(store)
              > LOST_AFTER_S * 1000 + 200, timeout=10, message="the grace to end")
 
 
@@ -431,16 +431,18 @@ def test_cleaner_bounds_a_pass_in_total_over_dead_incarnations(proj, monkeypatch
     monkeypatch.setattr(store, "stall", stall)
 
     def remembered() -> set[str]:
-        return {w for w in dead if client.zscore(store.keys.workers, w) is not None}
+        return {w for w in dead if any(s is not None for s in last_seen(store, w))}
 
     def with_tasks() -> set[str]:
-        return {w for w in dead if client.zcard(store.keys.worker_tasks(w))}
+        return {w for w in dead
+                if any(client.zcard(k.worker_tasks(w)) for k in store.shards.keys)}
 
     reports: list[CleanReport] = []
     with ticking(store) as live:
         for wid, group in ids.items():
             fabricate(store, group, wid=wid, hb_ms=None)  # only worker liveness finds them
-        client.zadd(store.keys.workers, {w: store.now_ms() - 60_000 for w in dead})
+        for w in dead:
+            last_seen(store, w, store.now_ms() - 60_000)
         _grace_over(store)
         while not reports or reports[-1].examined:
             assert len(reports) < 10, [r.examined for r in reports]
@@ -449,7 +451,7 @@ def test_cleaner_bounds_a_pass_in_total_over_dead_incarnations(proj, monkeypatch
             assert max(chunks, default=0) <= chunk, chunks
             # an incarnation is forgotten once (and only once) it has no task left
             assert remembered() == with_tasks(), (len(reports), remembered(), with_tasks())
-        assert client.zscore(store.keys.workers, live) is not None
+        assert None not in last_seen(store, live)
 
     print("\npasses: " + "; ".join(f"examined {r.examined}, stalled {r.stalled}, "
                                    f"{r.duration_ms:.0f} ms" for r in reports))

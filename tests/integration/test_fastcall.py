@@ -28,13 +28,13 @@ def test_script_cache_flushed_reloads_and_applies_once(redis_url):
 def test_connection_killed_by_the_server_reconnects(redis_url):
     store = RedisStore.from_url(redis_url)
     assert _submit(store, "a")
-    conn = store._transition._connection([store.keys.task("x")])
+    conn = store._transition._connection([store.keys_of("x").task("x")])
     conn.send_command("CLIENT", "ID")
     conn_id = conn.read_response()
     # Kill only this connection: the session's other clients (Celery's) must live on.
     assert store.client.execute_command("CLIENT", "KILL", "ID", conn_id) == 1
     assert _submit(store, "b")  # the send fails or the health check reconnects; no error
-    assert store._transition._connection([store.keys.task("x")]) is conn  # same object, reconnected in place
+    assert store._transition._connection([store.keys_of("x").task("x")]) is conn  # same object, reconnected in place
     assert len(store.history("b")) == 1
 
 
@@ -42,15 +42,15 @@ def test_each_thread_and_each_forked_process_gets_its_own_connection(redis_url):
     import threading
 
     store = RedisStore.from_url(redis_url)
-    mine = store._transition._connection([store.keys.task("x")])
+    mine = store._transition._connection([store.keys_of("x").task("x")])
     other: list[object] = []
-    t = threading.Thread(target=lambda: other.append(store._transition._connection([store.keys.task("x")])))
+    t = threading.Thread(target=lambda: other.append(store._transition._connection([store.keys_of("x").task("x")])))
     t.start()
     t.join()
     assert other[0] is not mine
     pid = os.fork()
     if pid == 0:  # child: must not reuse the parent's socket
-        code = 0 if store._transition._connection([store.keys.task("x")]) is not mine and _submit(store, "c") else 1
+        code = 0 if store._transition._connection([store.keys_of("x").task("x")]) is not mine and _submit(store, "c") else 1
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

@@ -125,7 +125,7 @@ def test_a_tight_heartbeat_loop_is_throttled(proj, worker_factory, redis_url):
     jobbers = proj.jobbers
     worker = worker_factory(pool="prefork", concurrency=2)
     task_id = str(uuid.uuid4())
-    counter = HeartbeatCounter(redis_url, jobbers.store.keys.task(task_id))
+    counter = HeartbeatCounter(redis_url, jobbers.store.keys_of(task_id).task(task_id))
     try:
         result = proj.hammer.apply_async((10_000, 3.0), task_id=task_id)
         duration = result.get(timeout=30)

@@ -36,10 +36,11 @@ def test_housekeeping_prunes_more_than_one_batch_and_only_once_at_a_time(redis_u
 
     assert first.housekeeping() == 1200
     assert second.housekeeping() == 0  # the other worker skips while the lock is held
-    keys = store.keys
-    for index in (keys.all_tasks, keys.name_index("hk.task"), keys.state_index(S.COMPLETED)):
-        assert store.client.zcard(index) == 0
-    assert store.client.exists(keys.task("t0"), keys.task("t1199")) == 0
+    for keys in store.shards.keys:
+        for index in (keys.all_tasks, keys.name_index("hk.task"),
+                      keys.state_index(S.COMPLETED)):
+            assert store.client.zcard(index) == 0
+    assert store.get_raw("t0") == store.get_raw("t1199") == {}
 
 
 def test_an_unsubmitted_record_whose_publisher_died_is_published_by_a_scheduler(
@@ -66,7 +67,7 @@ def test_an_unsubmitted_record_whose_publisher_died_is_published_by_a_scheduler(
     [message] = store.client.lrange("celery", 0, -1)
     assert json.loads(message)["headers"]["id"] == "orphan"
     assert json.loads(message)["headers"]["retries"] == 1
-    assert store.client.zscore(store.keys.publishing, "orphan") is None
+    assert store.client.zscore(store.keys_of("orphan").publishing, "orphan") is None
 
 
 def test_housekeeping_samples_the_counts_once_a_minute_into_a_capped_history(redis_url):

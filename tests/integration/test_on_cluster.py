@@ -9,19 +9,17 @@ client from that URL alone.
 
 Representative paths with real prefork workers: the lifecycle, a delayed retry (the
 scheduler), stall recovery after SIGKILL of the whole worker (the cleaner), cancellation,
-the concurrency cap, a dead letter in the Redis sink resubmitted; then the slot that holds
-jobbers' keys is resharded to another master while tasks run (clients see ``ASK``,
-``TRYAGAIN`` and ``MOVED``), and its master is failed over to its replica under load:
-nothing is lost or run twice.
-
-jobbers' keys share one hash tag today, so all of them sit in one slot on one master: the
-spread is printed, not yet asserted to cover three masters.
+the concurrency cap, a dead letter in the Redis sink resubmitted; the keys spread over the
+three masters (the default 16 shards); then the slot of one shard is resharded to another
+master while tasks of that shard run (clients see ``ASK``, ``TRYAGAIN`` and ``MOVED``), and
+its master is failed over to its replica under load: nothing is lost or run twice.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -115,6 +113,31 @@ def test_a_plain_client_on_a_cluster_node_is_a_clear_error(cluster: ClusterSet) 
                      create={"name": "x", "queue": "celery"})
 
 
+def test_keys_spread_over_every_master(proj: Any, worker_factory: Any,
+                                       cluster: ClusterSet) -> None:
+    """The shards' hash tags fall in equal slot ranges, so with ``--cluster create``'s
+    three equal ranges each master serves a third of the shards, and the records of 48
+    tasks land on all three."""
+    store = proj.jobbers.store
+    assert store.shards.count == 16
+    shard_owner = [cluster.owner(store.client.keyslot(k.task("x"))) for k in store.shards.keys]
+    per_master = {port: shard_owner.count(port) for port in cluster.masters()}
+    worker = worker_factory(concurrency=4)
+    ids = [proj.add.delay(i, 1).id for i in range(48)]
+    for task_id in ids:
+        wait_state(proj.jobbers, task_id, S.COMPLETED, worker=worker)
+    keys = cluster.keys_per_master()
+    records = {port: 0 for port in keys}
+    for task_id in ids:
+        records[cluster.owner(store.client.keyslot(store.keys_of(task_id).task(task_id)))] += 1
+    print(f"\nshards per master {per_master}; records of 48 tasks per master {records}; "
+          f"keys per master {keys}")
+    assert sorted(per_master.values()) == [5, 5, 6]
+    assert all(n > 0 for n in records.values()), records
+    assert all(n > 0 for n in keys.values()), keys
+    assert sum(proj.jobbers.counts().values()) == 48
+
+
 def test_lifecycle(proj: Any, worker_factory: Any, tmp_path: Path) -> None:
     lifecycle_cases.started_then_completed_with_timestamps(proj, worker_factory, "prefork")
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("w-*.log"))
@@ -194,19 +217,24 @@ def test_a_dead_letter_is_resubmitted_and_completes(proj: Any, worker_factory: A
 
 def _under_load(proj: Any, worker_factory: Any, cluster: ClusterSet, tmp_path: Path,
                 fault: Callable[[int], str]) -> dict[str, int]:
-    """Run ``fault(slot)`` on the slot of jobbers' keys once 5 of 40 tasks ran,
+    """Run ``fault(slot)`` on the slot of one shard once 5 of 40 tasks of that shard ran,
     publish 10 more after it, and check that all 50 complete, each body once, with no
     traceback in the workers' logs. Returns the ``ASK``/``TRYAGAIN``/``MOVED`` replies the
     clients met meanwhile; prints them with what ``fault`` says it did."""
     store = proj.jobbers.store
-    slot = store.client.keyslot(store.keys.task("x"))
+    shard = 3
+    slot = store.client.keyslot(store.shards.keys[shard].task("x"))
+    in_shard = (i for i in (str(uuid.uuid4()) for _ in range(100_000))
+                if store.shards.index(i) == shard)
     worker_factory(concurrency=4)
     key = unique("runs")
     before = cluster.redirections()
-    ids = [proj.record_run.delay(key, 0.05).id for _ in range(40)]
+    ids = [proj.record_run.apply_async((key, 0.05), task_id=next(in_shard)).id
+           for _ in range(40)]
     wait_for(lambda: proj._redis().llen(key) >= 5, timeout=30, message="tasks to run")
     done = fault(slot)
-    ids += [proj.record_run.delay(key, 0.0).id for _ in range(10)]  # after it: MOVED
+    ids += [proj.record_run.apply_async((key, 0.0), task_id=next(in_shard)).id
+            for _ in range(10)]  # after it: MOVED
     for task_id in ids:
         wait_state(proj.jobbers, task_id, S.COMPLETED, timeout=60)
     runs = proj._redis().lrange(key, 0, -1)
@@ -223,7 +251,7 @@ def _under_load(proj: Any, worker_factory: Any, cluster: ClusterSet, tmp_path: P
 def test_resharding_the_slot_under_load_loses_nothing(proj: Any, worker_factory: Any,
                                                       cluster: ClusterSet,
                                                       tmp_path: Path) -> None:
-    """Move the slot of jobbers' keys to another master, a few keys at a time, while 40
+    """Move the slot of a shard to another master, a few keys at a time, while 40
     tasks run: during the move the clients get ``ASK`` (keys already moved) and
     ``TRYAGAIN`` (a script's keys split between two nodes), after it ``MOVED``. Every task
     must complete once."""
@@ -252,8 +280,8 @@ def _half_moved(counts: dict[str, int]) -> int:
 def test_failing_the_master_over_under_load_loses_nothing(proj: Any, worker_factory: Any,
                                                          cluster: ClusterSet,
                                                          tmp_path: Path) -> None:
-    """``CLUSTER FAILOVER`` to the replica of the master that serves jobbers' slot while 40
-    tasks run: the old master becomes a replica and answers ``MOVED``; the clients follow
+    """``CLUSTER FAILOVER`` to the replica of the master that serves a shard's slot while 40
+    tasks of that shard run: the old master becomes a replica and answers ``MOVED``; the clients follow
     to the new master. Every task completes once."""
 
     def failover(slot: int) -> str:

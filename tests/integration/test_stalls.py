@@ -54,7 +54,13 @@ from tests.integration.stall_cases import (
     stop_group,
     worker_running,
 )
-from tests.integration.stall_helpers import LOST_AFTER_S, fabricate, ticking
+from tests.integration.stall_helpers import (
+    LOST_AFTER_S,
+    fabricate,
+    last_seen,
+    resumed_at,
+    ticking,
+)
 
 T = TypeVar("T")
 
@@ -90,7 +96,6 @@ def test_killed_worker_task_is_stalled_and_resumed_once_on_another_worker(
 
 def test_frozen_worker_is_superseded_and_its_late_heartbeat_rejected(proj, worker_factory):
     jobbers = proj.jobbers
-    stats = jobbers.store.keys.stats
     workers = [worker_factory(pool="prefork", concurrency=1) for _ in range(2)]
     key = unique("frozen")
     steps = 8
@@ -107,7 +112,7 @@ def test_frozen_worker_is_superseded_and_its_late_heartbeat_rejected(proj, worke
                 and r.state in (S.STARTED, S.COMPLETED) and r,
                 timeout=20, message="attempt 2 running on the other worker")
             assert record.worker == other.name
-            rejected_before = int(jobbers.store.client.hget(stats, "rejected:heartbeat") or 0)
+            rejected_before = jobbers.store.refused_counts().get("rejected:heartbeat", 0)
             before_cont = jobbers.store.client.lrange(key, 0, -1)
         finally:
             stop_group(frozen, signal.SIGCONT)
@@ -121,7 +126,7 @@ def test_frozen_worker_is_superseded_and_its_late_heartbeat_rejected(proj, worke
         wait_for(lambda: superseded in frozen.log or ended in frozen.log, timeout=10,
                  message="AttemptSuperseded, or the attempt ended by its worker")
         done = wait_state(jobbers, result.id, S.COMPLETED, timeout=30, worker=other)
-        rejected = int(jobbers.store.client.hget(stats, "rejected:heartbeat") or 0)
+        rejected = jobbers.store.refused_counts().get("rejected:heartbeat", 0)
         if ended in frozen.log:
             wait_for(lambda: "; ended by its worker (SIGTERM "
                      in (transitions(jobbers, result.id, S.STALLED)[0].reason or ""),
@@ -152,7 +157,7 @@ def test_frozen_worker_is_superseded_and_its_late_heartbeat_rejected(proj, worke
     assert done.worker == other.name
     assert done.checkpoint == steps
     assert result.get(timeout=10) == steps
-    assert int(jobbers.store.client.hget(stats, "rejected:heartbeat") or 0) == rejected
+    assert jobbers.store.refused_counts().get("rejected:heartbeat", 0) == rejected
 
     # after SIGCONT the old attempt did at most the step it was in (no new step after it)
     runs = jobbers.store.client.lrange(key, 0, -1)
@@ -237,9 +242,9 @@ def test_two_cleaners_over_500_stale_tasks_recover_each_exactly_once(proj, monke
             # heartbeat deadlines (1 ms) pass at once; the dead worker was last seen long ago
             fabricate(store, by_hb, wid=live_wid, hb_ms=1, srec=1)
             fabricate(store, by_worker, wid=dead_wid, hb_ms=None, srec=1)
-            client.zadd(store.keys.workers, {dead_wid: store.now_ms() - 60_000})
+            last_seen(store, dead_wid, store.now_ms() - 60_000)
             # silence counts from the first tick of this fresh database (no grace left)
-            wait_for(lambda: store.now_ms() - int(store.clock()["resumed_at"])
+            wait_for(lambda: store.now_ms() - resumed_at(store)
                      > LOST_AFTER_S * 1000 + 200, timeout=10, message="the grace to end")
 
             got = [r for rs in at_once(*(functools.partial(drain, j, f"cleaner {i}")
@@ -275,13 +280,13 @@ def test_two_cleaners_over_500_stale_tasks_recover_each_exactly_once(proj, monke
     scheduler = proj.jobbers.scheduler("test-scheduler")
     while scheduler.run_once()[0]:
         pass
-    assert client.zcard(store.keys.publishing) == 0
+    assert sum(client.zcard(k.publishing) for k in store.shards.keys) == 0
     published = Counter(json.loads(m)["headers"]["id"] for m in client.lrange("celery", 0, -1))
     assert published == Counter({i: 1 for i in recovered})
     # indexes tidy: nothing started, no heartbeat deadline, the dead incarnation forgotten
     assert store.counts()[S.STARTED] == 0
-    assert client.zcard(store.keys.heartbeat_due) == 0
-    assert client.zscore(store.keys.workers, dead_wid) is None
+    assert sum(client.zcard(k.heartbeat_due) for k in store.shards.keys) == 0
+    assert last_seen(store, dead_wid) == [None] * store.shards.count
 
 
 # --------------------------------------------------------------------------- 4. Redis paused
@@ -314,7 +319,7 @@ def test_redis_paused_past_the_thresholds_stalls_nothing(proj, worker_factory, r
                    for r in results]
     assert not beat.errors
 
-    clock = jobbers.store.clock()
+    clock = jobbers.store.client.hgetall(jobbers.store.shards.keys[0].clock)
     print(f"\nRedis paused {pause_s:.0f} s: gap seen {clock['gap_ms']} ms; after it "
           f"{len(after)} passes, kept {sum(r.kept for r in after)} "
           f"(beat passes: {len(beat.reports)}, kept {sum(r.kept for r in beat.reports)})")
@@ -368,7 +373,8 @@ def test_a_worker_reports_no_orphan_until_the_grace_after_an_outage_is_over(proj
              message="the Redis clock to pass orphan_ms")
 
     def orphans(resumed_ago_ms: int) -> list[str]:
-        store.client.hset(store.keys.clock, "resumed_at", store.now_ms() - resumed_ago_ms)
+        for k in store.shards.keys:  # every shard's clock: the outage was the server's
+            store.client.hset(k.clock, "resumed_at", store.now_ms() - resumed_ago_ms)
         return store.alive(wid, gap, [], 1000, running=[], orphan_ms=50,
                            orphan_grace_ms=5000).orphans
 
@@ -403,7 +409,7 @@ def test_cleaner_racing_completions_never_both_win(proj, make_store, monkeypatch
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline and any(
                         s == "started"
-                        for s in (store.client.hget(store.keys.task(i), "state") for i in ids)):
+                        for s in (store.client.hget(store.keys_of(i).task(i), "state") for i in ids)):
                     racer.run(by="racer")
 
             at_once(complete, clean)

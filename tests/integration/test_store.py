@@ -95,9 +95,9 @@ def test_missing_record_is_only_created_by_submitted_with_create(make_store) -> 
         assert res.why == ("missing" if dst == S.SUBMITTED else "state")
     assert store.get("ghost") is None
     assert store.history("ghost") == []
-    assert not store.client.exists(store.keys.task("ghost"))
+    assert not store.client.exists(store.keys_of("ghost").task("ghost"))
     assert indexed_states(store, "ghost") == set()
-    assert store.client.zscore(store.keys.all_tasks, "ghost") is None
+    assert store.client.zscore(store.keys_of("ghost").all_tasks, "ghost") is None
     refused = store.refused_counts()
     assert refused["refused"] == len(TaskState)
     assert refused["refused:unsubmitted>submitted"] == 1
@@ -116,7 +116,7 @@ def test_create_fields_are_only_written_for_a_new_record(make_store) -> None:
     assert res.previous == "unsubmitted"
     record = store.get("t1")
     assert (record.name, record.queue) == (NAME, QUEUE)
-    assert store.client.zscore(store.keys.name_index("other.name"), "t1") is None
+    assert store.client.zscore(store.keys_of("t1").name_index("other.name"), "t1") is None
 
 
 def test_sources_guard_rejects_sources_outside_the_table(make_store) -> None:
@@ -234,7 +234,7 @@ def test_terminal_step_sets_done_at_and_expiry(make_store, terminal: TaskState) 
     for res in put_in_state(store, "t1", S.STARTED):
         assert res.applied
         # non-terminal steps leave no TTL
-        assert store.client.ttl(store.keys.task("t1")) == -1
+        assert store.client.ttl(store.keys_of("t1").task("t1")) == -1
     assert "done_at" not in store.get_raw("t1")
     t0 = _ms(store)
     res = store.step("t1", terminal, fence=1)
@@ -245,13 +245,13 @@ def test_terminal_step_sets_done_at_and_expiry(make_store, terminal: TaskState) 
     assert int(raw["done_at"]) == res.now_ms
     assert store.get("t1").completed_at == from_ms(res.now_ms)
     expected = retention + _EXPIRY_SLACK_S
-    assert expected - 5 <= store.client.ttl(store.keys.task("t1")) <= expected
+    assert expected - 5 <= store.client.ttl(store.keys_of("t1").task("t1")) <= expected
     assert_indexed_only_in(store, "t1", terminal)
-    assert store.client.zscore(store.keys.state_index(terminal), "t1") == res.now_ms
+    assert store.client.zscore(store.keys_of("t1").state_index(terminal), "t1") == res.now_ms
 
     if terminal != S.COMPLETED:  # resubmitting makes the record permanent again
         assert store.step("t1", S.SUBMITTED).applied
-        assert store.client.ttl(store.keys.task("t1")) == -1
+        assert store.client.ttl(store.keys_of("t1").task("t1")) == -1
         assert store.get("t1").completed_at is None  # only terminal records have one
 
 
@@ -285,7 +285,7 @@ def test_index_membership_follows_every_step(make_store) -> None:
         assert res.applied, (to, res)
         sub_at = sub_at or res.now_ms
         assert_indexed_only_in(store, "t1", to)
-        score = store.client.zscore(store.keys.state_index(to), "t1")
+        score = store.client.zscore(store.keys_of("t1").state_index(to), "t1")
         raw = store.get_raw("t1")
         if to == S.SCHEDULED:
             run_at = res.now_ms + kwargs["delay_ms"]
@@ -297,7 +297,7 @@ def test_index_membership_follows_every_step(make_store) -> None:
         assert counts[to] == 1
         assert sum(counts.values()) == 1
         # the all and name indexes keep the first submission time
-        for key in (store.keys.all_tasks, store.keys.name_index(NAME)):
+        for key in (store.keys_of("t1").all_tasks, store.keys_of("t1").name_index(NAME)):
             assert store.client.zscore(key, "t1") == sub_at
     history = store.history("t1")
     assert [t.to_state for t in history] == [to for to, _ in path]
@@ -314,7 +314,7 @@ def test_scheduled_index_is_scored_by_run_at(make_store) -> None:
         results[task_id] = (store.step(task_id, S.SCHEDULED, fence=1, delay_ms=delay), delay)
     for task_id, (res, delay) in results.items():
         run_at = res.now_ms + delay
-        assert store.client.zscore(store.keys.state_index(S.SCHEDULED), task_id) == run_at
+        assert store.client.zscore(store.keys_of(task_id).state_index(S.SCHEDULED), task_id) == run_at
         assert store.get(task_id).run_at == from_ms(run_at)
     assert [r.task_id for r in store.scheduled()] == ["soon", "mid", "late"]
     assert [r.task_id for r in store.scheduled(limit=2)] == ["soon", "mid"]
@@ -429,35 +429,36 @@ def test_reads_skip_and_unindex_records_deleted_behind_the_index(make_store) -> 
     store = make_store()
     catalogue = _build_catalogue(store)
     gone = {"task-03", "task-07", "task-09"}  # submitted ones
-    store.client.delete(*(store.keys.task(t) for t in gone))
-    submitted_index = store.keys.state_index(S.SUBMITTED)
+    store.client.delete(*(store.keys_of(t).task(t) for t in gone))
 
     result = [r.task_id for r in store.tasks(state=S.SUBMITTED)]
     assert result == [t for t, *_, s in reversed(catalogue) if s == S.SUBMITTED and t not in gone]
     for task_id in gone:
         assert store.get(task_id) is None
-        assert store.client.zscore(submitted_index, task_id) is None  # lazily removed
-        assert store.client.zscore(store.keys.all_tasks, task_id) is not None  # not walked yet
+        assert store.client.zscore(store.keys_of(task_id).state_index(S.SUBMITTED),
+                                  task_id) is None  # lazily removed
+        assert store.client.zscore(store.keys_of(task_id).all_tasks,
+                                  task_id) is not None  # not walked yet
     ids = [r.task_id for r in store.tasks()]
     assert ids == [t for t, *_ in reversed(catalogue) if t not in gone]
-    assert not gone & set(store.client.zrange(store.keys.all_tasks, 0, -1))
+    assert not gone & {i for k in store.shards.keys for i in store.client.zrange(k.all_tasks, 0, -1)}
     assert store.counts()[S.SUBMITTED] == 1
 
     # the scheduled listing does the same
     for i in range(3):
         put_in_state(store, f"sched-{i}", S.SCHEDULED)
-    store.client.delete(store.keys.task("sched-1"))
+    store.client.delete(store.keys_of("sched-1").task("sched-1"))
     assert [r.task_id for r in store.scheduled()] == ["sched-0", "sched-2"]
-    assert store.client.zscore(store.keys.state_index(S.SCHEDULED), "sched-1") is None
+    assert store.client.zscore(store.keys_of("sched-1").state_index(S.SCHEDULED), "sched-1") is None
 
 
 def test_tasks_pages_past_deleted_records_without_skipping_live_ones(make_store) -> None:
     store = make_store()
     for i in range(150):
         create(store, f"t{i:03d}")
-    order = store.client.zrevrange(store.keys.all_tasks, 0, -1)  # newest first, ties by id
+    order = [r.task_id for r in store.tasks(limit=150)]  # newest first
     gone = set(order[0:100:5])  # 20 among the first page
-    store.client.delete(*(store.keys.task(t) for t in gone))
+    store.client.delete(*(store.keys_of(t).task(t) for t in gone))
     live = [t for t in order if t not in gone]
     assert [r.task_id for r in store.tasks(limit=100)] == live[:100]
     assert [r.task_id for r in store.tasks(limit=200)] == live
@@ -482,8 +483,8 @@ def test_prune_removes_only_old_terminal_records(make_store) -> None:
     put_in_state(store, "fresh", S.COMPLETED, name="old.task", queue="oldq")
 
     assert store.prune() == len(old)
-    k = store.keys
     for task_id in old.values():
+        k = store.keys_of(task_id)
         assert not store.client.exists(k.task(task_id))
         assert indexed_states(store, task_id) == set()
         for key in (k.all_tasks, k.name_index("old.task")):
@@ -493,10 +494,11 @@ def test_prune_removes_only_old_terminal_records(make_store) -> None:
         record = store.get(task_id)
         assert record is not None
         assert indexed_states(store, task_id) == {record.state}
+        k = store.keys_of(task_id)
         for key in (k.all_tasks, k.name_index("old.task")):
             assert store.client.zscore(key, task_id) is not None
     assert sorted(r.task_id for r in store.tasks(name="old.task")) == sorted(survivors)
-    assert store.client.zcard(k.all_tasks) == len(survivors)
+    assert sum(store.client.zcard(k.all_tasks) for k in store.shards.keys) == len(survivors)
     assert store.prune() == 0
     counts = store.counts()
     assert sum(counts[s] for s in TERMINAL) == 1
@@ -524,7 +526,7 @@ def test_step_with_result_write_writes_only_when_applied(make_store) -> None:
 
     done = store.step("t1", S.COMPLETED, sources=(S.STARTED,), fence=1, write_result=write)
     assert done.applied
-    assert c.hget(store.keys.task("t1"), "state") == S.COMPLETED
+    assert c.hget(store.keys_of("t1").task("t1"), "state") == S.COMPLETED
     assert c.get("meta:t1") == write.value
     assert 0 < c.ttl("meta:t1") <= 60
     message = wait_for(lambda: pubsub.get_message(timeout=0.1), message="the publish")
@@ -583,11 +585,11 @@ def test_completed_record_is_a_compact_hash_even_with_a_long_hostname(make_store
     store = make_store()
     worker = "celery@ip-172-31-10-110.eu-west-1.compute.internal"
     put_in_state(store, "t1", S.SUBMITTED)
-    store.client.hset(store.keys.task("t1"), "msg", "x" * 400)  # a payload makes it large
-    assert store.client.object("encoding", store.keys.task("t1")) == "hashtable"
+    store.client.hset(store.keys_of("t1").task("t1"), "msg", "x" * 400)  # a payload makes it large
+    assert store.client.object("encoding", store.keys_of("t1").task("t1")) == "hashtable"
     assert store.step("t1", S.STARTED, start=True, worker=worker).applied
     assert store.step("t1", S.COMPLETED, fence=1, worker=worker, delete=("msg",)).applied
-    assert store.client.object("encoding", store.keys.task("t1")) == "listpack"
+    assert store.client.object("encoding", store.keys_of("t1").task("t1")) == "listpack"
     assert [t.worker for t in store.history("t1")][1:] == [worker, worker]
 
 
@@ -599,7 +601,7 @@ def test_returned_fields_are_the_values_after_the_step(make_store) -> None:
     deleted must still be what it returns."""
     store = make_store()
     put_in_state(store, "t1", S.STARTED)
-    store.client.hset(store.keys.task("t1"), mapping={"ckpt": '"old"', "progress": "7"})
+    store.client.hset(store.keys_of("t1").task("t1"), mapping={"ckpt": '"old"', "progress": "7"})
     res = store.step("t1", S.FAILED, fence=1, set_fields={"ckpt": '"new"', "err": "{}"},
                      delete=("progress",), ret=("ckpt", "progress", "queue", "err", "nope"))
     assert res.applied
@@ -614,21 +616,33 @@ def test_a_worker_incarnation_enters_the_workers_set_with_its_first_start_here(m
     """Its liveness thread keeps it there afterwards: later starts in the same process do
     not write it again."""
     store = make_store()
-    workers = store.keys.workers
-    create(store, "t1")
-    create(store, "t2")
-    assert store.step("t1", S.STARTED, start=True, worker="w@h", wid="wid-1").applied
+    # three ids in one shard (each shard has its copy of the set, entered at the first
+    # start there), and one in another
+    same = [f"t{i}" for i in range(200) if store.shards.index(f"t{i}") == 0][:3]
+    other = next(f"o{i}" for i in range(200) if store.shards.index(f"o{i}") != 0)
+    assert len(same) == 3
+    assert store.shards.count > 1
+    t1, t2, t3 = same
+    workers = store.keys_of(t1).workers
+    for task_id in (*same, other):
+        create(store, task_id)
+    assert store.step(t1, S.STARTED, start=True, worker="w@h", wid="wid-1").applied
     assert store.client.zscore(workers, "wid-1") is not None
     store.client.zrem(workers, "wid-1")
-    assert store.step("t2", S.STARTED, start=True, worker="w@h", wid="wid-1").applied
-    assert store.client.zscore(workers, "wid-1") is None  # once per process
-    create(store, "t3")
-    assert store.step("t3", S.STARTED, start=True, worker="w@h", wid="wid-2").applied
+    assert store.step(t2, S.STARTED, start=True, worker="w@h", wid="wid-1").applied
+    assert store.client.zscore(workers, "wid-1") is None  # once per process (and shard)
+    assert store.step(other, S.STARTED, start=True, worker="w@h", wid="wid-1").applied
+    assert store.client.zscore(store.keys_of(other).workers, "wid-1") is not None
+    assert store.step(t3, S.STARTED, start=True, worker="w@h", wid="wid-2").applied
     assert store.client.zscore(workers, "wid-2") is not None  # another incarnation
 
 
-def test_an_ending_attempt_releases_its_lease_and_heartbeat_deadline(make_store) -> None:
-    store = make_store()
+@pytest.mark.parametrize("shards", [1, 16])
+def test_an_ending_attempt_releases_its_lease_and_heartbeat_deadline(make_store,
+                                                                     shards: int) -> None:
+    """One shard: the lease is taken and released inside the steps; several: taken in the
+    global slot before the start step, released after the end step (conc.lua)."""
+    store = make_store(shards=shards)
     k = store.keys
     create(store, "capped")
     create(store, "plain")
@@ -638,7 +652,7 @@ def test_an_ending_attempt_releases_its_lease_and_heartbeat_deadline(make_store)
     assert capped.state is S.STARTED
     assert store.get_raw("capped")["cap"] == "5"
     assert store.client.zscore(k.concurrency(NAME), "capped") is not None
-    assert store.client.zscore(k.heartbeat_due, "capped") is not None
+    assert store.client.zscore(store.keys_of("capped").heartbeat_due, "capped") is not None
     assert store.step("plain", S.STARTED, start=True, worker="w@h", wid="wid-1",
                       name=NAME).applied
     assert "cap" not in store.get_raw("plain")
@@ -646,6 +660,43 @@ def test_an_ending_attempt_releases_its_lease_and_heartbeat_deadline(make_store)
         assert store.step(task_id, S.COMPLETED, fence=1, wid="wid-1", name=NAME,
                           delete=("hb_iv",)).applied
     assert store.client.zscore(k.concurrency(NAME), "capped") is None
-    assert store.client.zscore(k.heartbeat_due, "capped") is None
-    assert store.client.zcard(k.worker_tasks("wid-1")) == 0
+    assert store.client.zscore(store.keys_of("capped").heartbeat_due, "capped") is None
+    assert sum(store.client.zcard(s.worker_tasks("wid-1")) for s in store.shards.keys) == 0
     assert "cap" not in store.get_raw("capped")
+
+
+@pytest.mark.parametrize("shards", [1, 16])
+def test_the_cap_defers_the_start_past_it_and_frees_the_slot_of_an_ended_attempt(
+        make_store, shards: int) -> None:
+    """Over the cap a start is deferred (scheduled, no retry used) and holds no lease; a
+    lease is renewed by the worker's liveness refresh (and, with one shard, a heartbeat);
+    a stalled attempt's lease is released by the cleaner's verdict."""
+    store = make_store(shards=shards)
+    conc = store.keys.concurrency(NAME)
+    for task_id in ("a", "b", "c"):
+        create(store, task_id)
+    for task_id in ("a", "b"):
+        res = store.step(task_id, S.STARTED, start=True, worker="w@h", wid="wid-1", cap=2,
+                         name=NAME, lease_cap_ms=5_000)
+        assert res.state is S.STARTED
+    over = store.step("c", S.STARTED, start=True, worker="w@h", wid="wid-1", cap=2,
+                      name=NAME, lease_cap_ms=5_000, defer_ms=60_000)
+    assert over.applied
+    assert over.state is S.SCHEDULED
+    assert "max_concurrent=2 reached" in (store.history("c")[-1].reason or "")
+    assert set(store.client.zrange(conc, 0, -1)) == {"a", "b"}
+    before = store.client.zscore(conc, "a")
+    gap = (3000, 30000)
+    store.alive("wid-1", gap, [(NAME, "a"), (NAME, "b")], 600_000, running=["a", "b"],
+                orphan_ms=60_000)
+    assert store.client.zscore(conc, "a") > before + 500_000  # renewed
+    # the cleaner ends b's attempt: its slot is free again, and c starts when due
+    verdict = store.stall([("b", "gone", "wid-1", NAME)], 60_000, 30_000)
+    assert verdict.stalled == 1
+    assert set(store.client.zrange(conc, 0, -1)) == {"a"}
+    store.client.hset(store.keys_of("c").task("c"), "run_at", 0)  # due now
+    assert [c.task_id for c in store.claim(["c"], 30_000, "s1")] == ["c"]
+    res = store.step("c", S.STARTED, start=True, worker="w@h", wid="wid-1", cap=2,
+                     name=NAME, lease_cap_ms=5_000)
+    assert res.state is S.STARTED
+    assert set(store.client.zrange(conc, 0, -1)) == {"a", "c"}

@@ -79,9 +79,9 @@ def started(store: RedisStore, task_id: str) -> int:
 
 def snapshot(store: RedisStore, task_id: str) -> tuple[dict[str, str], dict[str, float | None]]:
     client = store.client
-    scores = {s.value: client.zscore(store.keys.state_index(s), task_id) for s in S
+    scores = {s.value: client.zscore(store.keys_of(task_id).state_index(s), task_id) for s in S
               if s is not S.UNSUBMITTED}
-    return dict(client.hgetall(store.keys.task(task_id))), scores  # type: ignore[arg-type]
+    return dict(client.hgetall(store.keys_of(task_id).task(task_id))), scores  # type: ignore[arg-type]
 
 
 def test_a_step_refused_for_full_memory_writes_nothing(server: RedisServer) -> None:
@@ -130,7 +130,7 @@ def test_a_heartbeat_under_full_memory_is_not_delivered(server: RedisServer) -> 
     beat = store.heartbeat("t1", attempt, progress='"half"')
     assert not beat.delivered
     assert not beat.accepted
-    assert store.client.hget(store.keys.task("t1"), "progress") is None
+    assert store.client.hget(store.keys_of("t1").task("t1"), "progress") is None
     free_memory(store.client)
     assert store.heartbeat("t1", attempt, progress='"half"').accepted
 

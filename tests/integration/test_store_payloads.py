@@ -18,7 +18,7 @@ SLACK_MS = 3600 * 1000  # the store keeps terminal records an hour past the rete
 
 def test_a_dead_record_drops_its_payload_keeping_its_expiry(make_store):
     store = make_store(retention=RETENTION)
-    client, key = store.client, store.keys.task("t1")
+    client, key = store.client, store.keys_of("t1").task("t1")
     put_in_state(store, "t1", S.FAILED)
     client.hset(key, "msg", "x" * 10_000)  # a payload too long for the compact encoding
     assert client.object("encoding", key) == "hashtable"
@@ -43,8 +43,8 @@ def test_a_record_that_moved_on_keeps_its_payload(make_store, state, attempt):
     store = make_store()
     put_in_state(store, "t1", state)
     assert store.drop_payloads([("t1", attempt), ("missing", 1)]) == 0
-    assert store.client.hexists(store.keys.task("t1"), "msg")
-    assert not store.client.exists(store.keys.task("missing"))  # not created
+    assert store.client.hexists(store.keys_of("t1").task("t1"), "msg")
+    assert not store.client.exists(store.keys_of("missing").task("missing"))  # not created
 
 
 def test_without_payload_names_the_resubmittable_records_that_dropped_it(make_store):
@@ -53,7 +53,7 @@ def test_without_payload_names_the_resubmittable_records_that_dropped_it(make_st
                            ("running", S.STARTED)):
         put_in_state(store, task_id, state)
     store.drop_payloads([("dropped", 1), ("stalled", 1)])
-    store.client.hdel(store.keys.task("running"), "msg")  # not resubmittable anyway
+    store.client.hdel(store.keys_of("running").task("running"), "msg")  # not resubmittable anyway
     assert store.without_payload(["dropped", "kept", "stalled", "running", "unknown"]) == {
         "dropped": 1, "stalled": 1}
     assert store.without_payload([]) == {}

@@ -194,7 +194,7 @@ def test_two_schedulers_claim_every_due_task_exactly_once(make_store) -> None:
     counts = setup.counts()
     assert counts[S.SUBMITTED] == len(ids)
     assert counts[S.SCHEDULED] == 0
-    assert setup.client.zcard(setup.keys.publishing) == 0
+    assert sum(setup.client.zcard(k.publishing) for k in setup.shards.keys) == 0
     assert setup.due() == ([], None)
     assert "republished" not in setup.refused_counts()
 
@@ -231,14 +231,14 @@ def test_two_scheduler_run_once_loops_publish_each_task_once(make_store) -> None
     first, second = _race(runner("w1"), runner("w2"))
     assert sorted(first + second) == sorted(ids)
     assert len(set(first + second)) == len(ids)
-    assert setup.client.zcard(setup.keys.publishing) == 0
+    assert sum(setup.client.zcard(k.publishing) for k in setup.shards.keys) == 0
 
 
 def test_unconfirmed_claim_is_handed_out_again_after_its_lease(make_store) -> None:
     store, other = make_store(), make_store()
     lease_ms = 500
     create(store, "t1", name="proj.slow")
-    store.client.hset(store.keys.task("t1"), "retries", "2")
+    store.client.hset(store.keys_of("t1").task("t1"), "retries", "2")
     assert store.step("t1", S.SCHEDULED, delay_ms=0).applied
     wait_for(lambda: store.due()[0] == ["t1"], message="t1 to be due")
 
@@ -247,7 +247,7 @@ def test_unconfirmed_claim_is_handed_out_again_after_its_lease(make_store) -> No
     after = store.now_ms()
     assert [(c.task_id, c.name, c.retries) for c in claimed] == [("t1", "proj.slow", 2)]
     assert '"args": [1, 2]' in claimed[0].msg
-    deadline = store.client.zscore(store.keys.publishing, "t1")
+    deadline = store.client.zscore(store.keys_of("t1").publishing, "t1")
     assert before + lease_ms <= deadline <= after + lease_ms
     assert store.get("t1").state == S.SUBMITTED
 
@@ -276,10 +276,10 @@ def test_unconfirmed_claim_is_handed_out_again_after_its_lease(make_store) -> No
     # republishing is no transition: the record and its history are unchanged
     assert [t.to_state for t in store.history("t1")] == [S.SUBMITTED, S.SCHEDULED, S.SUBMITTED]
     assert store.get("t1").state == S.SUBMITTED
-    assert store.client.zscore(store.keys.publishing, "t1") > deadline  # a fresh lease
+    assert store.client.zscore(store.keys_of("t1").publishing, "t1") > deadline  # a fresh lease
 
     other.confirm_published(["t1"])
-    assert store.client.zscore(store.keys.publishing, "t1") is None
+    assert store.client.zscore(store.keys_of("t1").publishing, "t1") is None
     assert store.due() == ([], None)
     assert store.claim(["t1"], lease_ms, "w3") == []
 
@@ -294,7 +294,7 @@ def test_expired_lease_of_a_task_that_started_meanwhile_is_dropped(make_store) -
     assert store.step("t1", S.STARTED, start=True).applied
     wait_for(lambda: store.due()[0] == ["t1"], message="the lease to expire")
     assert store.claim(["t1"], 100, "w2") == []
-    assert store.client.zscore(store.keys.publishing, "t1") is None
+    assert store.client.zscore(store.keys_of("t1").publishing, "t1") is None
     assert store.due() == ([], None)
     assert store.get("t1").state == S.STARTED
 

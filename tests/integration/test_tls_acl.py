@@ -21,7 +21,6 @@ import redis
 from redis.exceptions import NoPermissionError
 
 from jobbers_celery import TaskState, get_jobbers
-from jobbers_celery.store.keys import Keys
 from tests.conftest import ROOT, Worker, start_worker, wait_for
 from tests.integration import tls_proj
 from tests.integration.lifecycle_helpers import (
@@ -140,7 +139,7 @@ def test_every_step_over_tls_as_the_documented_acl_user(tls, tls_worker):
     assert jobbers.get(result.id) is None, report
 
     # the worker's liveness entry is refreshed (alive.lua) while it runs
-    keys = Keys("jobbers")
+    keys = jobbers.store.shards.keys[0]  # (a shard's copy of) the workers set
     admin = tls.admin()
     first = wait_for(lambda: admin.zrange(keys.workers, 0, -1, withscores=True),
                      message="the worker's liveness entry")
@@ -170,7 +169,8 @@ def test_tls_from_settings_broker_use_ssl_and_jobbers_redis_use_ssl(tls, tls_wor
 def test_a_missing_permission_a_wrong_password_or_ca_fail_fast_and_clearly(
         tls, tls_worker, tmp_path):
     # the documented rule without jobbers' key pattern
-    tls.set_user("nokeys", "pw", tuple(r for r in ACL_RULE if r != "~{jobbers}:*"))
+    tls.set_user("nokeys", "pw", tuple(r for r in ACL_RULE
+                                             if r not in ("~{jobbers}:*", "~{jobbers.*}:*")))
     try:
         app, env = _app(tls, "url", tls.url("nokeys", "pw"))
         jobbers = get_jobbers(app)

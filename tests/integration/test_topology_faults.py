@@ -153,7 +153,7 @@ def test_sentinel_failover_mid_batch(tmp_path: Path) -> None:
             assert isinstance(jobbers.store.client.connection_pool, SentinelConnectionPool)
             new_master = redis.Redis(port=ports[1], decode_responses=True)
             assert new_master.info("replication")["role"] == "master"
-            key = jobbers.store.keys.workers
+            key = jobbers.store.shards.keys[0].workers
             wait_for(lambda: max(score for _, score in new_master.zrange(key, 0, -1,
                                                                          withscores=True))
                      > jobbers.store.now_ms() - 3000, message="a liveness refresh on it")

@@ -27,8 +27,8 @@ __all__ = ["ACL_RULE", "Certificates", "TlsRedisServer", "make_certificates"]
 #: result backend need, for the default key prefix ``jobbers``, the default queue
 #: ``celery`` and database 0. Kept word for word in docs/howto/topologies.md (section tls).
 ACL_RULE: tuple[str, ...] = (
-    # jobbers' keys: every one is under the hash tag of jobbers_key_prefix
-    "~{jobbers}:*",
+    # jobbers' keys: under the global hash tag of jobbers_key_prefix, or a shard's
+    "~{jobbers}:*", "~{jobbers.*}:*",
     # the result backend's keys (the completed step's script writes the result too)
     "~celery-task-meta-*", "~celery-taskset-meta-*",
     # the broker (kombu): the queue's list and its priority lists (<queue>\x06\x16<n>),

@@ -36,6 +36,7 @@ def make_app(mode: str, url: str, ca: str) -> Celery:
         broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
         jobbers_scheduler_interval=0.2, jobbers_worker_lost_after=3,
         jobbers_cleaner_interval=1, jobbers_cancel_grace=1,
+        jobbers_store_shards=16,  # the ACL rule must cover the shards' keys
     )
     if mode == "url":
         app.conf.update(broker_url=url, result_backend=url)

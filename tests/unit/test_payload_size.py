@@ -26,7 +26,7 @@ class StepRecorder:
         return StepResult(applied=True, previous="missing", now_ms=1_000, attempt=0,
                           state=TaskState.SUBMITTED, epoch="e1")
 
-    def epoch(self, max_age: float = 0.0) -> str:
+    def epoch(self, task_id: str, max_age: float = 0.0) -> str:
         return "e1"
 
 

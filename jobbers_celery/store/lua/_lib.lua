@@ -21,6 +21,11 @@
 --   cap, lease_cap_ms, defer_ms   with start: max_concurrent; over the cap the task is
 --             deferred (to = scheduled after defer_ms) instead of started; a started task
 --             holding a lease is marked (field cap) so that its end releases it
+--   cap_held  (sharded layout) the lease was asked for in the global slot before this
+--             step (conc.lua): true taken, false the cap was full (deferred)
+--   split     (sharded layout) an attempt holding a lease that ends does not release it
+--             here (another slot): the record's name is returned after the ret values
+--             ('' when it held none) for the caller to release it
 --   cancellable  if cancellation was requested, go to cancelled instead of spec.to
 --             (history reason: cancel_reason if given)
 --             Whenever a step ends a task flagged for cancellation in cancelled, the reason
@@ -142,9 +147,15 @@ local function step(ctx, task, spec)
     reason = spec.cancel_reason or
       ('cancellation requested' .. (reason and ('; ' .. reason) or ''))
   elseif start and spec.cap then
-    redis.call('ZREMRANGEBYSCORE', ctx.conc, '-inf', now)  -- leases of dead holders
-    if not redis.call('ZSCORE', ctx.conc, spec.id)
-        and redis.call('ZCARD', ctx.conc) >= tonumber(spec.cap) then
+    local full
+    if spec.cap_held ~= nil then
+      full = not spec.cap_held  -- sharded: the lease was asked for in the global slot first
+    else
+      redis.call('ZREMRANGEBYSCORE', ctx.conc, '-inf', now)  -- leases of dead holders
+      full = not redis.call('ZSCORE', ctx.conc, spec.id)
+        and redis.call('ZCARD', ctx.conc) >= tonumber(spec.cap)
+    end
+    if full then
       to, start, delay_ms = 'scheduled', false, spec.defer_ms
       reason = 'max_concurrent=' .. spec.cap .. ' reached: deferred, no retry used'
     end
@@ -192,7 +203,9 @@ local function step(ctx, task, spec)
       w[#w + 1] = 'hb_iv'; w[#w + 1] = spec.hb_ms
     end
     if spec.cap then
-      redis.call('ZADD', ctx.conc, now + tonumber(spec.lease_cap_ms), spec.id)
+      if spec.cap_held == nil then
+        redis.call('ZADD', ctx.conc, now + tonumber(spec.lease_cap_ms), spec.id)
+      end
       w[#w + 1] = 'cap'; w[#w + 1] = spec.cap
     end
     if spec.set then
@@ -210,7 +223,12 @@ local function step(ctx, task, spec)
     if got[9] then redis.call('ZREM', ctx.hbdue, spec.id) end
     redis.call('ZREM', ctx.wtasks, spec.id)
     if got[10] then
-      redis.call('ZREM', ctx.conc, spec.id)
+      if spec.split then
+        -- sharded: the lease is in the global slot; the caller releases it (name returned)
+        ctx.freed = redis.call('HGET', task, 'name') or ''
+      else
+        redis.call('ZREM', ctx.conc, spec.id)
+      end
       if not start then d[#d + 1] = 'cap' end
     end
   end
@@ -290,6 +308,10 @@ local function step(ctx, task, spec)
     for i = 1, #w, 2 do if after[w[i]] then after[w[i]] = w[i + 1] end end
     for _, f in ipairs(d) do if after[f] then after[f] = '' end end
     for i = 1, #ret do out[#out + 1] = after[ret[i]] end
+  end
+  if spec.split then
+    out[#out + 1] = ctx.freed or ''
+    ctx.freed = nil
   end
   return out
 end

@@ -17,10 +17,11 @@
 -- incarnation), then one worker-tasks set per incarnation in req.forget, then their halt
 -- hashes, in the same order.
 -- ARGV[1] states order, ARGV[2] JSON {items = {{id, kind, wid}}, lost_ms, lease_ms, ttl,
--- forget = {wid...}}
+-- forget = {wid...}, split?} (split: the sharded layout, see _lib.lua's step)
 -- Returns JSON {recovered = {{id, msg, retries, name, queue, now, started}}, dead = {{id,
--- attempt, now, reason, started, fields...}}, stalled = n, kept = n}; started is when the
--- stalled attempt started (ms).
+-- attempt, now, reason, started, fields...}}, stalled = n, kept = n, freed = {{id, name}}};
+-- started is when the stalled attempt started (ms); freed: the concurrency leases the caller
+-- releases (split only).
 local ctx, k = context()
 local req = cjson.decode(ARGV[2])
 local clock, workers = KEYS[k], ctx.workers
@@ -28,7 +29,7 @@ local now = ctx.now
 new_server(clock, now)  -- failed over since the pass looked: the grace starts now
 local resumed = tonumber(redis.call('HGET', clock, 'resumed_at') or '0') or 0
 local lost_ms = tonumber(req.lost_ms)
-local recovered, dead, stalled, kept = {}, {}, 0, 0
+local recovered, dead, stalled, kept, freed = {}, {}, 0, 0, {}
 local FIELDS = {'state', 'attempt', 'hb_at', 'hb_iv', 'wid', 'srec', 'stalls', 'worker',
                 'msg', 'ver', 'queue', 'retries', 'ckpt', 'dlq', 'name', 'start_at', 'retry_at'}
 
@@ -86,10 +87,11 @@ for i, item in ipairs(req.items) do
   if reason then
     local attempt = tonumber(f.attempt or '0') or 0
     local r = step(ctx, task, {id = item.id, to = 'stalled', from = {'started'},
-      fence = attempt, ttl = req.ttl, reason = reason, worker = f.worker,
+      fence = attempt, ttl = req.ttl, reason = reason, worker = f.worker, split = req.split,
       set = {err = cjson.encode({type = 'Stalled', message = reason})}})
     if r[1] == 1 then
       stalled = stalled + 1
+      if req.split and r[6] ~= '' then freed[#freed + 1] = {item.id, r[6]} end
       if item.kind ~= 'gone' then
         redis.call('HSET', halts, item.id, now .. '|' .. attempt)
       end
@@ -122,4 +124,5 @@ for i, wid in ipairs(req.forget) do
   end
 end
 
-return cjson.encode({recovered = recovered, dead = dead, stalled = stalled, kept = kept})
+return cjson.encode({recovered = recovered, dead = dead, stalled = stalled, kept = kept,
+  freed = freed})
