@@ -14,6 +14,10 @@ Environment (set by ``overhead.py``; this module is benchmark scaffolding, not l
     write into its ``completed`` step ("folded" variant).
 ``BENCH_PLAIN_TASK``
     ``1``: ``bench.noop`` is a plain task (variant ``plain_installed``).
+``BENCH_SHARDS``
+    ``jobbers_store_shards`` (variant ``jobbers_sharded``: 16, where one server's default is
+    one), under its own ``BENCH_KEY_PREFIX`` (``jobbers_key_prefix``) so that the two
+    layouts never meet in one dataset.
 ``BENCH_STORE_MODE``
     diagnostics only, to split the jobbers overhead into its parts: ``real`` (default);
     ``trivial-lua``: each step still sends its EVALSHA with the same keys and arguments,
@@ -45,6 +49,9 @@ app.conf.update(
 )
 if os.environ.get("BENCH_JOBBERS_URL"):
     app.conf.jobbers_redis_url = os.environ["BENCH_JOBBERS_URL"]
+if os.environ.get("BENCH_SHARDS"):
+    app.conf.jobbers_store_shards = int(os.environ["BENCH_SHARDS"])
+    app.conf.jobbers_key_prefix = os.environ["BENCH_KEY_PREFIX"]
 jobbers = install(app)
 
 

@@ -13,9 +13,12 @@ own ``_start``, ``heartbeat`` and ``_complete`` under a pushed request), are rea
 (hash with its ``h<n>`` history, every index that holds them, TTL) and are then mass-copied
 by a Lua loader, 1,000 per call, with fresh ids, workers and times (absolute times in
 ``sub_at``/``start_at``/``hb_at``/``done_at`` and the index scores, history deltas from the
-copy's own ``sub_at``). A copy made with a template's own times is checked against the
-template (fields, field order, encoding, index scores, TTL, ``MEMORY USAGE``) before
-anything is loaded.
+copy's own ``sub_at``). The store's keys spread over shards (``jobbers_store_shards``,
+``--shards``): each loader call writes into one shard, with ids of that shard, the
+template's shard tag replaced by that shard's in every key; the calls cycle over the shards.
+A copy made with a template's own times (in another shard than the template's) is checked
+against the template (fields, field order, encoding, index scores, TTL, ``MEMORY USAGE``)
+before anything is loaded.
 
 Then it runs ``jobbers.cleaner.run()`` (the real pass) with none stalled, and with
 1,000 stalled, four ways: heartbeat kind / dead-worker kind, each dead-lettered
@@ -25,6 +28,7 @@ consumes).
 
     .venv/bin/python bench/cleaner.py            # 1,000,000 records, 100,000 running
     .venv/bin/python bench/cleaner.py --quick    # 100,000 / 10,000 / 1,000 stalled
+    .venv/bin/python bench/cleaner.py --compare-shards 1,16   # both layouts, interleaved
 
 See bench/README.md for how to read the output.
 """
@@ -53,6 +57,7 @@ from typing import Any
 from _common import (  # bench/ is on sys.path (the script's directory)
     Load,
     PrivateRedis,
+    Spread,
     code_version,
     distribution,
     on_sys_path,
@@ -68,6 +73,9 @@ on_sys_path()  # jobbers, from this checkout
 TARGET_NONE_MS = 50.0
 TARGET_STALLED_MS = 500.0
 TARGET_COMPLETED_BYTES = 1024.0
+#: Target of the sharded layout (issue: shards): cleaner passes no more than 5 % slower than
+#: with one shard (ratio of the medians); memory per completed record as above.
+TARGET_SHARDED_RATIO = 1.05
 
 #: The two bench tasks: one heartbeats (``max_heartbeat_interval``), one never does.
 FETCH = "bench.fetch_url"
@@ -80,6 +88,9 @@ M_SUB, M_START, M_HB, M_DONE = range(4)
 MARK_FIELDS = {"sub_at": M_SUB, "start_at": M_START, "hb_at": M_HB, "done_at": M_DONE}
 DAY_MS = 86_400_000
 WORKER_VARIANTS = ("hb", "worker")
+#: The four ways 1,000 stall: (variant, recovered, label), in the order they run.
+STALLED_VARIANTS = tuple((v, rec, f"{v}-{'recover' if rec else 'dlq'}")
+                         for v in WORKER_VARIANTS for rec in (False, True))
 
 # The loader: one call writes a batch of records from a template (see Template).
 # ARGV[1] template JSON: task (key prefix), fields {{name, text, mark, add, rel}} (mark -1:
@@ -139,6 +150,11 @@ return #b.recs
 class LiveWorker:
     hostname: str
     wid: str
+
+
+def ns_of(keys: Any) -> str:
+    """The namespace of a ``Keys`` (``{jobbers}``, or a shard's ``{jobbers.3.17}``)."""
+    return str(keys.task("")).removesuffix(":task:")
 
 
 def make_worker(name: str) -> LiveWorker:
@@ -219,6 +235,8 @@ class Template:
     task_id: str
     worker: LiveWorker
     marks: list[int]
+    #: The namespace (``{tag}``) of the template's shard: every key in ``zsets`` starts with it.
+    ns: str = ""
     fields: list[list[Any]] = field(default_factory=list)
     zsets: list[list[Any]] = field(default_factory=list)
     ttl: int = 0
@@ -229,9 +247,18 @@ class Template:
     def history(self) -> list[str]:
         return [self.raw_hash[f"h{n}"] for n in range(1, int(self.raw_hash.get("hn", 0)) + 1)]
 
-    def spec(self, keys: Any) -> str:
-        return json.dumps({"task": keys.task(""), "fields": self.fields, "zsets": self.zsets,
+    def spec(self, ns: str) -> str:
+        """The loader's template for copies in the shard whose namespace is ``ns``: the
+        template's own shard tag replaced by that one in every key (never in a field)."""
+        return json.dumps({"task": f"{ns}:task:", "fields": self.fields,
+                           "zsets": [[self.move(z[0], ns), *z[1:]] for z in self.zsets],
                            "ttl": self.ttl})
+
+    def move(self, key: str, ns: str) -> str:
+        """``key`` of the template's shard, in the shard whose namespace is ``ns``."""
+        if not key.startswith(self.ns + ":"):
+            raise RuntimeError(f"{key} is not in the template's shard {self.ns}")
+        return ns + key[len(self.ns):]
 
     def generalise(self, text: str) -> str:
         return (text.replace(self.worker.wid, "<<WID>>")
@@ -256,9 +283,18 @@ class Bench:
             task_serializer="json", accept_content=["json"],
             broker_connection_retry_on_startup=True,
         )
+        if args.shards is not None:
+            self.app.conf.jobbers_store_shards = args.shards
         self.jobbers = install(self.app)
         self.store = self.jobbers.store
+        #: The global keys (dead letters, the cleaner's pass record); a task's are
+        #: ``self.store.keys_of(task_id)``, each shard's ``self.store.shards.keys``.
         self.keys = self.store.keys
+        #: The namespace of each shard (the dataset's layout is written here, at first use).
+        self.ns = [ns_of(k) for k in self.store.shards.keys]
+        #: Fresh uuid4s bucketed by shard: a loader batch writes into one shard, so its
+        #: ids must all belong to it (none is thrown away, see ``_ids_in``).
+        self._pools: list[list[str]] = [[] for _ in self.ns]
 
         @self.app.task(base=JobbersTask, name=FETCH, max_heartbeat_interval=HB_INTERVAL_S,
                        dead_letter_policy="save", queue="io", shared=False)
@@ -313,13 +349,24 @@ class Bench:
             task.pop_request()
             liveness._wid = saved
 
+    def _ids_in(self, shard: int, n: int) -> list[str]:
+        """``n`` fresh uuid4s of ``shard`` (those of other shards wait in their pools)."""
+        index, pools = self.store.shards.index, self._pools
+        pool = pools[shard]
+        while len(pool) < n:
+            task_id = str(uuid.uuid4())
+            pools[index(task_id)].append(task_id)
+        out = pool[len(pool) - n:]
+        del pool[len(pool) - n:]
+        return out
+
     def _zsets(self) -> list[str]:
         # Template phase only, on this benchmark's private, nearly empty server: discover
         # which indexes the real code wrote instead of assuming the layout (SCAN, like
-        # anything that walks a keyspace; the library itself never does).
-        prefix = self.keys.task("").split(":task:")[0]
-        return sorted(set(self.client.scan_iter(match=prefix + ":*", count=1000,
-                                                _type="zset")))
+        # anything that walks a keyspace; the library itself never does); every shard's
+        # and the global keys (``{<prefix>`` starts all of them).
+        match = "{" + self.keys.prefix + "*"
+        return sorted(set(self.client.scan_iter(match=match, count=1000, _type="zset")))
 
     def make_templates(self) -> None:
         w = self.workers[0]
@@ -348,12 +395,12 @@ class Bench:
         return marks.index(at)
 
     def _read_template(self, kind: str, name: str, task_id: str, w: LiveWorker) -> Template:
-        k = self.keys
+        k = self.store.keys_of(task_id)  # the template's shard
         raw = self.client.hgetall(k.task(task_id))
         start = int(raw["start_at"])
         marks = [int(raw["sub_at"]), start, int(raw.get("hb_at") or start),
                  int(raw.get("done_at") or 0)]
-        t = Template(kind, name, task_id, w, marks, raw_hash=raw)
+        t = Template(kind, name, task_id, w, marks, ns=ns_of(k), raw_hash=raw)
         for f, v in raw.items():
             if f in MARK_FIELDS:
                 t.fields.append([f, "", MARK_FIELDS[f], 0, 0])
@@ -374,6 +421,9 @@ class Bench:
             score = self.client.zscore(key, task_id)
             if score is None:
                 continue
+            if not key.startswith(t.ns + ":"):
+                raise RuntimeError(f"{kind} {name}: {key} holds the template, outside its "
+                                   f"shard {t.ns}; the loader writes in one shard")
             t.raw_zsets[key] = score
             if key == k.heartbeat_due:
                 mark, add = M_HB, int(score) - marks[M_HB]
@@ -394,34 +444,45 @@ class Bench:
         return json.dumps({"now": now, "subst": {"WORKER": w.hostname, "WID": w.wid},
                            "recs": recs})
 
-    def _copy(self, t: Template, w: LiveWorker, recs: list[list[Any]]) -> int:
-        return int(self.loader(args=[t.spec(self.keys), self._batch(w, recs, self.now_ms())]))
+    def _copy(self, t: Template, w: LiveWorker, recs: list[list[Any]], shard: int) -> int:
+        """Copies of ``t`` in ``shard`` (the shard of every id in ``recs``)."""
+        return int(self.loader(args=[t.spec(self.ns[shard]),
+                                     self._batch(w, recs, self.now_ms())]))
 
     def check_fidelity(self) -> list[str]:
-        """A copy of each template with the template's own times must equal it."""
-        k = self.keys
+        """A copy of each template with the template's own times must equal it. The copy
+        goes into another shard than the template's when there are several (one whose tag
+        is as long, so the key names, and so ``MEMORY USAGE``, can be equal): the loader's
+        move of the keys to the batch's shard is checked too."""
+        shards = self.store.shards
         lines = []
         for (kind, name), t in self.templates.items():
-            cid = str(uuid.uuid4())
-            self._copy(t, t.worker, [[cid, *t.marks]])
+            home = shards.index(t.task_id)
+            others = [s for s in range(shards.count)
+                      if s != home and len(self.ns[s]) == len(self.ns[home])]
+            shard = others[0] if others else home
+            cid = self._ids_in(shard, 1)[0]
+            tk, ck = shards.keys[home], shards.keys[shard]
+            self._copy(t, t.worker, [[cid, *t.marks]], shard)
             try:
-                got = self.client.hgetall(k.task(cid))
+                got = self.client.hgetall(ck.task(cid))
                 want = {f: v.replace(t.task_id, cid) for f, v in t.raw_hash.items()}
                 problems = []
-                enc = (self.client.object("encoding", k.task(t.task_id)),
-                       self.client.object("encoding", k.task(cid)))
+                enc = (self.client.object("encoding", tk.task(t.task_id)),
+                       self.client.object("encoding", ck.task(cid)))
                 if got != want or (enc[1] == "listpack" and list(got) != list(want)):
                     problems.append(f"hash differs: {got} != {want}")
                 zs = {key: self.client.zscore(key, cid) for key in self._zsets()}
-                if {key: s for key, s in zs.items() if s is not None} != t.raw_zsets:
-                    problems.append(f"indexes differ: {zs} != {t.raw_zsets}")
+                want_zs = {t.move(key, self.ns[shard]): s for key, s in t.raw_zsets.items()}
+                if {key: s for key, s in zs.items() if s is not None} != want_zs:
+                    problems.append(f"indexes differ: {zs} != {want_zs}")
                 if enc[0] != enc[1]:
                     problems.append(f"encoding differs: {enc}")
-                size = (self.client.memory_usage(k.task(t.task_id), samples=0),
-                        self.client.memory_usage(k.task(cid), samples=0))
+                size = (self.client.memory_usage(tk.task(t.task_id), samples=0),
+                        self.client.memory_usage(ck.task(cid), samples=0))
                 if size[0] != size[1]:
                     problems.append(f"MEMORY USAGE differs: {size[0]} != {size[1]}")
-                ttl = self.client.ttl(k.task(t.task_id)), self.client.ttl(k.task(cid))
+                ttl = self.client.ttl(tk.task(t.task_id)), self.client.ttl(ck.task(cid))
                 if abs(ttl[0] - ttl[1]) > 2:
                     problems.append(f"TTL differs: {ttl}")
                 if problems:
@@ -429,14 +490,16 @@ class Bench:
                                        "template:\n  " + "\n  ".join(problems))
                 expected = {"completed": "listpack", "running": "hashtable"}[kind]
                 note = "" if enc[0] == expected else f" (expected {expected})"
+                where = (f"; copy in shard {shard}, template in {home}" if shard != home
+                         else "")
                 lines.append(
                     f"{kind:<9} {name:<20} hash {enc[0]}{note} {size[0]} B, {len(t.raw_hash)} "
                     f"fields, {len(t.history)} history entries, {len(t.zsets)} index entries, "
-                    f"TTL {'none' if ttl[0] < 0 else f'{ttl[0]} s'}: identical")
+                    f"TTL {'none' if ttl[0] < 0 else f'{ttl[0]} s'}{where}: identical")
                 lines.append(f"{'':<10}fields: {' '.join(t.raw_hash)}")
                 lines.append(f"{'':<10}history: {'  '.join(t.history)}")
             finally:
-                self.client.delete(k.task(cid))
+                self.client.delete(ck.task(cid))
                 for key in self._zsets():
                     self.client.zrem(key, cid)
         return lines
@@ -462,34 +525,43 @@ class Bench:
                      workers: list[LiveWorker] | None = None,
                      templates: dict[tuple[str, str], Template] | None = None,
                      loader: Any = None) -> tuple[float, list[str]]:
-        """Load ``count`` records of ``kind``, split evenly between ``names`` and ``workers``.
+        """Load ``count`` records of ``kind``, split evenly between the shards, ``names``
+        and ``workers``: each batch (loader call) writes into one shard, with ids of that
+        shard; consecutive batches go to the next shard, then the next name, then the next
+        worker.
 
         The next batch is built in a thread while Redis runs the current one."""
         workers = workers or self.workers
         templates = templates or self.templates
         loader = loader or self.loader
-        # at most an even share per (name, worker), so that a small count still reaches
-        # every name (``--running`` not above ``--batch`` left one name without records)
-        batch = min(self.args.batch, max(1, -(-count // (len(names) * len(workers)))))
+        shards = len(self.ns)
+        # at most an even share per (shard, name, worker), so that a small count still
+        # reaches every one (``--running`` not above ``--batch`` left one name without records)
+        batch = min(self.args.batch,
+                    max(1, -(-count // (shards * len(names) * len(workers)))))
         ids: list[str] = []
         started = time.perf_counter()
         now0 = self.now_ms()
 
-        def build(i: int) -> tuple[str, list[str], str]:
+        def build(i: int) -> tuple[str, list[str], str, str]:
             n = min(batch, count - i)
-            name = names[(i // batch) % len(names)]
-            w = workers[(i // batch // len(names)) % len(workers)]
+            b = i // batch
+            shard = b % shards
+            name = names[(b // shards) % len(names)]
+            w = workers[(b // shards // len(names)) % len(workers)]
             now = now0 + int((time.perf_counter() - started) * 1000)
-            recs = [[str(uuid.uuid4()), *self._marks(kind, name, now)] for _ in range(n)]
-            return name, [r[0] for r in recs], self._batch(w, recs, now)
+            recs = [[task_id, *self._marks(kind, name, now)]
+                    for task_id in self._ids_in(shard, n)]
+            return (name, [r[0] for r in recs], templates[kind, name].spec(self.ns[shard]),
+                    self._batch(w, recs, now))
 
         with ThreadPoolExecutor(1) as pool:
             nxt = pool.submit(build, 0)
             for i in range(0, count, batch):
-                name, batch_ids, spec = nxt.result()
+                name, batch_ids, template, spec = nxt.result()
                 if i + batch < count:
                     nxt = pool.submit(build, i + batch)
-                loader(args=[templates[kind, name].spec(self.keys), spec])
+                loader(args=[template, spec])
                 if kind == "running" and templates is self.templates:
                     self.running[name].extend(batch_ids)
                 ids.extend(batch_ids)
@@ -499,11 +571,14 @@ class Bench:
         return int(self.client.info("memory")["used_memory"])
 
     def index_keys(self) -> list[str]:
-        """Every index a loaded record is in (from the templates; no keyspace walk)."""
+        """Every index a loaded record is in, in every shard (from the templates; no
+        keyspace walk)."""
         keys: set[str] = set()
         for t in self.templates.values():
             for key, _, _ in t.zsets:
-                keys.update(key.replace("<<WID>>", w.wid) for w in self.workers)
+                for ns in self.ns:
+                    moved = t.move(key, ns)
+                    keys.update(moved.replace("<<WID>>", w.wid) for w in self.workers)
         return sorted(keys)
 
     def index_sizes(self) -> dict[str, int]:
@@ -514,12 +589,12 @@ class Bench:
         return {key: int(n or 0) for key, n in zip(keys, pipe.execute(), strict=True)}
 
     def sample_sizes(self, ids: list[str], n: int = 200) -> tuple[float, dict[str, int]]:
-        k = self.keys
+        of = self.store.keys_of
         sample = random.sample(ids, min(n, len(ids)))
         pipe = self.client.pipeline(transaction=False)
         for task_id in sample:
-            pipe.memory_usage(k.task(task_id), samples=0)
-            pipe.object("encoding", k.task(task_id))
+            pipe.memory_usage(of(task_id).task(task_id), samples=0)
+            pipe.object("encoding", of(task_id).task(task_id))
         out = pipe.execute()
         enc: dict[str, int] = {}
         for e in out[1::2]:
@@ -534,9 +609,9 @@ class Bench:
         hash_b, enc = self.sample_sizes(ids)
         idx: dict[str, float] = {}
         for key in after_idx:
-            short = key.rsplit("}:", 1)[1]
+            short = key.rsplit("}:", 1)[1]  # summed over the shards
             if short.startswith("wtasks:"):
-                short = f"wtasks:* ({len(self.workers)} keys)"
+                short = f"wtasks:* ({len(self.workers) * len(self.ns)} keys)"
             idx[short] = idx.get(short, 0.0) + (after_idx[key] - before_idx.get(key, 0)) / count
         idx = {key: v for key, v in idx.items() if v > 0.5}
         per = (after_mem - before_mem) / count
@@ -562,15 +637,14 @@ class Bench:
         def without(*names: str) -> Callable[[Template], None]:
             def drop(t: Template) -> None:
                 t.zsets = [z for z in t.zsets
-                           if not any(z[0].startswith(self.keys.all_tasks.replace("all", nm))
-                                      for nm in names)]
+                           if not any(z[0].startswith(f"{t.ns}:{nm}") for nm in names)]
             return drop
 
         ec2 = [LiveWorker(f"celery@ip-172-31-{i}-{100 + i}.eu-west-1.compute.internal",
                           w.wid) for i, w in enumerate(self.workers, start=10)]
         variants: list[tuple[str, list[Callable[[Template], None]], list[LiveWorker] | None]] = [
             ("as written", [], None),
-            ("no {jobbers}:all index", [without("all")], None),
+            ("no all index", [without("all")], None),
             ("no all and no name:* index (state index only)", [without("all", "name:")], None),
             (f"worker hostname of {len(ec2[0].hostname)} chars (EC2 style)", [], ec2),
         ]
@@ -589,7 +663,8 @@ class Bench:
                                        loader=client.register_script(LOADER))
             per = (self.used_memory() - before) / n
             sample = ids[:: max(1, n // 50)]
-            encodings = {client.object("encoding", self.keys.task(i)) for i in sample}
+            encodings = {client.object("encoding", self.store.keys_of(i).task(i))
+                         for i in sample}
             out[label] = {"bytes_per_record": per, "hash_encoding": "/".join(sorted(encodings)),
                           "worker": (workers or self.workers)[0].hostname}
             client.flushdb()
@@ -658,16 +733,13 @@ class Bench:
             "script_usec": sum(u for _, u in evalsha.values()),
         }
 
-    def none_stalled(self) -> dict[str, Any]:
-        runs = []
-        for _ in range(self.args.passes):
-            r = self.timed_pass()
-            if r["examined"] or r["stalled"] or r["kept"]:
-                raise RuntimeError(f"a pass with none stalled judged something: {r}")
-            runs.append(r)
-            time.sleep(0.02)
-        return {"passes": runs, "wall_ms": distribution([r["wall_ms"] for r in runs]),
-                "round_trips": statistics.median(r["round_trips"] for r in runs)}
+    def none_pass(self) -> dict[str, Any]:
+        """One pass with none stalled (it must judge nothing)."""
+        r = self.timed_pass()
+        if r["examined"] or r["stalled"] or r["kept"]:
+            raise RuntimeError(f"a pass with none stalled judged something: {r}")
+        time.sleep(0.02)
+        return r
 
     def _take_running(self, name: str, n: int) -> list[str]:
         """``n`` of the loaded running tasks of ``name``, at random (no longer live)."""
@@ -679,7 +751,7 @@ class Bench:
 
     def prepare_stalled(self, variant: str, recover: bool) -> tuple[list[str], str | None]:
         """Make ``--stalled`` of the running tasks stalled. Returns their ids (and the dead wid)."""
-        k = self.keys
+        of = self.store.keys_of  # each task's keys are in its shard
         n = self.args.stalled
         now = self.now_ms()
         pipe = self.client.pipeline(transaction=False)
@@ -689,6 +761,7 @@ class Bench:
             ids = self._take_running(FETCH, n)
             old = now - 2 * HB_INTERVAL_S * 1000
             for task_id in ids:
+                k = of(task_id)
                 pipe.hset(k.task(task_id), mapping={"hb_at": old})
                 pipe.zadd(k.heartbeat_due, {task_id: old + HB_INTERVAL_S * 1000})
         else:
@@ -699,62 +772,73 @@ class Bench:
             ids = self._take_running(BATCH, n)
             for task_id, (wid, start) in zip(ids, self.store.fields(ids, ("wid", "start_at")),
                                              strict=True):
+                k = of(task_id)
                 pipe.zrem(k.worker_tasks(wid or ""), task_id)
                 pipe.zadd(k.worker_tasks(dead.wid), {task_id: int(start or now)})
                 pipe.hset(k.task(task_id), mapping={"wid": dead.wid, "worker": dead.hostname})
-            pipe.zadd(k.workers, {dead.wid: now - 600_000})
+            # last seen in every shard's copy of the workers set (a liveness refresh
+            # writes them all)
+            for k in self.store.shards.keys:
+                pipe.zadd(k.workers, {dead.wid: now - 600_000})
         if recover:
             for task_id in ids:
-                pipe.hset(k.task(task_id), "srec", "1")  # max_stall_recoveries=1
+                pipe.hset(of(task_id).task(task_id), "srec", "1")  # max_stall_recoveries=1
         pipe.execute()
         return ids, dead_wid
 
-    def stalled_variant(self, variant: str, recover: bool) -> dict[str, Any]:
-        k = self.keys
-        runs = []
-        for _ in range(self.args.reps):
-            ids, dead_wid = self.prepare_stalled(variant, recover)
-            dlq0 = self.client.hlen(k.dead_letters)
-            queue = "io" if variant == "hb" else "celery"
-            q0 = self.client.llen(queue)
-            r = self.timed_pass()
-            n = self.args.stalled
-            want_rec, want_dlq = (n, 0) if recover else (0, n)
-            r["dlq_entries_written"] = self.client.hlen(k.dead_letters) - dlq0
-            r["published_by_pass"] = self.client.llen(queue) - q0
-            # what the pass handed over (its publish budget ran out) goes out with the
-            # workers' scheduler polls, as it would in a real deployment: not timed here
-            scheduler = self.jobbers.scheduler("bench-scheduler")
-            while scheduler.run_once()[0]:
-                pass
-            r["messages_published"] = self.client.llen(queue) - q0
-            states = {st for (st,) in self.store.fields(ids, ("state",))}
-            r["states_after"] = sorted(s or "missing" for s in states)
-            ok = (r["examined"] == n and r["stalled"] == n and r["recovered"] == want_rec
-                  and r["dead_lettered"] == want_dlq and r["kept"] == 0
-                  and r["dlq_entries_written"] == want_dlq
-                  and r["messages_published"] == want_rec
-                  and r["states_after"] == ["submitted" if recover else "stalled"])
-            if dead_wid is not None:
-                r["dead_worker_forgotten"] = self.client.zscore(k.workers, dead_wid) is None
-                ok = ok and r["dead_worker_forgotten"]
-            if not ok:
-                raise RuntimeError(f"{variant} pass did not do what was expected: {r}")
-            runs.append(r)
-            # Back to --running live tasks: the stalled ones are terminal (or resubmitted) now.
-            self.load_records("running", n, names=(FETCH if variant == "hb" else BATCH,))
-            after = self.timed_pass()  # and the next pass is clean again
-            if after["examined"] or after["stalled"]:
-                raise RuntimeError(f"the pass after a {variant} pass judged something: {after}")
-        return {"passes": runs, "wall_ms": distribution([r["wall_ms"] for r in runs])}
+    def stalled_pass(self, variant: str, recover: bool) -> dict[str, Any]:
+        """One measured pass with ``--stalled`` fresh stalled tasks, checked; then the
+        running tasks are topped up and one more (unmeasured) pass must judge nothing."""
+        k = self.keys  # global: the dead letters of the default Redis sink
+        ids, dead_wid = self.prepare_stalled(variant, recover)
+        dlq0 = self.client.hlen(k.dead_letters)
+        queue = "io" if variant == "hb" else "celery"
+        q0 = self.client.llen(queue)
+        r = self.timed_pass()
+        n = self.args.stalled
+        want_rec, want_dlq = (n, 0) if recover else (0, n)
+        r["dlq_entries_written"] = self.client.hlen(k.dead_letters) - dlq0
+        r["published_by_pass"] = self.client.llen(queue) - q0
+        # what the pass handed over (its publish budget ran out) goes out with the
+        # workers' scheduler polls, as it would in a real deployment: not timed here
+        scheduler = self.jobbers.scheduler("bench-scheduler")
+        while scheduler.run_once()[0]:
+            pass
+        r["messages_published"] = self.client.llen(queue) - q0
+        states = {st for (st,) in self.store.fields(ids, ("state",))}
+        r["states_after"] = sorted(s or "missing" for s in states)
+        ok = (r["examined"] == n and r["stalled"] == n and r["recovered"] == want_rec
+              and r["dead_lettered"] == want_dlq and r["kept"] == 0
+              and r["dlq_entries_written"] == want_dlq
+              and r["messages_published"] == want_rec
+              and r["states_after"] == ["submitted" if recover else "stalled"])
+        if dead_wid is not None:
+            # forgotten in every shard's copy of the workers set
+            pipe = self.client.pipeline(transaction=False)
+            for sk in self.store.shards.keys:
+                pipe.zscore(sk.workers, dead_wid)
+            r["dead_worker_forgotten"] = all(x is None for x in pipe.execute())
+            ok = ok and r["dead_worker_forgotten"]
+        if not ok:
+            raise RuntimeError(f"{variant} pass did not do what was expected: {r}")
+        # Back to --running live tasks: the stalled ones are terminal (or resubmitted) now.
+        self.load_records("running", n, names=(FETCH if variant == "hb" else BATCH,))
+        after = self.timed_pass()  # and the next pass is clean again
+        if after["examined"] or after["stalled"]:
+            raise RuntimeError(f"the pass after a {variant} pass judged something: {after}")
+        return r
 
     # ------------------------------------------------------------------ the whole run
-    def run(self) -> dict[str, Any]:
+    def setup(self) -> dict[str, Any]:
+        """Everything before the measured passes: templates, fidelity check, loading."""
         args = self.args
         res = self.results
         print(f"private redis-server on port {self.srv.port} (pid {self.srv.proc.pid}); "
               f"{args.records:,} records, {args.running:,} running on {args.workers} live "
               f"workers, {args.stalled:,} stalled; {os.cpu_count()} CPUs", flush=True)
+        res["shards"] = shards = self.store.shards.count
+        print(f"store layout: {shards} shard{'s' if shards > 1 else ''}"
+              + (" (the library default for a new dataset)" if args.shards is None else ""))
         res["code"] = code = code_version("jobbers_celery")
         print(f"jobbers_celery at {code}")
         from jobbers_celery.sinks import DeadLetterDispatcher
@@ -764,10 +848,12 @@ class Bench:
         print("dead letters of a pass written "
               + ("in one batch (send_many)" if res["dead_letters_batched"] else "one by one"))
         # A deployment that has been up for a day with no outage: the clock's last gap ended
-        # a day ago and the live workers keep ticking (see Ticker).
+        # a day ago and the live workers keep ticking (see Ticker). Each shard has its own
+        # clock (the cleaner judges a shard's candidates by it).
         now = self.now_ms()
-        self.client.hset(self.keys.clock, mapping={"tick": now, "resumed_at": now - DAY_MS,
-                                                   "gap_ms": -1})
+        for k in self.store.shards.keys:
+            self.client.hset(k.clock, mapping={"tick": now, "resumed_at": now - DAY_MS,
+                                               "gap_ms": -1})
         self.ticker = Ticker(self.jobbers, self.workers)
         self.ticker.start()
         self.make_templates()
@@ -786,28 +872,46 @@ class Bench:
         res["counts"] = {s.value: n for s, n in self.store.counts().items() if n}
         res["dbsize"] = self.client.dbsize()
         print(f"  state counts {res['counts']}, {res['dbsize']:,} keys", flush=True)
+        return res
 
+    def finish(self) -> dict[str, Any]:
+        """After the measured passes: the what-if loads, and the run's last figures."""
+        res = self.results
+        if self.args.what_if:
+            print(f"what-if: {self.args.what_if:,} completed records per variant ...",
+                  flush=True)
+            res["what_if"] = self.what_if(self.args.what_if)
+        res["other_load"] = self.load.share
+        res["ticker_errors"] = self.ticker.errors if self.ticker else 0
+        res["used_memory_end"] = self.used_memory()
+        return res
+
+    def run(self) -> dict[str, Any]:
+        args = self.args
+        res = self.setup()
         print(f"{args.passes} passes with none stalled ...", flush=True)
-        res["none"] = self.none_stalled()
+        res["none"] = none_summary([self.none_pass() for _ in range(args.passes)])
         w = res["none"]["wall_ms"]
         print(f"  median {w['median']:.2f} ms, p95 {w['p95']:.2f} ms, max {w['max']:.2f} ms",
               flush=True)
         res["stalled"] = {}
-        for variant in WORKER_VARIANTS:
-            for recover in (False, True):
-                label = f"{variant}-{'recover' if recover else 'dlq'}"
-                print(f"{args.reps} passes with {args.stalled:,} stalled ({label}) ...",
-                      flush=True)
-                res["stalled"][label] = v = self.stalled_variant(variant, recover)
-                print("  " + ", ".join(f"{p['wall_ms']:.1f} ms" for p in v["passes"]),
-                      flush=True)
-        if args.what_if:
-            print(f"what-if: {args.what_if:,} completed records per variant ...", flush=True)
-            res["what_if"] = self.what_if(args.what_if)
-        res["other_load"] = self.load.share
-        res["ticker_errors"] = self.ticker.errors
-        res["used_memory_end"] = self.used_memory()
-        return res
+        for variant, recover, label in STALLED_VARIANTS:
+            print(f"{args.reps} passes with {args.stalled:,} stalled ({label}) ...",
+                  flush=True)
+            res["stalled"][label] = v = stalled_summary(
+                [self.stalled_pass(variant, recover) for _ in range(args.reps)])
+            print("  " + ", ".join(f"{p['wall_ms']:.1f} ms" for p in v["passes"]),
+                  flush=True)
+        return self.finish()
+
+
+def none_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"passes": runs, "wall_ms": distribution([r["wall_ms"] for r in runs]),
+            "round_trips": statistics.median(r["round_trips"] for r in runs)}
+
+
+def stalled_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"passes": runs, "wall_ms": distribution([r["wall_ms"] for r in runs])}
 
 
 # =========================================================================== report
@@ -817,8 +921,10 @@ def print_report(res: dict[str, Any], args: argparse.Namespace) -> bool:
     none = res["none"]["wall_ms"]
     print()
     print("=" * width)
+    shards = res.get("shards", 1)
     print(f"SUMMARY  {args.records:,} records ({args.records - args.running:,} completed, "
           f"{args.running:,} running on {args.workers} workers), {args.stalled:,} stalled; "
+          f"{shards} shard{'s' if shards > 1 else ''}; "
           f"{os.cpu_count()} CPUs; other load {100 * res['other_load']:.0f}% of the machine")
     print("=" * width)
     print(f"  load   completed {c['seconds']:6.1f} s ({c['records_per_s']:>9,.0f}/s)   "
@@ -903,6 +1009,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also measure memory per completed record without the all index, "
                          "without all and name:*, and with a 50-character worker hostname "
                          "(N records each, own database; e.g. 100000)")
+    ap.add_argument("--shards", type=int, default=None, metavar="N",
+                    help="jobbers_store_shards of the bench app (default: unset: the "
+                         "library's default for a new dataset on one Redis server)")
+    ap.add_argument("--compare-shards", metavar="A,B", default=None,
+                    help="run the whole benchmark for both layouts (e.g. 1,16), each in its "
+                         "own process with its own redis-server, the measured passes "
+                         "interleaved, and print them side by side with the ratios B/A")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--redis-server", default="redis-server", help="redis-server binary")
     ap.add_argument("--seed", type=int, default=None, help="random seed (times, sampling)")
@@ -916,7 +1030,270 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--stalled must be 1 .. min(1000, running/4)")
     if args.workers < 1 or args.passes < 1 or args.reps < 1 or args.batch < 1:
         ap.error("--workers, --passes, --reps and --batch must be positive")
+    from jobbers_celery.config import MAX_SHARDS
+
+    if args.shards is not None and not 1 <= args.shards <= MAX_SHARDS:
+        ap.error(f"--shards must be 1 .. {MAX_SHARDS}")
+    args.compare = None
+    if args.compare_shards is not None:
+        try:
+            layouts = tuple(int(x) for x in args.compare_shards.split(","))
+        except ValueError:
+            layouts = ()
+        if (len(layouts) != 2 or layouts[0] == layouts[1]
+                or not all(1 <= n <= MAX_SHARDS for n in layouts)):
+            ap.error(f"--compare-shards takes two different shard counts 1 .. {MAX_SHARDS}, "
+                     "e.g. 1,16")
+        if args.shards is not None:
+            ap.error("--compare-shards sets the layouts: no --shards with it")
+        args.compare = layouts
     return args
+
+
+# =========================================================================== two layouts
+class Child:
+    """This script for one layout (``--shards N --child``) in a process of its own, with
+    its own ``redis-server``, driven step by step over its stdin/stdout (one JSON line per
+    reply); what it prints goes to its stderr, relayed here with a ``[S=N]`` prefix."""
+
+    def __init__(self, shards: int, args: argparse.Namespace) -> None:
+        import subprocess
+
+        self.label = f"S={shards}"
+        argv = ["--records", args.records, "--running", args.running,
+                "--stalled", args.stalled, "--workers", args.workers, "--passes", args.passes,
+                "--reps", args.reps, "--lost-after", args.lost_after, "--batch", args.batch,
+                "--what-if", args.what_if, "--redis-server", args.redis_server,
+                "--shards", shards, "--child"]
+        if args.seed is not None:
+            argv += ["--seed", args.seed]
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), *map(str, argv)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, bufsize=1)
+        self._relay = threading.Thread(target=self._relay_stderr, daemon=True)
+        self._relay.start()
+
+    def _relay_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            print(f"  [{self.label}] {line.rstrip()}", flush=True)
+
+    def ask(self, command: str | None) -> Any:
+        """Send ``command`` (``None``: send nothing) and return the next reply."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        if command is not None:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            rc = self.proc.wait(30)
+            self._relay.join(5)
+            raise RuntimeError(f"{self.label}: the benchmark process exited ({rc})")
+        msg = json.loads(line)
+        if "error" in msg:
+            raise RuntimeError(f"{self.label}: {msg['error']}")
+        return msg["reply"]
+
+    def close(self) -> None:
+        """End of input: the child stops its ticker and its redis-server and exits."""
+        import subprocess
+
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()  # SIGTERM: the child's cleanup still runs
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._relay.join(5)
+
+
+def child_main(args: argparse.Namespace) -> int:
+    """One layout, driven by the parent (see Child): replies on stdout, prints on stderr."""
+    import signal
+
+    proto = sys.stdout
+    sys.stdout = sys.stderr
+
+    def reply(**msg: Any) -> None:
+        proto.write(json.dumps(msg, default=str) + "\n")
+        proto.flush()
+
+    def on_term(*_: Any) -> None:
+        raise SystemExit(1)
+
+    signal.signal(signal.SIGTERM, on_term)
+    srv = PrivateRedis(args.redis_server)
+    bench: Bench | None = None
+    try:
+        bench = Bench(args, srv)
+        reply(reply=bench.setup())
+        for line in sys.stdin:
+            cmd = line.split()
+            if cmd == ["none"]:
+                reply(reply=bench.none_pass())
+            elif cmd[:1] == ["stalled"] and len(cmd) == 3:
+                reply(reply=bench.stalled_pass(cmd[1], cmd[2] == "1"))
+            elif cmd == ["finish"]:
+                reply(reply=bench.finish())
+            else:
+                reply(error=f"unknown command {line!r}")
+                return 1
+        return 0
+    except RuntimeError as exc:
+        reply(error=str(exc))
+        return 1
+    finally:
+        _shut_down(bench, srv)
+
+
+def _shut_down(bench: Bench | None, srv: PrivateRedis) -> None:
+    """Stop the ticker and the app of ``bench`` (if it got that far) and its Redis."""
+    if bench is not None:
+        if bench.ticker is not None:
+            bench.ticker.stop()
+        with contextlib.suppress(Exception):
+            bench.app.close()
+    srv.stop()
+
+
+def compare_layouts(args: argparse.Namespace) -> dict[int, dict[str, Any]]:
+    """The whole benchmark for both layouts of ``--compare-shards``: each process sets up
+    (templates, loading) in turn, then the measured passes alternate between the two, pass
+    by pass, the order swapped every round (A B, B A, ...), so that both see the same
+    machine."""
+    layouts: tuple[int, int] = args.compare
+    children: dict[int, Child] = {}
+    results: dict[int, dict[str, Any]] = {}
+    try:
+        for n in layouts:
+            print(f"S={n}: setup in its own process, with its own redis-server ...",
+                  flush=True)
+            children[n] = Child(n, args)
+            results[n] = children[n].ask(None)
+
+        def rounds(count: int, command: str) -> dict[int, list[dict[str, Any]]]:
+            out: dict[int, list[dict[str, Any]]] = {n: [] for n in layouts}
+            for i in range(count):
+                for n in layouts if i % 2 == 0 else layouts[::-1]:
+                    out[n].append(children[n].ask(command))
+            return out
+
+        print(f"{args.passes} passes with none stalled per layout, interleaved ...",
+              flush=True)
+        for n, runs in rounds(args.passes, "none").items():
+            results[n]["none"] = v = none_summary(runs)
+            w = v["wall_ms"]
+            print(f"  S={n}: median {w['median']:.2f} ms, p95 {w['p95']:.2f} ms, "
+                  f"max {w['max']:.2f} ms", flush=True)
+        for n in layouts:
+            results[n]["stalled"] = {}
+        for variant, recover, label in STALLED_VARIANTS:
+            print(f"{args.reps} passes with {args.stalled:,} stalled ({label}) per layout, "
+                  "interleaved ...", flush=True)
+            for n, runs in rounds(args.reps, f"stalled {variant} {int(recover)}").items():
+                results[n]["stalled"][label] = v = stalled_summary(runs)
+                print(f"  S={n}: " + ", ".join(f"{p['wall_ms']:.1f} ms" for p in v["passes"]),
+                      flush=True)
+        for n in layouts:
+            results[n].update(children[n].ask("finish"))
+    finally:
+        for child in children.values():
+            child.close()
+    return results
+
+
+def print_comparison(results: dict[int, dict[str, Any]], args: argparse.Namespace
+                     ) -> tuple[bool, dict[str, Any]]:
+    """Both layouts side by side, the ratios (second / first), and the verdicts."""
+    a, b = args.compare
+    ra, rb = results[a], results[b]
+    width = 100
+    print()
+    print("=" * width)
+    print(f"COMPARISON  S={b} vs S={a} shards: {args.records:,} records, {args.stalled:,} "
+          "stalled; each layout in its own process and redis-server, passes interleaved")
+    print("=" * width)
+    out: dict[str, Any] = {"baseline": a, "compared": b}
+
+    def paired(pa: list[dict[str, Any]], pb: list[dict[str, Any]]) -> Spread:
+        return Spread.of([y["wall_ms"] / x["wall_ms"] for x, y in zip(pa, pb, strict=True)])
+
+    def row(label: str, x: float | None = None, y: float | None = None, fmt: str = ".0f",
+            ratio: bool = False, spread: Spread | None = None) -> None:
+        if x is None or y is None:
+            print(f"  {label}")
+            return
+        cells = f"  {label:<36}{x:10{fmt}}{y:10{fmt}}"
+        if ratio:
+            cells += f"{y / x:8.3f}"
+        if spread is not None:
+            cells += f"   {spread.cell('.2f')}"
+        print(cells)
+
+    print(f"  {'':<36}{f'S={a}':>10}{f'S={b}':>10}{'ratio':>8}   paired ratios, "
+          "median [min-max]")
+    row("memory per record (B)")
+    for key in ("completed", "running"):
+        x, y = ra[key]["bytes_per_record"], rb[key]["bytes_per_record"]
+        out[f"{key}_bytes"] = {"a": x, "b": y, "ratio": y / x}
+        row(f"  {key}", x, y, ratio=True)
+        if key == "completed":
+            row("    of which indexes", ra[key]["index_bytes"], rb[key]["index_bytes"])
+            row("    of which other", ra[key]["other_bytes"], rb[key]["other_bytes"])
+    na, nb = ra["none"], rb["none"]
+    x, y = na["wall_ms"]["median"], nb["wall_ms"]["median"]
+    sp = paired(na["passes"], nb["passes"])
+    out["none"] = {"a": x, "b": y, "ratio": y / x, "paired": vars(sp)}
+    ok_none = y / x <= TARGET_SHARDED_RATIO
+    row(f"pass, none stalled ({args.passes} each, ms)")
+    row("  median", x, y, ".2f", ratio=True, spread=sp)
+    row("  p95", na["wall_ms"]["p95"], nb["wall_ms"]["p95"], ".2f")
+    row("  max", na["wall_ms"]["max"], nb["wall_ms"]["max"], ".2f")
+
+    def part(res: dict[str, Any], key: str) -> float:
+        return statistics.median(p["parts_ms"].get(key, 0.0) for p in res["passes"])
+
+    row("  part cleaner_due (median)", part(na, "cleaner_due"), part(nb, "cleaner_due"), ".2f")
+    row("  part record_pass (median)", part(na, "record_pass"), part(nb, "record_pass"), ".2f")
+    row("  round trips", na["round_trips"], nb["round_trips"])
+    ok_stalled = {}
+    row(f"pass, {args.stalled:,} stalled ({args.reps} each, median ms)")
+    for _, _, label in STALLED_VARIANTS:
+        va, vb = ra["stalled"][label], rb["stalled"][label]
+        x, y = va["wall_ms"]["median"], vb["wall_ms"]["median"]
+        sp = paired(va["passes"], vb["passes"])
+        out[label] = {"a": x, "b": y, "ratio": y / x, "paired": vars(sp)}
+        ok_stalled[label] = y / x <= TARGET_SHARDED_RATIO
+        row(f"  {label}", x, y, ".1f", ratio=True, spread=sp)
+    calls = [statistics.median(p["stall_calls"] for p in r["stalled"]["hb-dlq"]["passes"])
+             for r in (ra, rb)]
+    row("  stall.lua calls per pass", calls[0], calls[1])
+    row("other load (% of the machine)", 100 * ra["other_load"], 100 * rb["other_load"])
+    print()
+    slack = f"{100 * (TARGET_SHARDED_RATIO - 1):.0f} %"
+    r = out["none"]["ratio"]
+    print(f"  target: S={b} pass with none stalled at most {slack} slower than S={a} "
+          f"(ratio of medians): {r:.3f}  {verdict(ok_none)}")
+    for _, _, label in STALLED_VARIANTS:
+        r = out[label]["ratio"]
+        print(f"  target: S={b} pass with {args.stalled:,} stalled ({label}) at most {slack} "
+              f"slower than S={a}: {r:.3f}  {verdict(ok_stalled[label])}")
+    x, y = ra["completed"]["bytes_per_record"], rb["completed"]["bytes_per_record"]
+    ok_mem = y < TARGET_COMPLETED_BYTES
+    print(f"  target: S={b} completed record < {TARGET_COMPLETED_BYTES:.0f} B: {y:.0f} B "
+          f"(S={a}: {x:.0f} B, {y - x:+.0f} B)  {verdict(ok_mem)}")
+    if args.stalled != 1000 or args.records != 1_000_000 or args.running != 100_000:
+        print("  (not the issue's sizes: 1,000,000 records, 100,000 running, 1,000 stalled)")
+    out["met"] = ok = ok_none and all(ok_stalled.values()) and ok_mem
+    return ok, out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -924,7 +1301,26 @@ def main(argv: list[str] | None = None) -> int:
     random.seed(args.seed)
     # the cleaner's per-pass warning ("1000 stalled task(s)") is expected here; errors still show
     logging.getLogger("jobbers.cleaner").setLevel(logging.ERROR)
+    if args.child:
+        return child_main(args)
     started = time.monotonic()
+    if args.compare:
+        try:
+            results = compare_layouts(args)
+        except RuntimeError as exc:
+            print(f"benchmark failed: {exc}", file=sys.stderr)
+            return 1
+        ok = True
+        for n in args.compare:
+            ok = print_report(results[n], args) and ok
+        ok_cmp, cmp = print_comparison(results, args)
+        print(f"  total wall time {time.monotonic() - started:.1f}s")
+        if args.json:
+            Path(args.json).write_text(json.dumps(
+                {"layouts": {str(n): r for n, r in results.items()}, "comparison": cmp},
+                indent=2, default=str))
+            print(f"  results written to {args.json}")
+        return 0 if ok and ok_cmp else 2
     srv = PrivateRedis(args.redis_server)
     bench: Bench | None = None
     try:
@@ -940,12 +1336,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmark failed: {exc}", file=sys.stderr)
         return 1
     finally:
-        if bench is not None:
-            if bench.ticker is not None:
-                bench.ticker.stop()
-            with contextlib.suppress(Exception):
-                bench.app.close()
-        srv.stop()
+        _shut_down(bench, srv)
 
 
 if __name__ == "__main__":

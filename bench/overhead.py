@@ -10,6 +10,10 @@ db 1), a no-op task in four variants:
   Celery's results on db 1: jobbers' ``completed`` and Celery's result are two writes);
 - ``jobbers_folded``: ``jobbers_redis_url`` on the result db, so ``completed`` carries
   Celery's result write (one script call instead of Celery's GET + MULTI/EXEC);
+- ``jobbers_sharded`` (on request, ``--variants``): ``jobbers`` with
+  ``jobbers_store_shards=16``, the sharded layout (a cluster's default) on this one server,
+  to compare it with the one-tag layout (``jobbers``: one shard, the default on one server)
+  in the same run;
 
 on a prefork ``-c 2`` worker and on a solo worker (``--pool``). Every round starts, for each
 (pool, variant) in turn (order rotated from round to round), a fresh worker and a fresh
@@ -85,12 +89,19 @@ def variants(result_url: str) -> dict[str, Variant]:
         Variant("track_started", "bench_plain", {"BENCH_TRACK_STARTED": "1"},
                 "plain Celery, task_track_started=True"),
         Variant("jobbers", "bench_app", {},
-                "JobbersTask, defaults (jobbers on db 0, results on db 1)"),
+                "JobbersTask, defaults (jobbers on db 0, results on db 1; one shard)"),
+        Variant("jobbers_sharded", "bench_app",
+                {"BENCH_SHARDS": "16", "BENCH_KEY_PREFIX": "jb16"},
+                "JobbersTask, jobbers_store_shards=16 (the sharded layout on one server)"),
         Variant("jobbers_folded", "bench_app", {"BENCH_JOBBERS_URL": result_url},
                 "JobbersTask, jobbers_redis_url on the result db (write folded)"),
         Variant("plain_installed", "bench_app", {"BENCH_PLAIN_TASK": "1"},
                 "a plain task in an app with jobbers installed (the old baseline)"),
     )}
+
+
+#: Issue 16: the sharded layout no worse than the one-tag layout by more than 5 %.
+LAYOUT_SLACK = 0.05
 
 
 # =========================================================================== measurements
@@ -480,7 +491,28 @@ def judge(summary: dict[str, Any], names: list[str]) -> tuple[bool, list[dict[st
               f"{verdict(c['cpu'])}; Redis command time "
               f"{row['redis_ratio']:.2f} {verdict(c['redis'])} "
               f"(redis-server CPU {row['redis_cpu_ratio']:.2f})")
+    if "jobbers_sharded" in names and "jobbers" in names:
+        layout_ratios(summary)
     return met_all, rows
+
+
+def layout_ratios(summary: dict[str, Any]) -> None:
+    """The sharded layout (``jobbers_sharded``, 16 shards) against the one-tag layout
+    (``jobbers``, one shard), same run: ratio of the medians over the rounds."""
+    print()
+    print(f"Sharded (16) vs one-shard layout, same run (target: throughput >= "
+          f"{1 - LAYOUT_SLACK:.2f}, CPU and Redis time <= {1 + LAYOUT_SLACK:.2f}):")
+    for pool, data in summary.items():
+        per = data["stats"]
+        cells = []
+        for key, label, higher_is_better in (("throughput", "throughput", True),
+                                             ("cpu_all_ms", "all-process CPU/task", False),
+                                             ("cpu_redis_us", "redis-server CPU/task", False),
+                                             ("redis_cmd_us", "Redis command time/task", False)):
+            ratio = per["jobbers_sharded"][key].median / per["jobbers"][key].median
+            ok = ratio >= 1 - LAYOUT_SLACK if higher_is_better else ratio <= 1 + LAYOUT_SLACK
+            cells.append(f"{label} {ratio:.3f} {verdict(ok)}")
+        print(f"  {pool:<8} " + "; ".join(cells))
 
 
 # =========================================================================== main
@@ -511,7 +543,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.rounds < 1 or args.tasks < 1 or args.serial < 1:
         ap.error("--rounds, --tasks and --serial must be positive")
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    known = ("plain", "track_started", "jobbers", "jobbers_folded", "plain_installed")
+    known = ("plain", "track_started", "jobbers", "jobbers_sharded", "jobbers_folded",
+             "plain_installed")
     if unknown := [n for n in names if n not in known]:
         ap.error(f"unknown variants {unknown}; choose from {known}")
     args.variant_names = ["plain", *[n for n in known if n in names and n != "plain"]]
