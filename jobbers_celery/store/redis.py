@@ -434,11 +434,11 @@ class RedisStore:
         return self._run(task_id, TaskState.STARTED, src | targets, spec, wid, name, None,
                          None, _START_RETURNS, None, False)
 
-    def _take_lease(self, name: str, task_id: str, cap: int, lease_ms: int) -> bool:
+    def _take_lease(self, name: str, task_id: str, cap: int, lease_ms: int) -> int:
         """Take a ``max_concurrent`` lease of ``name`` for ``task_id`` (sharded layout, see
-        ``conc.lua``): False when ``cap`` others hold one."""
-        return bool(int(self._scripts["conc"](keys=[self.keys.concurrency(name)],
-                                              args=["take", lease_ms, cap, task_id])))
+        ``conc.lua``): 1 taken now, 2 held already, 0 when ``cap`` others hold one."""
+        return int(self._scripts["conc"](keys=[self.keys.concurrency(name)],
+                                         args=["take", lease_ms, cap, task_id]))
 
     def complete(
         self,
@@ -624,14 +624,17 @@ class RedisStore:
         keys, layout = self._shared_keys(states, wid, name, shard)
         keys.append(sk.task(task_id))
         split = self.sharded
-        held = False
+        fresh = False  # a lease this call took, to give back if the start does not happen
         if split:
             spec["split"] = True
             if spec.get("start") and spec.get("cap"):
                 # the lease first, in the global slot (conc.lua); a start that does not
-                # happen gives it back below (one that fails unconfirmed lets it expire)
-                held = spec["cap_held"] = self._take_lease(
-                    name or "", task_id, int(spec["cap"]), int(spec["lease_cap_ms"]))
+                # happen gives back a lease it took (one that fails unconfirmed lets it
+                # expire), never one its task already held (a running attempt's)
+                took = self._take_lease(name or "", task_id, int(spec["cap"]),
+                                        int(spec["lease_cap_ms"]))
+                spec["cap_held"] = took > 0
+                fresh = took == 1
         if create is not None:
             keys += [sk.name_index(name or ""), sk.epoch]
         if write_result is not None:
@@ -650,7 +653,7 @@ class RedisStore:
             result = self._step_result(task_id, to, raw, ret, fence, expect_refusal, split)
         if split and result.applied and raw[5 + len(ret)]:
             self._release_leases([(task_id, str(raw[5 + len(ret)]))])
-        if held and result.state is not TaskState.STARTED:
+        if fresh and result.state is not TaskState.STARTED:
             self._release_leases([(task_id, name or "")])
         if spec.get("reg") and result.applied:
             self._registered.add((os.getpid(), str(wid), shard))

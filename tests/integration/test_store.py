@@ -700,3 +700,21 @@ def test_the_cap_defers_the_start_past_it_and_frees_the_slot_of_an_ended_attempt
                      name=NAME, lease_cap_ms=5_000)
     assert res.state is S.STARTED
     assert set(store.client.zrange(conc, 0, -1)) == {"a", "c"}
+
+
+@pytest.mark.parametrize("shards", [1, 16])
+def test_another_delivery_of_a_running_capped_task_leaves_its_lease(make_store,
+                                                                    shards: int) -> None:
+    """A redelivered message of a task that runs is refused at its start; the running
+    attempt keeps its slot, so the cap still holds others back."""
+    store = make_store(shards=shards)
+    conc = store.keys.concurrency(NAME)
+    for task_id in ("a", "b"):
+        create(store, task_id)
+    kwargs = {"start": True, "worker": "w@h", "wid": "wid-1", "cap": 1, "name": NAME}
+    assert store.step("a", S.STARTED, **kwargs).state is S.STARTED
+    again = store.step("a", S.STARTED, expect_refusal=True, **kwargs)
+    assert not again.applied
+    assert store.client.zrange(conc, 0, -1) == ["a"]
+    assert store.step("b", S.STARTED, **kwargs).state is S.SCHEDULED  # deferred
+    assert store.client.zrange(conc, 0, -1) == ["a"]
