@@ -181,6 +181,8 @@ class RedisStore:
                            tuple[list[str], frozenset[TaskState]]] = {}
         self._epochs: dict[int, tuple[str, float]] = {}
         self._fixed: list[tuple[str, str, str, str, str, str]] = []
+        #: scans run one shard per call (Redis Cluster; see _scan)
+        self._scan_per_slot = self._cluster
         self._sharded = False
         #: (pid, worker incarnation, shard) whose start entered it in that shard's copy of
         #: the workers set: a worker killed before its first liveness refresh is then known
@@ -198,8 +200,7 @@ class RedisStore:
         self._alive = FastScript(client, self._scripts["alive"])
         lua = resources.files("jobbers_celery.store").joinpath("lua")
         self._due = client.register_script(lua.joinpath("due.lua").read_text())
-        # the per-shard scans of the scheduler's polls and the cleaner's passes: one round
-        # trip for every shard on one server, without redis-py's SCRIPT EXISTS per pipeline
+        # the scans of the scheduler's polls and the cleaner's passes (see _scan)
         self._due_scan = FastScript(client, self._due)
         self._cleaner_scan = FastScript(client, self._scripts["cleaner_due"])
         self._lease = client.register_script(lua.joinpath("lease.lua").read_text())
@@ -854,20 +855,40 @@ class RedisStore:
     def cleaner_due(self, gaps: tuple[int, int], lost_ms: int, limit: int
                     ) -> list[CleanerScan]:
         """Ids and incarnations one cleaner pass must judge, one scan per shard (see
-        cleaner_due.lua; index ranges only, never a keyspace scan; one pipeline)."""
+        cleaner_due.lua; index ranges only, never a keyspace scan; one call on one server)."""
         args = [_json({"gap_ms": gaps[0], "cgap_ms": gaps[1], "lost_ms": int(lost_ms),
                        "limit": limit})]
-        replies = self._cleaner_scan.many(
-            [([k.clock, k.heartbeat_due, k.workers, k.cancelling], args)
-             for k in self.shards.keys])
+        replies = self._scan(self._cleaner_scan,
+                             [[k.clock, k.heartbeat_due, k.workers, k.cancelling]
+                              for k in self.shards.keys], args, json.loads)
         scans = []
-        for shard, raw in enumerate(replies):
-            out: dict[str, Any] = json.loads(raw)
+        for shard, out in enumerate(replies):
             scans.append(CleanerScan(now_ms=int(out["now"]), hb=_ids(out["hb"]),
                                      dead=_ids(out["dead"]), cancel=_ids(out["cancel"]),
                                      resumed_at_ms=int(out.get("resumed_at") or 0),
                                      shard=shard))
         return scans
+
+    def _scan(self, script: FastScript, per_shard: list[list[str]], args: list[str],
+              decode: Callable[[Any], list[Any]] = list) -> list[Any]:
+        """A scan script (``cleaner_due``, ``due``) over every shard: one call per shard on
+        Redis Cluster (each touches one slot), one call naming every shard's keys on a single
+        server, where slots do not matter and a pass with nothing to do then costs one
+        script run, as with one shard (``decode`` turns a reply into its list of per-shard
+        answers). A single endpoint that refuses keys of several slots
+        in one script (``CROSSSLOT``: a proxy in front of shards) gets one call per shard
+        from then on. The replies, concatenated in shard order."""
+        if not self._scan_per_slot:
+            try:
+                return decode(script([key for keys in per_shard for key in keys], args))
+            except redis.ResponseError as exc:
+                if not str(exc).startswith("CROSSSLOT"):
+                    raise
+                log.info("the store refuses a script over several slots; scanning one "
+                         "shard per call")
+                self._scan_per_slot = True
+        return [x for reply in script.many([(keys, args) for keys in per_shard])
+                for x in decode(reply)]
 
     def _pipeline_each(self, commands: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Read commands (``(method, args)``) in one pipeline (per node on a cluster)."""
@@ -1090,17 +1111,19 @@ class RedisStore:
     def due(self, limit: int = 500) -> tuple[list[str], int | None]:
         """Ids worth claiming now (due, or lease expired) and the next run_at (ms) if any,
         over every shard (one pipeline; up to ``limit`` of each kind per shard)."""
-        replies = self._due_scan.many([([k.state_index(TaskState.SCHEDULED), k.publishing],
-                                        [str(limit)]) for k in self.shards.keys])
+        raw = self._scan(self._due_scan, [[k.state_index(TaskState.SCHEDULED), k.publishing]
+                                          for k in self.shards.keys], [str(limit)])
         ids: list[str] = []
         nxt: int | None = None
-        for raw in replies:
-            first = raw.index("|")
+        start = 0
+        while start < len(raw):  # per shard: due ids, '|', expired ids, '|', next run_at
+            first = raw.index("|", start)
             second = raw.index("|", first + 1)
-            ids += [*raw[:first], *raw[first + 1:second]]
+            ids += [*raw[start:first], *raw[first + 1:second]]
             at = raw[second + 1]
             if at not in ("", None):
                 nxt = int(float(at)) if nxt is None else min(nxt, int(float(at)))
+            start = second + 2
         return list(dict.fromkeys(ids)), nxt
 
     def claim(self, ids: Sequence[str], lease_ms: int, worker: str | None) -> list[Claimed]:

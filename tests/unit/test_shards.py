@@ -5,6 +5,7 @@ from __future__ import annotations
 import zlib
 
 import pytest
+import redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from jobbers_celery.config import MAX_SHARDS, JobbersConfig
@@ -52,3 +53,30 @@ def test_the_setting_must_be_a_whole_number_in_range(value: object) -> None:
 def test_the_setting_defaults_to_the_datasets_own() -> None:
     assert JobbersConfig.from_mapping({}, "redis://h").store_shards is None
     assert JobbersConfig.from_mapping({"jobbers_store_shards": 4}, "redis://h").store_shards == 4
+
+
+class _CrossSlotRefusingScript:
+    """A scan script behind an endpoint that refuses several slots in one script."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, keys: list[str], args: list[str]) -> list[str]:
+        self.calls.append(keys)
+        raise redis.ResponseError("CROSSSLOT Keys in request don't hash to the same slot")
+
+    def many(self, calls: list[tuple[list[str], list[str]]]) -> list[list[str]]:
+        self.calls += [keys for keys, _ in calls]
+        return [[keys[0]] for keys, _ in calls]
+
+
+def test_a_scan_falls_back_to_one_shard_per_call_where_one_call_may_not_span_slots() -> None:
+    from jobbers_celery.store import RedisStore
+
+    store = RedisStore(redis.Redis(port=1), shards=2)  # never connects here
+    script = _CrossSlotRefusingScript()
+    per_shard = [["{a}:x", "{a}:y"], ["{b}:x", "{b}:y"]]
+    assert store._scan(script, per_shard, []) == ["{a}:x", "{b}:x"]  # type: ignore[arg-type]
+    assert store._scan(script, per_shard, []) == ["{a}:x", "{b}:x"]  # type: ignore[arg-type]
+    # the one refused call spanning both, then one call per shard, twice
+    assert script.calls == [["{a}:x", "{a}:y", "{b}:x", "{b}:y"], *per_shard, *per_shard]

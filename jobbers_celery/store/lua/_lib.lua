@@ -57,10 +57,16 @@ end
 -- counts as an outage whatever the silence, and resumed_at is set. Returns true then.
 -- INFO is the one command of Redis's @dangerous category jobbers uses; a user not granted it
 -- (ACL) gets no restart detection here, only the silence-based one in tick().
+-- The server's run_id is read once per script run (a scan of several shards' clocks on one
+-- server asks INFO once).
+local server_id = nil
 local function new_server(clock, now)
-  local info = redis.pcall('INFO', 'server')
-  if type(info) ~= 'string' then return false end
-  local id = string.match(info, 'run_id:(%x+)')
+  if server_id == nil then
+    local info = redis.pcall('INFO', 'server')
+    server_id = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or false
+  end
+  if not server_id then return false end
+  local id = server_id
   local known = redis.call('HGET', clock, 'run_id')
   if known == id then return false end
   redis.call('HSET', clock, 'run_id', id)
