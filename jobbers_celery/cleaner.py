@@ -114,31 +114,39 @@ class Cleaner:
         lease_ms = int(config.publish_lease * 1000)
         room = pass_limit  # bounds the whole pass, not each shard: the rest is next pass's
         cancel: list[str] = []
+        candidates: dict[int, list[tuple[str, str, str]]] = {}
         for scan in scans:
             cancel += scan.cancel
-            items: list[tuple[str, str, str, str]] = []
-            candidates: list[tuple[str, str, str]] = [(i, "hb", "") for i in scan.hb[:room]]
-            room -= len(candidates)
-            dead = scan.dead
-            if dead and room > 0:
-                # nor each dead worker: an incarnation is forgotten (in this shard) only
-                # once it has no tasks left in it
-                for wid, ids in store.worker_tasks(dead, room, shard=scan.shard).items():
+            take = scan.hb[:room]
+            room -= len(take)
+            candidates[scan.shard] = [(i, "hb", "") for i in take]
+        dead = {scan.shard: scan.dead for scan in scans if scan.dead}
+        if dead and room > 0:
+            # nor each dead worker: an incarnation is forgotten (in a shard) only once it
+            # has no tasks left there; their tasks in every shard in one read
+            for shard, tasks in store.worker_tasks(dead, room).items():
+                for wid, ids in tasks.items():
                     take = ids[:room]
                     room -= len(take)
-                    candidates += [(i, "worker", wid) for i in take]
-            if candidates:
-                meta = store.fields([c[0] for c in candidates], ("wid", "name"))
-                for (task_id, kind, wid), (rec_wid, name) in zip(candidates, meta, strict=True):
-                    items.append((task_id, kind, wid or rec_wid or "", name or ""))
+                    candidates[shard] += [(i, "worker", wid) for i in take]
+        flat = [c for shard in candidates.values() for c in shard]
+        meta = store.fields([c[0] for c in flat], ("wid", "name")) if flat else []
+        at = 0
+        for scan in scans:
+            mine = candidates[scan.shard]
+            items = [(task_id, kind, wid or rec_wid or "", name or "")
+                     for (task_id, kind, wid), (rec_wid, name)
+                     in zip(mine, meta[at:at + len(mine)], strict=True)]
+            at += len(mine)
             examined += len(items)
             # one script call per chunk, so that Redis is never blocked long by a big pass
             chunks = [items[i:i + stall_chunk] for i in range(0, len(items), stall_chunk)]
-            if dead and not chunks:
+            forget = dead.get(scan.shard, [])
+            if forget and not chunks:
                 chunks = [[]]  # only forget dead incarnations that have no tasks left
             for n, chunk in enumerate(chunks):
                 last = n == len(chunks) - 1
-                part = store.stall(chunk, lost_ms, lease_ms, dead if last else (),
+                part = store.stall(chunk, lost_ms, lease_ms, forget if last else (),
                                    shard=scan.shard)
                 recovered_items += part.recovered
                 dead_items += part.dead

@@ -918,16 +918,19 @@ class RedisStore:
         return [(wid, seen[wid], sum(int(c) for c in counts[i * n:(i + 1) * n]))
                 for i, wid in enumerate(order)]
 
-    def worker_tasks(self, wids: Sequence[str], limit: int, shard: int | None = None
-                     ) -> dict[str, list[str]]:
-        """The tasks each worker incarnation started and did not finish, oldest first, in
-        ``shard`` (default: every shard, each shard's oldest first)."""
-        shards = self.shards.keys if shard is None else (self.shards.keys[shard],)
-        replies = self._pipeline_each([("zrange", (k.worker_tasks(wid), 0, limit - 1))
-                                       for wid in wids for k in shards])
-        n = len(shards)
-        return {wid: [str(i) for part in replies[j * n:(j + 1) * n] for i in part][:limit]
-                for j, wid in enumerate(wids)}
+    def worker_tasks(self, dead: Mapping[int, Sequence[str]], limit: int
+                     ) -> dict[int, dict[str, list[str]]]:
+        """The tasks each worker incarnation started and did not finish, oldest first, up to
+        ``limit`` each, per shard: ``dead`` names the incarnations to read in each shard
+        (one pipeline for them all)."""
+        pairs = [(shard, wid) for shard, wids in dead.items() for wid in wids]
+        keys = self.shards.keys
+        replies = self._pipeline_each([("zrange", (keys[shard].worker_tasks(wid), 0, limit - 1))
+                                       for shard, wid in pairs])
+        out: dict[int, dict[str, list[str]]] = {}
+        for (shard, wid), ids in zip(pairs, replies, strict=True):
+            out.setdefault(shard, {})[wid] = [str(i) for i in ids]
+        return out
 
     def fields(self, ids: Sequence[str], names: Sequence[str]) -> list[list[str | None]]:
         """``HMGET`` of ``names`` for each id, in one round trip (per node on a cluster)."""
