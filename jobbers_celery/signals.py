@@ -197,9 +197,7 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
     liveness.set_worker_id(getattr(sender, "hostname", None))
     jobbers = Jobbers.find(getattr(sender, "app", None))
     if jobbers is not None:
-        # a step waits for the store as long as the worker's liveness may be silent
-        jobbers.store.wait_out_outages(jobbers.config.worker_lost_after)
-        try:
+        try:  # before the wait below: a store down at start must not hold the start up
             jobbers.store.shards  # noqa: B018 - read the dataset's layout before forking
         except ConfigurationError as exc:  # a wrong jobbers_store_shards: do not start
             log.critical("%s", exc)
@@ -207,6 +205,8 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
         except Exception:  # unreachable now: read at the first store call instead
             log.warning("could not read the jobbers store's layout at start; it is read at "
                         "the first store call", exc_info=True)
+        # a step waits for the store as long as the worker's liveness may be silent
+        jobbers.store.wait_out_outages(jobbers.config.worker_lost_after)
         try:
             results.check_layout(jobbers.store, jobbers.app.backend)
         except Exception:  # a check, never a reason not to start
