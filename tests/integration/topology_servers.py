@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -380,22 +380,24 @@ class ClusterSet:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+_Servers = TypeVar("_Servers", ClusterSet, SentinelSet)
+
+
 @contextlib.contextmanager
-def cluster_set() -> Iterator[ClusterSet]:
-    servers = ClusterSet()
+def _running(servers: _Servers) -> Iterator[_Servers]:
+    """``servers`` started, and stopped (their files removed) on exit."""
     try:
         yield servers.start()
     finally:
         servers.stop()
 
 
-@contextlib.contextmanager
-def sentinel_set() -> Iterator[SentinelSet]:
-    servers = SentinelSet()
-    try:
-        yield servers.start()
-    finally:
-        servers.stop()
+def cluster_set() -> contextlib.AbstractContextManager[ClusterSet]:
+    return _running(ClusterSet())
+
+
+def sentinel_set() -> contextlib.AbstractContextManager[SentinelSet]:
+    return _running(SentinelSet())
 
 
 @contextlib.contextmanager
