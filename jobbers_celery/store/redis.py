@@ -313,8 +313,9 @@ class RedisStore:
         return out
 
     def _fan(self, calls: Sequence[tuple[Any, list[str], list[Any]]]) -> list[Any]:
-        """Run ``(script, keys, args)`` calls, one per shard: one pipeline on one server;
-        on Redis Cluster one call at a time, each to the node serving its shard."""
+        """Run ``(script, keys, args)`` calls of redis-py scripts (rare paths: payload
+        checks, lease renewals): one pipeline on one server; on Redis Cluster one call at a
+        time, each to the node serving its keys."""
         if len(calls) == 1 or self._cluster:
             return [script(keys=keys, args=args) for script, keys, args in calls]
         pipe = self.client.pipeline(transaction=False)
@@ -420,8 +421,6 @@ class RedisStore:
         spec["start"] = True
         if wid:
             spec["wid"] = wid
-            if (os.getpid(), wid, self.shards.index(task_id)) not in self._registered:
-                spec["reg"] = True  # its first start here: enter it in the workers set
         if heartbeat_ms:
             spec["hb_ms"] = int(heartbeat_ms)
         targets = _START_TARGETS
@@ -578,8 +577,6 @@ class RedisStore:
             spec["start"] = True
             if wid:
                 spec["wid"] = wid
-                if (os.getpid(), wid, self.shards.index(task_id)) not in self._registered:
-                    spec["reg"] = True  # its first start here: enter it in the workers set
             if heartbeat_ms:
                 spec["hb_ms"] = int(heartbeat_ms)
             if cap:
@@ -624,6 +621,8 @@ class RedisStore:
         sk = self.shards.keys[shard]
         keys, layout = self._shared_keys(states, wid, name, shard)
         keys.append(sk.task(task_id))
+        if spec.get("start") and wid and (os.getpid(), wid, shard) not in self._registered:
+            spec["reg"] = True  # its first start here: enter it in the workers set
         split = self.sharded
         fresh = False  # a lease this call took, to give back if the start does not happen
         if split:
@@ -801,14 +800,19 @@ class RedisStore:
         tasks it runs whose attempt the cleaner declared stalled. ``notes``: (task id,
         attempt, text) appended to the reason of that attempt's stall in the history.
 
-        Sharded: the refresh runs in every shard (one pipeline per server), each with the
-        shard's copy of the workers set and clock, the tasks running in it, and its notes;
-        the concurrency leases are renewed in the global slot."""
+        Sharded: the refresh runs in every shard (sent together on one server, one call
+        per shard on Redis Cluster), each with the shard's copy of the workers set and
+        clock, the tasks running in it, and its notes; the concurrency leases are renewed
+        in the global slot."""
         shards, split = self.shards, self.sharded
+        running_in = self._by_shard(running or ())
+        notes_in: dict[int, list[tuple[str, int, str]]] = {}
+        for note in notes:
+            notes_in.setdefault(shards.index(note[0]), []).append(note)
+        own_leases = [] if split else list(leases)  # one shard, whose script renews them
         calls = []
         for shard, sk in enumerate(shards.keys):
-            mine = [n for n in notes if shards.index(n[0]) == shard] if notes else []
-            own_leases = [] if split else list(leases)
+            mine = notes_in.get(shard, [])
             keys = [sk.clock, sk.workers, sk.worker_tasks(wid), sk.cancelling, sk.halts(wid),
                     *(self.keys.concurrency(name) for name, _ in own_leases),
                     *(sk.task(task_id) for task_id, _, _ in mine)]
@@ -816,7 +820,7 @@ class RedisStore:
                                     "lease_cap_ms": int(lease_cap_ms),
                                     "leases": [task_id for _, task_id in own_leases]}
             if running is not None:
-                spec.update(running=[i for i in running if shards.index(i) == shard],
+                spec.update(running=running_in.get(shard, []),
                             orphan_ms=int(orphan_ms),
                             orphan_grace_ms=int(orphan_ms if orphan_grace_ms is None
                                                 else orphan_grace_ms))
