@@ -22,8 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.rabbitmq import rabbitmq  # noqa: F401  (the session's RabbitMQ vhost fixture)
+
+# Property-based tests (hypothesis) of everything that parses or renders outside input: a fixed
+# budget and a fixed seed, so a CI run is reproducible and its time known; no example database
+# left in the checkout. A test that needs more or fewer examples says so with @settings.
+settings.register_profile(
+    "jobbers", max_examples=200, derandomize=True, database=None, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile("jobbers")
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_DB = 1
