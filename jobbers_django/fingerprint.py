@@ -4,6 +4,13 @@ show as one group.
 A fingerprint hashes the task name, the exception type, the message with ids and numbers
 taken out, and the innermost frame of application code (file and function, no line number,
 so an unrelated edit above it does not split the group). Pure: standard library only.
+
+Bounded in time whatever the failure says (the worker that records it runs this): only the
+first :data:`MESSAGE_HEAD` characters of a message are read (the kept message is at most 500
+characters), and a traceback is read from its end, line by line, :data:`FRAME_LINES` lines at
+most, a line longer than :data:`FRAME_LINE_MAX` never matched, the frame kept cut to
+:data:`FRAME_MAX`. Every pattern's repetitions are bounded or cannot backtrack over the
+text, so the cost is linear in what is read.
 """
 
 from __future__ import annotations
@@ -12,27 +19,46 @@ import hashlib
 import re
 import sys
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["Fingerprint", "app_frame", "fingerprint", "normalise_message"]
+__all__ = ["FRAME_LINES", "FRAME_LINE_MAX", "FRAME_MAX", "MESSAGE_HEAD", "Fingerprint",
+           "app_frame", "fingerprint", "normalise_message"]
 
+#: Characters of a message read (from its start): enough for the 500 characters kept even
+#: when placeholders shorten what they replace (a uuid: 36 characters to 6).
+MESSAGE_HEAD = 4096
+#: Lines of a traceback read, from its end (the innermost frames come last).
+FRAME_LINES = 10_000
+#: A longer line is not a frame line (a path is at most 4096 bytes on Linux).
+FRAME_LINE_MAX = 8192
+#: Characters of the frame kept (what ``FailureGroup.frame`` holds).
+FRAME_MAX = 500
+
+# Repetitions before an ``@`` are bounded (a local part or node name of at most 128
+# characters, a host of at most 255): unbounded, every word boundary of a long ``a.a.a.``
+# started a scan to the end of the text (quadratic).
 _SUBSTITUTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
                 r"[0-9a-fA-F]{12}"), "<uuid>"),
     # jobbers worker incarnations (node name:pid:random), then e-mail addresses, then
     # Celery node names (name@host): a stall on another worker is the same failure
-    (re.compile(r"\b[\w.+-]+@[\w.-]+:\d+:[0-9a-zA-Z]+"), "<worker>"),
-    (re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"), "<email>"),
-    (re.compile(r"\b[\w.+-]+@[\w.-]+"), "<worker>"),
+    (re.compile(r"\b[\w.+-]{1,128}@[\w.-]{1,255}:\d+:[0-9a-zA-Z]+"), "<worker>"),
+    (re.compile(r"\b[\w.+-]{1,128}@[\w-]{1,63}(?:\.[\w-]{1,63}){1,32}\b"), "<email>"),
+    (re.compile(r"\b[\w.+-]{1,128}@[\w.-]{1,255}"), "<worker>"),
     (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),
     # hex-looking tokens (hashes, object ids) with at least one digit and one letter
     (re.compile(r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "<hex>"),
     (re.compile(r"\d+(?:[.,:]\d+)*"), "<n>"),
     (re.compile(r"\s+"), " "),
 )
+#: The ``@`` patterns, run only on a message that has an ``@``.
+_AT = frozenset({1, 2, 3})
 
-_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+, in (?P<func>.+?)\s*$')
+# No trailing ``\s*$`` after a lazy function name: that retried the rest of the line at
+# every character of a long run of spaces (quadratic); the name is stripped instead.
+_FRAME = re.compile(r'\s*File "(?P<path>[^"]{1,4096})", line \d{1,20}, in (?P<func>.+)')
 
 #: Code that is never "application code" even when it is not installed in site-packages.
 _LIBRARY_PACKAGES = ("celery", "kombu", "billiard", "jobbers_celery", "jobbers_django",
@@ -53,9 +79,12 @@ class Fingerprint:
 
 def normalise_message(message: str | None) -> str:
     """``message`` with uuids, emails, hex ids and numbers replaced by placeholders."""
-    text = message or ""
-    for pattern, placeholder in _SUBSTITUTIONS:
-        text = pattern.sub(placeholder, text)
+    text = (message or "")[:MESSAGE_HEAD]
+    has_at = "@" in text
+    for n, (pattern, placeholder) in enumerate(_SUBSTITUTIONS):
+        if n not in _AT or has_at:
+            # cut again: a placeholder may be longer than what it replaced (``<n>``)
+            text = pattern.sub(placeholder, text)[:MESSAGE_HEAD]
     return text.strip()[:_MAX_MESSAGE]
 
 
@@ -93,11 +122,25 @@ def _short(path: str) -> str:
 def app_frame(traceback: str | None) -> str:
     """``module/path.py:function`` of the innermost application frame of a formatted
     traceback ("" when there is none, e.g. a stalled task)."""
-    frames = [m for m in (_FRAME.match(line) for line in (traceback or "").splitlines()) if m]
-    for match in reversed(frames):
-        if not _is_library(match["path"]):
-            return f"{_short(match['path'])}:{match['func']}"
+    for line in _tail_lines(traceback or ""):
+        match = _FRAME.match(line)
+        if match and not _is_library(match["path"]):
+            func = match["func"]
+            return f"{_short(match['path'])}:{func.rstrip() or func[:1]}"[:FRAME_MAX]
     return ""
+
+
+def _tail_lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` from the last, :data:`FRAME_LINES` at most, skipping (not
+    copying) those longer than :data:`FRAME_LINE_MAX`."""
+    end = len(text)
+    for _ in range(FRAME_LINES):
+        if end <= 0:
+            return
+        start = text.rfind("\n", 0, end) + 1  # scans back to the previous line only
+        if end - start <= FRAME_LINE_MAX:
+            yield text[start:end].rstrip("\r")
+        end = start - 1
 
 
 def fingerprint(task_name: str, exception_type: str | None, message: str | None,
