@@ -423,7 +423,8 @@ class Jobbers:
 
         Each entry is published at most once per run, whatever races. Raises ``ValueError``
         (:class:`~jobbers_celery.pacing.PaceError`, naming the field) for a pace out of
-        bounds (``0 < rate <= 500``, ``0 <= halt_after <= of_last <= 1000``), and, with
+        bounds (``0.1 <= rate <= 500``, ``0 <= halt_after <= of_last <= 1000``, at most
+        10,000 entries: ``ResubmitPace``), and, with
         ``version="current"``, for a task not registered here, before anything changes.
         ``selection`` describes what was selected (``task_ids``, or ``filters`` and
         ``limit``), for the run's readers. Follow it with :meth:`resubmit_run`."""

@@ -42,12 +42,17 @@ from jobbers_celery.store import RedisStore
 
 __all__ = [
     "MAX_RATE",
+    "MAX_RUN_ENTRIES",
+    "MAX_RUN_SECONDS",
     "MAX_WINDOW",
+    "MIN_RATE",
+    "RATE_MESSAGE",
     "PaceError",
     "Pacer",
     "ResubmitPace",
     "ResubmitRunInfo",
     "RunStatus",
+    "allowance",
     "control",
     "read",
     "start",
@@ -57,6 +62,19 @@ log = logging.getLogger("jobbers.pacing")
 
 #: Fastest pace, tasks per second (as the Django sink's paced resubmits).
 MAX_RATE = 500.0
+#: Slowest pace, tasks per second (one task every 10 s): slower, a run would outlast
+#: ``MAX_RUN_SECONDS`` (at ``1e-300`` it would never end).
+MIN_RATE = 0.1
+#: Most entries one run takes: the CLI's largest ``--limit`` (the Django sink's requests
+#: take at most 1,000).
+MAX_RUN_ENTRIES = 10_000
+#: The longest a run publishes at its pace: ``MAX_RUN_ENTRIES`` at ``MIN_RATE`` (100,000 s,
+#: under 28 hours; pauses not counted).
+MAX_RUN_SECONDS = MAX_RUN_ENTRIES / MIN_RATE
+#: Why a rate is refused (every front end says the same).
+RATE_MESSAGE = (f"must be a number of tasks per second, at least {MIN_RATE:g} and at most "
+                f"{MAX_RATE:g} (a run publishes at most {MAX_RUN_ENTRIES:,} entries within "
+                f"{MAX_RUN_SECONDS:,.0f} s)")
 #: Largest stop-rule window (``of_last``); the window list keeps this many outcomes.
 MAX_WINDOW = 1000
 #: Most members one pass claims, and settles, per run; most runs one pass drives.
@@ -84,14 +102,21 @@ FINAL = frozenset({RunStatus.HALTED, RunStatus.CANCELLED, RunStatus.DONE})
 
 @dataclass(frozen=True)
 class ResubmitPace:
-    """A rate (tasks per second, ``0 < rate <= 500``) and an optional stop rule: halt when
-    more than ``halt_after`` of the last ``of_last`` settled tasks failed again
+    """A rate (tasks per second, ``0.1 <= rate <= 500``) and an optional stop rule: halt
+    when more than ``halt_after`` of the last ``of_last`` settled tasks failed again
     (``0 <= halt_after <= of_last <= 1000``). Bad values raise ``ValueError`` naming the
-    field (``.field``)."""
+    field (``.field``). The slowest pace bounds a run's length: the largest run
+    (``MAX_RUN_ENTRIES``) is published within ``MAX_RUN_SECONDS``."""
 
-    #: The bounds, for front ends that state them (``MAX_RATE``, ``MAX_WINDOW``).
+    #: The bounds, for front ends that state them (``MAX_RATE``, ``MIN_RATE``,
+    #: ``MAX_WINDOW``, ``MAX_RUN_ENTRIES``, ``MAX_RUN_SECONDS``).
     max_rate: ClassVar[float] = MAX_RATE
+    min_rate: ClassVar[float] = MIN_RATE
     max_window: ClassVar[int] = MAX_WINDOW
+    max_run_entries: ClassVar[int] = MAX_RUN_ENTRIES
+    max_run_seconds: ClassVar[float] = MAX_RUN_SECONDS
+    #: What a refused rate is told (``RATE_MESSAGE``).
+    rate_message: ClassVar[str] = RATE_MESSAGE
 
     rate: float
     halt_after: int | None = None
@@ -100,9 +125,8 @@ class ResubmitPace:
     def __post_init__(self) -> None:
         rate = self.rate
         if isinstance(rate, bool) or not isinstance(rate, int | float) \
-                or not math.isfinite(rate) or not 0 < rate <= MAX_RATE:
-            raise PaceError("rate", "must be a number of tasks per second, more than 0 and "
-                            f"at most {MAX_RATE:g}")
+                or not math.isfinite(rate) or not MIN_RATE <= rate <= MAX_RATE:
+            raise PaceError("rate", RATE_MESSAGE)
         if (self.halt_after is None) != (self.of_last is None):
             name = "halt_after" if self.halt_after is None else "of_last"
             raise PaceError(name, "give halt_after and of_last together (the stop rule), "
@@ -119,6 +143,16 @@ class ResubmitPace:
     @property
     def rule(self) -> str:
         return rule_text(self.halt_after, self.of_last)
+
+    @staticmethod
+    def allowance(rate: float, elapsed_s: float) -> int:
+        """Members a pace lets go ``elapsed_s`` seconds after a run (re)started: one at
+        once, then ``rate`` per second (``run_claim.lua`` and the Django sink's runs count
+        so)."""
+        return math.floor(rate * max(0.0, elapsed_s)) + 1
+
+
+allowance = ResubmitPace.allowance
 
 
 class PaceError(ValueError):
@@ -226,6 +260,10 @@ def start(store: RedisStore, entries: Sequence[DeadLetter], pace: ResubmitPace, 
             continue
         seen.add(entry.task_id)
         members.append(f"{entry.task_id}:{entry.attempt}")
+    if len(members) > MAX_RUN_ENTRIES:
+        raise PaceError("entries", f"at most {MAX_RUN_ENTRIES:,} entries per run (the "
+                        f"slowest pace publishes them within {MAX_RUN_SECONDS:,.0f} s); "
+                        f"{len(members):,} given")
     chosen = dict(selection or {})
     fields = {
         "status": RunStatus.QUEUED.value, "rate": repr(float(pace.rate)),
@@ -313,10 +351,13 @@ class Pacer:
     confirmed is settled from its record (the pass that claimed it died)."""
 
     def __init__(self, store: RedisStore, entry: EntryReader, publish: Publish,
-                 claim_timeout_s: float, exclusive_s: float = 0.0) -> None:
+                 claim_timeout_s: float, exclusive_s: float = 0.0,
+                 unopenable: Callable[[DeadLetter], str | None] = lambda _: None) -> None:
         self.store = store
         self.entry = entry
         self.publish = publish
+        #: why this process cannot publish an entry's sealed arguments (None: it can)
+        self.unopenable = unopenable
         self.claim_timeout_ms = int(claim_timeout_s * 1000)
         self.exclusive_ms = int(exclusive_s * 1000)
 
@@ -381,6 +422,9 @@ class Pacer:
             entry = self.entry(task_id, attempt)
             if entry is None:
                 fates.append((member, "s", "its dead-letter entry is gone (discarded)"))
+            elif (why := self.unopenable(entry)) is not None:
+                note = f"not published by this worker: {why}; the entry stays dead"
+                fates.append((member, "s", note))
             else:
                 entries[member] = entry
         try:

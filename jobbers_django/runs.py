@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,6 +58,7 @@ from jobbers_django.models import (
 __all__ = [
     "MAX_RATE",
     "MAX_WINDOW",
+    "MIN_RATE",
     "STEP_TASK",
     "Pace",
     "RunConflict",
@@ -81,9 +81,10 @@ SETTLE_INTERVAL = 1.0
 #: Most items one step publishes, and settles.
 MAX_BATCH = 500
 MAX_SETTLE = 500
-#: Fastest pace (tasks per second) and largest stop-rule window (``of_last``): the Redis
-#: sink's bounds, one rule for both sinks.
-MAX_RATE, MAX_WINDOW = ResubmitPace.max_rate, ResubmitPace.max_window
+#: Fastest and slowest pace (tasks per second) and largest stop-rule window (``of_last``):
+#: the Redis sink's bounds, one rule for both sinks.
+MAX_RATE, MIN_RATE, MAX_WINDOW = ResubmitPace.max_rate, ResubmitPace.min_rate, \
+    ResubmitPace.max_window
 
 
 class RunConflict(Exception):
@@ -273,7 +274,7 @@ def _due(run: ResubmitRun, now: datetime) -> int:
     """Items the pace allows now: one at once, then ``rate`` per second since the run
     (re)started, less those published since; at most ``MAX_BATCH``."""
     since = run.paced_since or now
-    allowed = math.floor(run.rate * max(0.0, (now - since).total_seconds())) + 1
+    allowed = ResubmitPace.allowance(run.rate, (now - since).total_seconds())
     return max(0, min(MAX_BATCH, allowed - (run.published - run.published_base)))
 
 
@@ -287,8 +288,9 @@ def _claim(run: ResubmitRun, due: int, now: datetime) -> list[int]:
         return []
     items = ResubmitRunItem.objects.filter(run=run, published_at__isnull=True,
                                            outcome=ItemOutcome.PENDING).order_by("position")
-    entries = DeadLetterEntry.objects.filter(status=Status.DEAD).exclude(
-        options__has_key=services._unpublishable_key())
+    # sealed with a payload key this process does not hold: skipped, never published sealed
+    entries = services._openable(DeadLetterEntry.objects.filter(status=Status.DEAD).exclude(
+        options__has_key=services._unpublishable_key()))
     if connection.features.has_select_for_update_skip_locked:
         items = items.select_for_update(skip_locked=True, of=("self",))
         entries = entries.select_for_update(skip_locked=True, of=("self",))

@@ -31,7 +31,7 @@ from jobbers_django.models import (
     VersionChoice,
 )
 from jobbers_django.redaction import arguments, display, redact, text
-from jobbers_django.runs import MAX_RATE, MAX_WINDOW
+from jobbers_django.runs import MAX_RATE, MAX_WINDOW, MIN_RATE
 
 __all__ = [
     "FILTER_FIELDS",
@@ -289,11 +289,14 @@ class ResubmitRequestSerializer(DiscardRequestSerializer):
     rate_required = False
 
     rate = serializers.FloatField(
-        required=False, min_value=0, max_value=MAX_RATE,
-        help_text=f"tasks per second, more than 0 and at most {MAX_RATE:g}: resubmit in the "
+        required=False, min_value=MIN_RATE, max_value=MAX_RATE,
+        help_text=f"tasks per second, at least {MIN_RATE:g} and at most {MAX_RATE:g} (a run "
+        f"publishes at most {ResubmitPace.max_run_entries:,} entries within "
+        f"{ResubmitPace.max_run_seconds:,.0f} s): "
+        "resubmit in the "
         "background at this pace (answers 202 with the run) instead of all at once",
-        error_messages={"min_value": f"must be more than 0 and at most {MAX_RATE:g}",
-                        "max_value": f"must be more than 0 and at most {MAX_RATE:g}",
+        error_messages={"min_value": ResubmitPace.rate_message,
+                        "max_value": ResubmitPace.rate_message,
                         "invalid": "must be a number of tasks per second"})
     halt_after = serializers.IntegerField(
         required=False, min_value=0, max_value=MAX_WINDOW,

@@ -64,6 +64,8 @@ def test_bad_input_and_not_found(make_entries):
     fails(2, "show", "bad id!")
     fails(2, "list", "--limit", "0")
     assert "--rate" in fails(2, "resubmit", task_id, "--rate", "0")
+    assert "--rate: must be a number of tasks per second, at least 0.1" in fails(
+        2, "resubmit", task_id, "--rate", "1e-300")
     fails(2, "resubmit", task_id, "--halt-after", "2", "--of-last", "5")
     assert "--halt-after: must be between 0" in fails(2, "resubmit", task_id, "--rate", "5", "--halt-after", "6",
                                  "--of-last", "5")

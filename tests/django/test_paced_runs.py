@@ -58,6 +58,8 @@ def task_publishes(published: list[str], ids: list[str]) -> list[str]:
     ({"rate": 0}, "rate"),
     ({"rate": -1}, "rate"),
     ({"rate": 501}, "rate"),
+    ({"rate": 1e-300}, "rate"),  # would never end
+    ({"rate": 0.09}, "rate"),
     ({"rate": "fast"}, "rate"),
     ({"rate": True}, "rate"),
     ({"rate": 5, "halt_after": 3}, "of_last"),
@@ -273,7 +275,8 @@ def test_two_claims_racing_take_disjoint_items(make_entries):
 
 
 # ---------------------------------------------------------------------- admin
-def test_the_admin_starts_a_paced_run_from_the_confirmation(operator, client, make_entries):
+def test_the_admin_starts_a_paced_run_from_the_confirmation(operator, client, make_entries,
+                                                            djapp):
     ids = flaky(3, make_entries)
     client.force_login(operator)
     confirm = client.post("/admin/jobbers/deadletterentry/", {
@@ -296,6 +299,13 @@ def test_the_admin_starts_a_paced_run_from_the_confirmation(operator, client, ma
                                                          DeadLetterEntry.objects.values_list(
                                                              "pk", flat=True)]}, follow=True)
     assert b"No paced resubmit was started: rate: must be a number" in bad.content
+    slow = client.post("/admin/jobbers/deadletterentry/", {
+        "action": "resubmit_selected", "post": "yes", "paced": "1", "rate": "1e-300",
+        "task_ids": f'["{ids[2]}"]', "_selected_action": [str(pk) for pk in
+                                                         DeadLetterEntry.objects.values_list(
+                                                             "pk", flat=True)]}, follow=True)
+    assert b"No paced resubmit was started: rate: must be a number of tasks per second, " \
+        b"at least 0.1" in slow.content
     assert ResubmitRun.objects.count() == 1
 
 

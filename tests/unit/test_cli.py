@@ -121,6 +121,8 @@ def test_worker_incarnations() -> None:
     (["dlq", "discard", "--yes"], "give entry ids or at least one filter"),
     (["dlq", "resubmit", "--task", "t", "--rate", "0"], "--rate: must be a number"),
     (["dlq", "resubmit", "--task", "t", "--rate", "501"], "at most 500"),
+    (["dlq", "resubmit", "--task", "t", "--rate", "1e-300"],
+     "--rate: must be a number of tasks per second, at least 0.1"),
     (["dlq", "resubmit", "--task", "t", "--halt-after", "3", "--of-last", "10"],
      "--halt-after and --of-last need --rate"),
     (["dlq", "resubmit", "--task", "t", "--rate", "2", "--halt-after", "3"],

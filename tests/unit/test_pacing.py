@@ -3,12 +3,26 @@ how a claimed entry's outcome is read from its task's record. No network."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobbers_celery import PaceError, ResubmitPace
-from jobbers_celery.pacing import MAX_RATE, MAX_WINDOW, outcome, rule_text
+from jobbers_celery.pacing import (
+    MAX_RATE,
+    MAX_RUN_ENTRIES,
+    MAX_RUN_SECONDS,
+    MAX_WINDOW,
+    MIN_RATE,
+    RATE_MESSAGE,
+    allowance,
+    outcome,
+    rule_text,
+)
 
 
 @pytest.mark.parametrize("rate", [0, -1, MAX_RATE + 1, math.inf, math.nan, True, "5"])
@@ -35,7 +49,7 @@ def test_stop_rule_out_of_bounds(halt_after: object, of_last: object, field: str
 def test_bounds_themselves_are_allowed(halt_after: int | None, of_last: int | None) -> None:
     pace = ResubmitPace(MAX_RATE, halt_after, of_last)
     assert pace.rule == rule_text(halt_after, of_last)
-    ResubmitPace(0.01)
+    ResubmitPace(MIN_RATE)
 
 
 def test_rule_in_words() -> None:
@@ -67,3 +81,63 @@ def test_outcome_from_the_record(state: str | None, attempt: str | None, stale: 
 def test_a_task_id_with_colons() -> None:
     assert outcome("a:b:7", "failed", "7", True)[0] == "x"
     assert outcome("a:b:7", "failed", "8", False)[0] == "f"
+
+
+# ---------------------------------------------------------------------- a run always ends
+@pytest.mark.parametrize("rate", [1e-300, 5e-324, MIN_RATE / 2, math.nextafter(MIN_RATE, 0)])
+def test_a_pace_too_slow_to_end_is_refused(rate: float) -> None:
+    with pytest.raises(PaceError) as caught:
+        ResubmitPace(rate)
+    assert caught.value.field == "rate"
+    assert f"at least {MIN_RATE:g}" in caught.value.message
+
+
+@settings(max_examples=300)
+@given(rate=st.one_of(st.floats(), st.floats(min_value=0, max_value=2 * MIN_RATE),
+                      st.integers(-10, 1000)),
+       halt_after=st.one_of(st.none(), st.integers(-2, MAX_WINDOW + 2)),
+       of_last=st.one_of(st.none(), st.integers(-2, MAX_WINDOW + 2)))
+def test_every_accepted_pace_publishes_the_largest_run_within_the_longest_run(
+        rate: float, halt_after: int | None, of_last: int | None) -> None:
+    refused: PaceError | None = None
+    try:
+        pace = ResubmitPace(rate, halt_after, of_last)
+    except PaceError as exc:
+        refused = exc
+    if refused is not None:  # every refusal names its field and says why
+        assert refused.field in ("rate", "halt_after", "of_last")
+        assert str(refused) == f"{refused.field}: {refused.message}"
+        fast_enough = isinstance(rate, int | float) and not isinstance(rate, bool) \
+            and math.isfinite(rate) and MIN_RATE <= rate <= MAX_RATE
+        assert (refused.field == "rate") == (not fast_enough)
+        if refused.field == "rate":
+            assert refused.message == RATE_MESSAGE
+        return
+    # the pace both sinks apply (run_claim.lua and the Django run's step: one at once, then
+    # rate per second) lets the last of the largest run go by the longest run's end
+    assert allowance(pace.rate, MAX_RUN_SECONDS) >= MAX_RUN_ENTRIES
+    assert (MAX_RUN_ENTRIES - 1) / pace.rate <= MAX_RUN_SECONDS
+
+
+def test_the_bounds_are_stated() -> None:
+    assert (ResubmitPace.min_rate, ResubmitPace.max_run_entries,
+            ResubmitPace.max_run_seconds) == (MIN_RATE, MAX_RUN_ENTRIES, MAX_RUN_SECONDS)
+    assert MAX_RUN_ENTRIES / MIN_RATE <= MAX_RUN_SECONDS
+    assert allowance(MIN_RATE, 0) == 1
+    assert allowance(2, 1.5) == 4
+
+
+def test_a_run_of_more_entries_than_the_largest_is_refused_before_the_store() -> None:
+    from jobbers_celery.options import ResubmitVersion
+    from jobbers_celery.pacing import start
+    from jobbers_celery.records import DeadLetter
+
+    entry = DeadLetter(task_id="t", name="n", version=None, queue="q", reason="failed",
+                       args=[], kwargs={}, exception_type="E", exception_message="",
+                       traceback="", attempt=1, retry_attempt=0, worker=None,
+                       failed_at=datetime.now(UTC), checkpoint=None, options={})
+    many = [dataclasses.replace(entry, task_id=f"t{n}") for n in range(MAX_RUN_ENTRIES + 1)]
+    with pytest.raises(PaceError) as caught:
+        start(None, many, ResubmitPace(5), reset_retry_count=True,  # type: ignore[arg-type]
+              version=ResubmitVersion.ENTRY, selection=None, source="code", username="")
+    assert caught.value.field == "entries"
