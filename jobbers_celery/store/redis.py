@@ -1122,15 +1122,10 @@ class RedisStore:
                                           for k in self.shards.keys], [str(limit)])
         ids: list[str] = []
         nxt: int | None = None
-        start = 0
-        while start < len(raw):  # per shard: due ids, '|', expired ids, '|', next run_at
-            first = raw.index("|", start)
-            second = raw.index("|", first + 1)
-            ids += [*raw[start:first], *raw[first + 1:second]]
-            at = raw[second + 1]
+        for due, expired, at in raw:  # per shard (nested: an id may hold any character)
+            ids += [*due, *expired]
             if at not in ("", None):
                 nxt = int(float(at)) if nxt is None else min(nxt, int(float(at)))
-            start = second + 2
         return list(dict.fromkeys(ids)), nxt
 
     def claim(self, ids: Sequence[str], lease_ms: int, worker: str | None) -> list[Claimed]:
