@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from jobbers_celery.backoff import BackoffStrategy
 from jobbers_celery.cleaner import CleanerStatus, CleanReport
+from jobbers_celery.codec import ENCRYPTED, PayloadCodec
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.errors import (
     AttemptSuperseded,
@@ -30,6 +31,7 @@ from jobbers_celery.options import (
     TaskOptions,
 )
 from jobbers_celery.pacing import PaceError, ResubmitPace, ResubmitRunInfo, RunStatus
+from jobbers_celery.payload import readable_arguments, unopenable
 from jobbers_celery.records import (
     UNPUBLISHABLE,
     DeadLetter,
@@ -56,6 +58,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "DEFAULT_REDACT_KEYS",
+    "ENCRYPTED",
     "REDACTED",
     "UNPUBLISHABLE",
     "AttemptSuperseded",
@@ -77,6 +80,7 @@ __all__ = [
     "JobbersTask",
     "PaceError",
     "Parameters",
+    "PayloadCodec",
     "PurgeReport",
     "Redactor",
     "RedisDeadLetterSink",
@@ -99,6 +103,8 @@ __all__ = [
     "get_jobbers",
     "install",
     "parameters",
+    "readable_arguments",
     "redactor",
     "task_parameters",
+    "unopenable",
 ]

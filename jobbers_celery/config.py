@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from jobbers_celery.codec import parse_keys, require_backend
 from jobbers_celery.errors import ConfigurationError
 from jobbers_celery.redaction import DEFAULT_REDACT_KEYS
 
@@ -78,6 +79,11 @@ class JobbersConfig:
     #: Celery's ``argsrepr``/``kwargsrepr`` (worker logs, task events, Flower) and in
     #: exception messages (case-insensitive; see :mod:`jobbers_celery.redaction`).
     redact_keys: tuple[str, ...] = DEFAULT_REDACT_KEYS
+    #: Keys that seal task arguments where jobbers keeps them (record, outbox, dead-letter
+    #: sinks, spool), each ``"<id>:<base64 of 32 bytes>"``: the first seals, all open (see
+    #: :mod:`jobbers_celery.codec`, ``docs/howto/encryption.md``); empty: kept in clear.
+    #: Never shown in a repr.
+    payload_keys: tuple[str, ...] = field(default=(), repr=False)
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any], broker_url: str | None = None) -> JobbersConfig:
@@ -135,6 +141,8 @@ class JobbersConfig:
                 or not all(isinstance(k, str) and k for k in keys)):
             raise ConfigurationError(
                 f"jobbers_redact_keys must be a list of non-empty strings, got {keys!r}")
+        if parse_keys(self.payload_keys):  # names a bad key by position, never quotes it
+            require_backend()
         if not isinstance(self.redis_transport_options, Mapping):
             raise ConfigurationError(
                 "jobbers_redis_transport_options must be a dict, "

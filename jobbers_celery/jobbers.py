@@ -10,6 +10,7 @@ actions.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -24,6 +25,7 @@ from kombu.utils.imports import symbol_by_name
 
 from jobbers_celery import pacing, payload, results
 from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
+from jobbers_celery.codec import CannotOpen, PayloadCodec
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.errors import ConfigurationError, StoreUnavailable
 from jobbers_celery.history import CountHistory, CountSample
@@ -140,10 +142,12 @@ class Jobbers:
             sink, self.store.client, self.store.keys,
             written=self._drop_record_payloads if self._payload_sink is not None else None,
             spool=spool)
+        # seals the arguments jobbers keeps, opens them where they are published again
+        self.codec = PayloadCodec.of(config.payload_keys)
         self.recorder = Recorder(self.store, self.dead_letters,
                                  payload_warn_bytes=config.payload_warn_bytes,
-                                 publish_lease_s=config.publish_lease)
-        self.publisher = Publisher(app, self.store)
+                                 publish_lease_s=config.publish_lease, codec=self.codec)
+        self.publisher = Publisher(app, self.store, self.codec)
         self.cleaner = Cleaner(self.store, config, self.recorder, self.publisher)
         self.count_sampler = CountHistory(self.store)
 
@@ -154,6 +158,8 @@ class Jobbers:
             pacer = Pacer(self.store, self._payload_sink.entry,
                           lambda entries, reset, version: self.resubmit_dead_letters(
                               entries, reset, version),
+                          unopenable=lambda e: payload.unopenable(e.args, e.kwargs,
+                                                                  self.codec),
                           claim_timeout_s=self.config.publish_lease,
                           exclusive_s=self.config.scheduler_interval * 0.8)
         return Scheduler(self.store, self.config, self.publisher, self.dead_letters,
@@ -332,6 +338,15 @@ class Jobbers:
         """The sink took ``entries``: their records forget their copies of the payloads."""
         self.store.drop_payloads([(e.task_id, e.attempt) for e in entries])
 
+    def readable(self, entry: DeadLetter) -> DeadLetter:
+        """``entry`` with its arguments as a reader may see them (redact them after):
+        opened where this process holds the payload key that sealed them, else
+        ``[ENCRYPTED]`` and ``{}`` (see ``jobbers_payload_keys``)."""
+        args, kwargs = payload.readable_arguments(entry.args, entry.kwargs, self.codec)
+        if args is entry.args and kwargs is entry.kwargs:
+            return entry
+        return dataclasses.replace(entry, args=args, kwargs=kwargs)
+
     @_store_call
     def resubmit_dead_letters(
         self, entries: Iterable[DeadLetter], reset_retry_count: bool = True,
@@ -345,7 +360,9 @@ class Jobbers:
         a missing one is created as ``submitted``. A task whose record is in any other state
         (resubmitted by someone else, running, completed) is skipped, and so is an entry
         that cannot be published (:attr:`DeadLetter.unpublishable`: its arguments were never
-        recorded as JSON). Returns the ids published; at most one caller publishes a given
+        recorded as JSON) or whose arguments are sealed with a payload key this process does
+        not hold (logged; nothing changes: a process holding the key can resubmit it).
+        Returns the ids published; at most one caller publishes a given
         failure, however many race.
 
         ``version="current"`` publishes each task as the version its name has in this
@@ -381,6 +398,11 @@ class Jobbers:
             log.error("dead letter %s cannot be resubmitted: %s", entry.task_id,
                       entry.unpublishable)
             return False
+        why = payload.unopenable(entry.args, entry.kwargs, self.codec)
+        if why is not None:  # refused before any step: the entry stays as it is
+            log.error("dead letter %s cannot be resubmitted by this process: %s",
+                      entry.task_id, why)
+            return False
         options = dict(entry.options or {})
         headers = dict(options.get("headers") or {})
         headers.pop(payload.HEADER_ENQUEUED_AT, None)
@@ -402,6 +424,10 @@ class Jobbers:
             self.publisher.republish(task_id, name, data, int(values.get("retries") or 0),
                                      now_ms, resubmit=True, version=values.get("ver") or None,
                                      dead_letter=bool(values.get("dlq")), producer=producer)
+        except CannotOpen as exc:
+            log.error("resubmitted task %s is not published by this process: %s; a worker "
+                      "holding that key publishes it when its lease expires", task_id, exc)
+            return False
         except Exception:
             log.exception("publishing resubmitted task %s failed; the scheduler will "
                           "publish it again when its lease expires", task_id)

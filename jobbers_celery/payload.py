@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kombu.utils.json import JSONEncoder as _KombuEncoder
 from kombu.utils.json import loads as _kombu_loads
 
+from jobbers_celery.codec import ENCRYPTED, CannotOpen, PayloadCodec, is_sealed
 from jobbers_celery.redaction import redactor
 
 if TYPE_CHECKING:
@@ -37,11 +38,16 @@ __all__ = [
     "from_signature_options",
     "loads",
     "mark_publishing",
+    "open_arguments",
     "publishing_app",
     "queue_of",
+    "readable_arguments",
     "republish",
     "request_header",
+    "seal_arguments",
+    "sealed_arguments",
     "unmark_publishing",
+    "unopenable",
 ]
 
 HEADER_TASK = "jobbers_task"
@@ -207,6 +213,65 @@ def republish(
         retries=retries,
         **options,
     )
+
+
+# ---------------------------------------------------------------------- secrets at rest
+# Sealed, a payload's (or a dead letter's) ``args`` is ``[]`` and its ``kwargs`` is one
+# envelope (see :mod:`jobbers_celery.codec`) of ``{"args": [...], "kwargs": {...}}``: both
+# keep their JSON types, so every store (record, outbox, sinks, spool, DLQ rows) keeps the
+# sealed form as it is, and ``options`` (routing, headers) stay readable for the publish.
+
+def sealed_arguments(args: Any, kwargs: Any) -> bool:
+    """Whether ``args``/``kwargs`` are the sealed form."""
+    return not args and is_sealed(kwargs)
+
+
+def seal_arguments(payload: Mapping[str, Any], codec: PayloadCodec | None) -> dict[str, Any]:
+    """``payload`` with its ``args`` and ``kwargs`` sealed (as it is without keys, or when
+    they are sealed already). Raises ``TypeError`` if they are not JSON."""
+    args, kwargs = payload.get("args"), payload.get("kwargs")
+    if codec is None or not codec.enabled or sealed_arguments(args, kwargs):
+        return dict(payload)
+    return {**payload, "args": [],
+            "kwargs": codec.seal(dumps({"args": args, "kwargs": kwargs}))}
+
+
+def open_arguments(args: Any, kwargs: Any,
+                   codec: PayloadCodec | None) -> tuple[Any, Any]:
+    """The real ``args`` and ``kwargs`` (as given when they are not sealed); raises
+    :class:`~jobbers_celery.codec.CannotOpen` when this process cannot open them."""
+    if not sealed_arguments(args, kwargs):
+        return args, kwargs
+    if codec is None:
+        raise CannotOpen(str(kwargs["kid"]), "this process holds no payload key (set "
+                                             "jobbers_payload_keys)")
+    try:
+        data = loads(codec.open(kwargs))
+    except ValueError:
+        raise CannotOpen(str(kwargs["kid"]), "what it holds is not JSON") from None
+    if not isinstance(data, dict):
+        raise CannotOpen(str(kwargs["kid"]), "what it holds is not arguments")
+    return data.get("args"), data.get("kwargs")
+
+
+def unopenable(args: Any, kwargs: Any, codec: PayloadCodec | None) -> str | None:
+    """Why this process cannot publish ``args``/``kwargs`` (sealed with a key it does not
+    hold, or altered); ``None`` when it can (in clear, or opened here)."""
+    try:
+        open_arguments(args, kwargs, codec)
+    except CannotOpen as exc:
+        return str(exc)
+    return None
+
+
+def readable_arguments(args: Any, kwargs: Any,
+                       codec: PayloadCodec | None) -> tuple[Any, Any]:
+    """``args`` and ``kwargs`` for a reader (redact them after): opened where ``codec``
+    holds the key, else ``[ENCRYPTED]`` and ``{}``. Never raises."""
+    try:
+        return open_arguments(args, kwargs, codec)
+    except CannotOpen:
+        return [ENCRYPTED], {}
 
 
 def describe_exception(exc: BaseException) -> tuple[str, str, str]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobbers_celery import payload as pl
 from jobbers_celery import tracing
+from jobbers_celery.codec import PayloadCodec
 from jobbers_celery.recorder import internal_publish, unrecorded_publish
 from jobbers_celery.store import RedisStore
 
@@ -37,9 +38,11 @@ class UnpublishablePayload(ValueError):
 class Publisher:
     """Republishes recorded tasks through one Celery app."""
 
-    def __init__(self, app: Celery, store: RedisStore) -> None:
+    def __init__(self, app: Celery, store: RedisStore,
+                 codec: PayloadCodec | None = None) -> None:
         self.app = app
         self.store = store
+        self.codec = codec  # opens sealed arguments: the broker gets the real values
 
     @staticmethod
     def payload_of(msg: str | None) -> dict[str, Any]:
@@ -58,8 +61,13 @@ class Publisher:
 
         ``resubmit``: a new run (its first enqueue is now), whose message says the
         ``version`` the task failed with and that it saves dead letters (``dead_letter``),
-        as its record does.
+        as its record does. Raises :class:`~jobbers_celery.codec.CannotOpen` (nothing
+        published) when ``data``'s arguments are sealed with a key this process does not
+        hold: a process that holds it publishes them (the lease expires), never the sealed
+        form as arguments.
         """
+        args, kwargs = pl.open_arguments(data.get("args"), data.get("kwargs"), self.codec)
+        data = {**data, "args": args, "kwargs": kwargs}
         if resubmit:
             headers = dict(data.get("options", {}).get("headers") or {})
             headers.pop(pl.HEADER_ENQUEUED_AT, None)

@@ -23,6 +23,7 @@ from typing import Any
 
 from jobbers_celery import metrics, tracing
 from jobbers_celery import payload as pl
+from jobbers_celery.codec import PayloadCodec
 from jobbers_celery.records import UNPUBLISHABLE, DeadLetter, from_ms
 from jobbers_celery.sinks import DeadLetterDispatcher
 from jobbers_celery.states import RESUBMITTABLE, TaskState
@@ -124,9 +125,11 @@ class Recorder:
     """Records outcomes: the only caller of the store's lifecycle step."""
 
     def __init__(self, store: RedisStore, dead_letters: DeadLetterDispatcher, *,
-                 payload_warn_bytes: int = 0, publish_lease_s: float = 30.0) -> None:
+                 payload_warn_bytes: int = 0, publish_lease_s: float = 30.0,
+                 codec: PayloadCodec | None = None) -> None:
         self.store = store
         self.dead_letters = dead_letters
+        self.codec = codec  # seals the arguments of every payload and dead letter it writes
         self.payload_warn_bytes = payload_warn_bytes
         self.publish_lease_ms = int(publish_lease_s * 1000)
 
@@ -168,7 +171,7 @@ class Recorder:
                             task_id)
                 return
             queue = pl.queue_of(payload["options"])
-            fields = {"msg": _encode_payload(payload)}
+            fields = {"msg": _encode_payload(payload, self.codec)}
             if headers.get("retries"):  # absent means 0: every byte of a record counts
                 fields["retries"] = str(headers["retries"])
             elif len(fields["msg"]) > self.payload_warn_bytes > 0:  # first publish only
@@ -196,7 +199,7 @@ class Recorder:
         ``run_at`` comes, as for a delayed retry: no ETA message waits at the broker (where
         a Redis broker delivers it again after its visibility timeout). Raises
         ``TypeError`` if ``payload`` is not JSON."""
-        msg = pl.dumps(payload)
+        msg = self.encode(payload)
         if len(msg) > self.payload_warn_bytes > 0:
             _warn_large_payload(name, task_id, len(msg), self.payload_warn_bytes)
         create = {"name": name, "queue": pl.queue_of(payload["options"])}
@@ -207,6 +210,11 @@ class Recorder:
         return self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
                                  fields={"msg": msg}, reason="published", name=name,
                                  later=(delay_ms, reason))
+
+    def encode(self, payload: dict[str, Any]) -> str:
+        """``payload`` as the record keeps it: JSON, its arguments sealed when payload keys
+        are set. Raises ``TypeError`` if it is not JSON."""
+        return pl.dumps(pl.seal_arguments(payload, self.codec))
 
     def late_submit(self, task_id: str, name: str, version: int, queue: str, dead_letter: bool,
                     msg: str, retries: int) -> StepResult:
@@ -467,7 +475,7 @@ class Recorder:
         """Resubmit with the payload ``data`` of a dead-letter ``entry``: a record that
         expired since is created again. ``version``: as this version (the current one)
         instead of the entry's."""
-        fields = {"msg": pl.dumps(data),
+        fields = {"msg": self.encode(data),
                   "retries": "0" if reset_retry_count else str(entry.retry_attempt)}
         if entry.checkpoint is not None:
             fields["ckpt"] = pl.dumps(entry.checkpoint)
@@ -511,7 +519,7 @@ class Recorder:
                 entries.append(dead_letter_entry(
                     task_id=item["id"], name=item["name"], reason="stalled",
                     result=result, raw=item, message=item["reason"],
-                    worker=item.get("worker") or None,
+                    worker=item.get("worker") or None, codec=self.codec,
                 ))
                 ids.append(item["id"])
             except Exception:
@@ -532,7 +540,7 @@ class Recorder:
         the record fields its step returned (no extra read)."""
         self.dead_letters.send(dead_letter_entry(
             task_id=task_id, name=name, reason=reason, result=result, raw=result.values,
-            exc=exc, message=message, traceback=traceback, worker=worker,
+            exc=exc, message=message, traceback=traceback, worker=worker, codec=self.codec,
         ))
 
 
@@ -557,13 +565,14 @@ def _warn_large_payload(name: str, task_id: str, size: int, limit: int) -> None:
         name, task_id, size, limit)
 
 
-def _encode_payload(payload: dict[str, Any]) -> str:
+def _encode_payload(payload: dict[str, Any], codec: PayloadCodec | None) -> str:
     try:
-        return pl.dumps(payload)
+        return pl.dumps(pl.seal_arguments(payload, codec))
     except TypeError:
         # Not JSON: keep what a person can read; such a task cannot be republished by jobbers.
-        return pl.dumps({"unserializable": True, "args": repr(payload.get("args")),
-                         "kwargs": repr(payload.get("kwargs")), "options": {}})
+        return pl.dumps(pl.seal_arguments(
+            {"unserializable": True, "args": repr(payload.get("args")),
+             "kwargs": repr(payload.get("kwargs")), "options": {}}, codec))
 
 
 def dead_letter_entry(
@@ -577,9 +586,13 @@ def dead_letter_entry(
     message: str | None = None,
     traceback: str | None = None,
     worker: str | None = None,
+    codec: PayloadCodec | None = None,
 ) -> DeadLetter:
     """The dead-letter entry of a task whose step ``result`` returned the record fields
-    ``raw`` (``msg``, ``ver``, ``queue``, ``retries``, ``ckpt``)."""
+    ``raw`` (``msg``, ``ver``, ``queue``, ``retries``, ``ckpt``). With ``codec`` (payload
+    keys set), its arguments are sealed: as the record holds them, or sealed here when
+    the record holds them in clear (published by a process without the keys), so that every
+    place the entry goes (sink, outbox, spool) keeps them sealed."""
     payload: dict[str, Any] = {}
     if raw.get("msg"):
         try:
@@ -600,6 +613,11 @@ def dead_letter_entry(
             checkpoint = raw["ckpt"]
     args = payload.get("args")
     kwargs = payload.get("kwargs")
+    args = args if isinstance(args, list) else []
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    if codec is not None and codec.enabled and not pl.sealed_arguments(args, kwargs):
+        sealed = pl.seal_arguments({"args": args, "kwargs": kwargs}, codec)
+        args, kwargs = sealed["args"], sealed["kwargs"]
     options = payload.get("options") or {}
     if payload.get("unserializable") or not raw.get("msg"):
         # nothing jobbers can publish again: say so, rather than resubmit it without arguments
@@ -611,8 +629,8 @@ def dead_letter_entry(
         version=int(raw["ver"]) if raw.get("ver") else None,
         queue=raw.get("queue") or None,
         reason=reason,
-        args=args if isinstance(args, list) else [],
-        kwargs=kwargs if isinstance(kwargs, dict) else {},
+        args=args,
+        kwargs=kwargs,
         exception_type=exc_type,
         exception_message=exc_message,
         traceback=traceback,

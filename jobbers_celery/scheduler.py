@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from jobbers_celery import metrics
+from jobbers_celery.codec import CannotOpen
 
 if TYPE_CHECKING:
     from jobbers_celery.cleaner import Cleaner
@@ -80,6 +81,10 @@ class Scheduler:
                 try:
                     self._publish(item, now_ms)
                     done.append(item.task_id)
+                except CannotOpen as exc:  # never published with the sealed form as arguments
+                    log.warning("due task %s not published by this worker: %s; left for a "
+                                "worker that holds that key (when its lease expires)",
+                                item.task_id, exc)
                 except Exception:
                     log.exception("could not publish due task %s; it will be tried again "
                                   "after its lease", item.task_id)

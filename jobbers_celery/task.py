@@ -644,7 +644,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         opts = self.jobbers_options
         jobbers.recorder.late_submit(
             _id(req), self.name, opts.version, payload.queue_of(data["options"]),
-            opts.dead_letter_policy is DeadLetterPolicy.SAVE, payload.dumps(data),
+            opts.dead_letter_policy is DeadLetterPolicy.SAVE, jobbers.recorder.encode(data),
             int(req.retries or 0))
 
     def _terminal(self, step: Callable[[], StepResult]) -> StepResult:
@@ -951,7 +951,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         when: datetime | None = None
         if delay > 0:
             data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
-            fields["msg"] = payload.dumps(data)
+            fields["msg"] = jobbers.recorder.encode(data)
             res = jobbers.recorder.retry_later(
                 self._run(), reason=reason, delay_ms=round(delay * 1000), fields=fields,
                 version=version, guard=self._terminal)
@@ -959,7 +959,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         else:
             try:
                 data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
-                fields["msg"] = payload.dumps(data)
+                fields["msg"] = jobbers.recorder.encode(data)
             except TypeError:
                 pass  # not JSON: the record keeps the payload it had
             # the publish lease: should this process die before publishing, a scheduler

@@ -75,7 +75,11 @@ def _parameters(task_name: str | None) -> Parameters | None:
 def arguments(task_name: str | None, args: Any,
               kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
     """A task's ``args`` and ``kwargs`` as shown: positional ones matched to the parameter
-    names of the task of that name, if this process's Celery app has it."""
+    names of the task of that name, if this process's Celery app has it. Arguments sealed
+    at rest are opened first where this process holds the key, else shown as encrypted."""
+    from jobbers_django.services import readable_arguments
+
+    args, kwargs = readable_arguments(args, kwargs)
     return current().arguments(args if isinstance(args, Sequence) else [],
                                kwargs if isinstance(kwargs, Mapping) else {},
                                _parameters(task_name))

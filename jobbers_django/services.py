@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
-from django.db.models import Case, F, IntegerField, QuerySet, Value, When
+from django.db.models import Case, F, IntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from jobbers_django import conf
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         CountSample,
         DeadLetter,
         Jobbers,
+        PayloadCodec,
         TaskRecord,
         Transition,
     )
@@ -61,7 +62,9 @@ __all__ = [
     "get_app",
     "get_jobbers",
     "live_overview",
+    "payload_codec",
     "publish_pending",
+    "readable_arguments",
     "resubmit",
     "task_detail",
     "to_dead_letter",
@@ -101,6 +104,36 @@ def get_jobbers() -> Jobbers:
     from jobbers_celery import get_jobbers as _get
 
     return _get(get_app())
+
+
+def payload_codec() -> PayloadCodec | None:
+    """The codec of the Celery app's ``jobbers_payload_keys``; ``None`` without an app here
+    (sealed arguments are then shown as encrypted and not resubmitted from here)."""
+    from jobbers_celery import PayloadCodec
+
+    try:
+        return PayloadCodec.of(get_jobbers().config.payload_keys)
+    except Exception:  # noqa: BLE001 - no app installed here
+        return None
+
+
+def readable_arguments(args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """An entry's arguments for display (redact them after): opened where this process
+    holds the payload key that sealed them, else ``[ENCRYPTED]`` and ``{}``."""
+    from jobbers_celery import readable_arguments as readable
+
+    return readable(args, kwargs, payload_codec())
+
+
+def _openable(qs: QuerySet[DeadLetterEntry]) -> QuerySet[DeadLetterEntry]:
+    """``qs`` without the entries whose arguments are sealed with a payload key this
+    process does not hold: a process holding it resubmits them, never this one with the
+    sealed form as arguments (see ``docs/howto/encryption.md``)."""
+    from jobbers_celery import PayloadCodec
+
+    codec = payload_codec()
+    held = list(codec.kids) if codec is not None else []
+    return qs.exclude(Q(kwargs__has_key=PayloadCodec.MARKER) & ~Q(kwargs__kid__in=held))
 
 
 # ---------------------------------------------------------------------- selections
@@ -155,7 +188,7 @@ def _candidates(selection: Selection, publishable: bool = False
     can be published again (a resubmit leaves the others, see ``DeadLetter.unpublishable``)."""
     qs = DeadLetterEntry.objects.filter(status=Status.DEAD)
     if publishable:
-        qs = qs.exclude(options__has_key=_unpublishable_key())
+        qs = _openable(qs.exclude(options__has_key=_unpublishable_key()))
     if selection.task_ids is not None:
         return qs.filter(task_id__in=selection.task_ids).order_by(*NEWEST_FIRST)
     filters = dict(selection.filters)
@@ -190,14 +223,20 @@ def _skipped(selection: Selection, acted: Sequence[str]) -> list[dict[str, str]]
     rest = [i for i in dict.fromkeys(selection.task_ids) if i not in set(acted)]
     if not rest:
         return []
+    from jobbers_celery import unopenable
+
     key = _unpublishable_key()
+    codec = payload_codec()
     status: dict[str, str] = {}
     unpublishable: dict[str, str] = {}
-    for task_id, state, options in (DeadLetterEntry.objects.filter(task_id__in=rest)
-                                    .values_list("task_id", "status", "options")):
+    for task_id, state, options, args, kwargs in (
+            DeadLetterEntry.objects.filter(task_id__in=rest)
+            .values_list("task_id", "status", "options", "args", "kwargs")):
         status[task_id] = state
         if state == Status.DEAD and isinstance(options, dict) and options.get(key):
             unpublishable[task_id] = str(options[key])
+        elif state == Status.DEAD and (sealed := unopenable(args, kwargs, codec)):
+            unpublishable[task_id] = f"{sealed}; resubmit it where that key is held"
 
     def why(i: str) -> str:
         if i not in status:

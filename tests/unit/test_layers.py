@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "jobbers_celery"
 NAME = "jobbers_celery"
 
 LAYERS: dict[str, list[str]] = {
-    "core": ["states", "errors", "backoff", "options", "config", "records", "payload",
+    "core": ["states", "errors", "backoff", "options", "codec", "config", "records", "payload",
              "spool", "softlimit", "redaction", "tracing"],
     "store": ["store", "store.base", "store.keys", "store.fastcall", "store.redis",
               "store.connect"],
