@@ -13,6 +13,7 @@ from jobbers_celery.errors import (
     AttemptSuperseded,
     CheckpointTooLarge,
     ConfigurationError,
+    DeadLetterRefused,
     InvalidTaskOption,
     InvalidTransition,
     JobbersError,
@@ -33,9 +34,12 @@ from jobbers_celery.options import (
 from jobbers_celery.pacing import PaceError, ResubmitPace, ResubmitRunInfo, RunStatus
 from jobbers_celery.payload import readable_arguments, unopenable
 from jobbers_celery.records import (
+    ALTERED,
     UNPUBLISHABLE,
     DeadLetter,
     ErrorInfo,
+    SetAside,
+    SetAsideReport,
     TaskRecord,
     Transition,
     WorkerInfo,
@@ -51,12 +55,14 @@ from jobbers_celery.redaction import (
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
 from jobbers_celery.states import TaskState
+from jobbers_celery.storable import storable_form
 from jobbers_celery.task import JobbersTask
 from jobbers_celery.taskrepr import task_parameters
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ALTERED",
     "DEFAULT_REDACT_KEYS",
     "ENCRYPTED",
     "REDACTED",
@@ -70,6 +76,7 @@ __all__ = [
     "CountSample",
     "DeadLetter",
     "DeadLetterPolicy",
+    "DeadLetterRefused",
     "DeadLetterSink",
     "ErrorInfo",
     "InvalidTaskOption",
@@ -89,6 +96,8 @@ __all__ = [
     "ResubmitRunInfo",
     "ResubmitVersion",
     "RunStatus",
+    "SetAside",
+    "SetAsideReport",
     "ShutdownPolicy",
     "StoreUnavailable",
     "TaskCancelled",
@@ -105,6 +114,7 @@ __all__ = [
     "parameters",
     "readable_arguments",
     "redactor",
+    "storable_form",
     "task_parameters",
     "unopenable",
 ]

@@ -6,6 +6,7 @@ __all__ = [
     "AttemptSuperseded",
     "CheckpointTooLarge",
     "ConfigurationError",
+    "DeadLetterRefused",
     "InvalidTaskOption",
     "InvalidTransition",
     "JobbersError",
@@ -73,6 +74,13 @@ class TaskTimeout(JobbersError):
 
 class CheckpointTooLarge(JobbersError, ValueError):
     """A checkpoint or progress value exceeds the size limit once encoded as JSON."""
+
+
+class DeadLetterRefused(JobbersError):
+    """A dead-letter sink cannot store this entry, for a reason of the entry's own (a value
+    its store refuses), not because the store is down: the dispatcher tries the entry's
+    storable form, then sets it aside, and writes the entries behind it. A sink raises it
+    (``raise DeadLetterRefused(...) from exc``) for an error it knows is about the entry."""
 
 
 class ResubmitRunConflict(JobbersError):

@@ -33,7 +33,13 @@ from jobbers_celery.options import ResubmitVersion, TaskOptions
 from jobbers_celery.pacing import Pacer, ResubmitPace, ResubmitRunInfo
 from jobbers_celery.publisher import Publisher
 from jobbers_celery.recorder import Recorder
-from jobbers_celery.records import DeadLetter, TaskRecord, Transition, WorkerInfo
+from jobbers_celery.records import (
+    DeadLetter,
+    SetAsideReport,
+    TaskRecord,
+    Transition,
+    WorkerInfo,
+)
 from jobbers_celery.scheduler import Scheduler
 from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, PayloadDeadLetterSink
 from jobbers_celery.spool import DeadLetterSpool, spool_directory
@@ -530,6 +536,13 @@ class Jobbers:
     def clean(self) -> CleanReport:
         """Run one cleaner pass now (what the ``jobbers.clean`` beat task does)."""
         return self.cleaner.run(by="clean()")
+
+    @_store_call
+    def set_aside(self, limit: int = 100) -> SetAsideReport:
+        """The newest ``limit`` dead letters set aside (the sink refused them for a reason of
+        their own, or they could not be read back), how many the list keeps and how many
+        were ever set aside: see :mod:`jobbers_celery.aside`."""
+        return self.dead_letters.aside.report(limit)
 
     @_store_call
     def cleaner_status(self) -> CleanerStatus:

@@ -8,11 +8,15 @@ from typing import Any
 
 from jobbers_celery.states import TaskState
 
-__all__ = ["UNPUBLISHABLE", "DeadLetter", "ErrorInfo", "TaskRecord", "Transition", "from_ms"]
+__all__ = ["ALTERED", "UNPUBLISHABLE", "DeadLetter", "ErrorInfo", "SetAside", "SetAsideReport",
+           "TaskRecord", "Transition", "from_ms"]
 
 #: Key of ``DeadLetter.options`` saying why the entry cannot be published again (its
 #: arguments were never recorded as JSON): kept in ``options`` so that every sink stores it.
 UNPUBLISHABLE = "jobbers_unpublishable"
+#: Key of ``DeadLetter.options`` listing the fields stored altered (``fields``) and the whole
+#: values of the ones cut to fit (``full``): see :mod:`jobbers_celery.storable`.
+ALTERED = "jobbers_altered"
 
 
 def from_ms(value: float | str | None) -> datetime | None:
@@ -122,6 +126,14 @@ class DeadLetter:
         why = self.options.get(UNPUBLISHABLE)
         return str(why) if why else None
 
+    @property
+    def altered(self) -> tuple[str, ...]:
+        """The fields stored in a visibly altered form because no sink could store them as
+        they were (see :mod:`jobbers_celery.storable`); empty for an entry stored as is."""
+        info = self.options.get(ALTERED) if isinstance(self.options, dict) else None
+        fields = info.get("fields") if isinstance(info, dict) else None
+        return tuple(str(f) for f in fields) if isinstance(fields, list) else ()
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (``failed_at`` as ISO 8601)."""
         return {
@@ -148,3 +160,35 @@ class DeadLetter:
         values = dict(data)
         values["failed_at"] = datetime.fromisoformat(values["failed_at"])
         return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """A dead letter the sink refused for a reason of its own (even in its storable form),
+    or an unreadable parked entry: kept aside, never retried, so the entries behind it are
+    written. ``entry`` is the entry's JSON as it was parked (``None`` when it had none);
+    the other fields are for people (escaped, cut) and never hold its arguments."""
+
+    at: datetime
+    why: str
+    source: str
+    task_id: str | None
+    name: str | None
+    attempt: int | None
+    reason: str | None
+    entry: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at.isoformat(), "why": self.why, "source": self.source,
+                "task_id": self.task_id, "name": self.name, "attempt": self.attempt,
+                "reason": self.reason, "entry": self.entry}
+
+
+@dataclass(frozen=True, slots=True)
+class SetAsideReport:
+    """The newest set-aside dead letters, how many are kept, and how many were set aside
+    since the dataset began (the older ones past the bound dropped from the list, logged)."""
+
+    kept: int
+    total: int
+    entries: list[SetAside]

@@ -11,7 +11,10 @@ the task's record drops its own.
 The dispatcher in front of it makes sure an entry is not lost: one the sink did not take is
 parked in the Redis outbox, or, when Redis is unreachable too, in the local spool (a directory,
 see :mod:`jobbers_celery.spool`), in memory only when the disk refuses as well, and written
-again later, also by another process. What it logs of an entry is its task id, name, attempt
+again later, also by another process. An entry the sink refuses for a reason of its own (see
+:func:`refused_for_itself`) is tried again in its storable form
+(:func:`jobbers_celery.storable.storable`), and set aside when still refused (see
+:mod:`jobbers_celery.aside`): the entries behind it are written, nothing waits on it. What it logs of an entry is its task id, name, attempt
 and reason, and where it was kept: never its arguments, checkpoint or exception message, and
 the sink's error with any of those values, and any credential (a URL's password, a token),
 taken out.
@@ -29,17 +32,21 @@ import re
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
+import redis.exceptions
+
 from jobbers_celery import metrics
+from jobbers_celery.aside import SetAsideList
+from jobbers_celery.errors import DeadLetterRefused
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.redaction import redactor
 from jobbers_celery.spool import DeadLetterSpool
+from jobbers_celery.storable import parked_json, storable_form
 from jobbers_celery.store.keys import Keys
 
 if TYPE_CHECKING:
-    import redis
-
     from jobbers_celery.store import RedisStore
 
 __all__ = [
@@ -67,6 +74,18 @@ _MAX_ERROR_CHARS = 500
 SELECT_EXAMINED = 100_000
 _SELECT_PAGE = 500
 _GAVE_UP = f"not tried: the sink failed {_GIVE_UP_AFTER} times in a row"
+#: Errors that are about the value written, never about the store being down.
+_ENTRY_ERRORS = (DeadLetterRefused, ValueError, TypeError, RecursionError, OverflowError,
+                 redis.exceptions.DataError)
+
+
+def refused_for_itself(exc: BaseException) -> bool:
+    """Whether a sink's error is about the entry (a value its store refuses) rather than the
+    store being unreachable: :class:`~jobbers_celery.DeadLetterRefused`, ``ValueError``
+    (``UnicodeError`` and JSON errors included), ``TypeError``, ``RecursionError``,
+    ``OverflowError`` and redis-py's ``DataError``. Anything else is taken for an outage:
+    the entry waits, in order, as do the ones behind it."""
+    return isinstance(exc, _ENTRY_ERRORS)
 
 
 @runtime_checkable
@@ -131,6 +150,7 @@ class RedisDeadLetterSink:
         self.keys: Keys = jobbers.store.keys
 
     def write(self, entry: DeadLetter) -> None:
+        """Store the storable form of ``entry`` (:func:`~jobbers_celery.storable.storable`)."""
         pipe = self.client.pipeline(transaction=True)
         self._queue(pipe, entry)
         pipe.execute()
@@ -147,6 +167,7 @@ class RedisDeadLetterSink:
         pipe.execute()
 
     def _queue(self, pipe: redis.client.Pipeline, entry: DeadLetter) -> None:
+        entry = storable_form(entry)
         member = f"{entry.task_id}:{entry.attempt}"
         pipe.hsetnx(self.keys.dead_letters, member, json.dumps(entry.to_json(), default=str))
         pipe.zadd(self.keys.dead_letter_index, {member: entry.failed_at.timestamp()}, nx=True)
@@ -228,9 +249,15 @@ class DeadLetterDispatcher:
     in the spool) write them again: memory first, then the spool (what the sink still
     refuses moves on to the outbox once Redis answers), then the outbox.
 
-    ``written``: called with the entries the sink took (after each write or batch; an
-    exception it raises is logged, never lost entries): ``Jobbers`` drops the records'
-    copies of the payloads there when the sink keeps them (:class:`PayloadDeadLetterSink`).
+    An entry the sink refuses for a reason of its own (:func:`refused_for_itself`), also in
+    its storable form, is set aside (:class:`~jobbers_celery.aside.SetAsideList`) and the
+    ones behind it go on; when Redis refuses the set-aside too, it waits as any other.
+
+    ``written``: called with the entries the sink took as they were (after each write or
+    batch; an exception it raises is logged, never lost entries): ``Jobbers`` drops the
+    records' copies of the payloads there when the sink keeps them
+    (:class:`PayloadDeadLetterSink`). An entry stored altered is left out: its record keeps
+    the payload as it was.
     """
 
     def __init__(self, sink: DeadLetterSink, client: redis.Redis, keys: Keys,
@@ -241,6 +268,9 @@ class DeadLetterDispatcher:
         self.keys = keys
         self.spool = spool
         self._written = written
+        self.aside = SetAsideList(client, keys)
+        if spool is not None:
+            spool.on_unreadable = self._set_aside_lines
         self._pending: collections.deque[DeadLetter] = collections.deque(maxlen=_MAX_PENDING)
         self._lock = threading.Lock()
         self._retrier: threading.Thread | None = None
@@ -251,15 +281,52 @@ class DeadLetterDispatcher:
     def send(self, entry: DeadLetter) -> bool:
         """Write ``entry``; ``False`` if it was parked for a later retry."""
         metrics.dead_lettered((entry,))
+        error = self._write(entry)
+        if error is None:
+            self._after_write([entry])
+            self._kick()
+            return True
+        if error.refused and self._set_aside(_dumps(entry), error.text, "send", entry):
+            self._kick()
+            return False
+        where = self._park([entry])
+        _log_kept(entry, error.text, where)
+        return False
+
+    def _write(self, entry: DeadLetter) -> _Refusal | None:
+        """Write ``entry``, and its storable form when the sink refuses it for a reason of
+        its own; ``None`` once written, else why not (and whether the entry is to blame)."""
         try:
             self.sink.write(entry)
-        except Exception as exc:  # noqa: BLE001 - logged below, without the payload
-            error = describe_error(exc, (entry,))
-            where = self._park([entry])
-            _log_kept(entry, error, where)
+        except Exception as exc:  # noqa: BLE001 - described without the payload
+            if not refused_for_itself(exc):
+                return _Refusal(describe_error(exc, (entry,)), refused=False)
+            first = exc
+        else:
+            return None
+        shown = storable_form(entry)
+        if shown is entry:
+            return _Refusal(describe_error(first, (entry,)), refused=True)
+        try:
+            self.sink.write(shown)
+        except Exception as exc:  # noqa: BLE001 - described without the payload
+            return _Refusal(describe_error(exc, (entry, shown)),
+                            refused=refused_for_itself(exc))
+        return None
+
+    def _set_aside(self, raw: str | None, why: str, source: str,
+                   entry: DeadLetter | None = None) -> bool:
+        """Keep ``raw`` in the set-aside list with ``why``; whether Redis took it."""
+        try:
+            self.aside.add(raw, why, source, entry)
+        except Exception as exc:  # noqa: BLE001 - Redis down: the entry waits as the others
+            log.warning("could not set aside a dead letter (%s); it waits",
+                        describe_error(exc, (entry,) if entry else ()))
             return False
-        self._after_write([entry])
-        self._kick()
+        who = (f"dead letter {entry.name}[{entry.task_id}] attempt {entry.attempt} "
+               f"({entry.reason})" if entry is not None else "an unreadable dead letter")
+        log.error("%s set aside in %s, never retried: %s", who,
+                  self.keys.dead_letter_set_aside, why)
         return True
 
     def send_many(self, entries: Sequence[DeadLetter]) -> list[bool]:
@@ -295,24 +362,29 @@ class DeadLetterDispatcher:
                 failed.append((entry, _GAVE_UP))
                 sent.append(False)
                 continue
-            try:
-                self.sink.write(entry)
-            except Exception as exc:  # noqa: BLE001 - logged once parked
-                failed.append((entry, describe_error(exc, (entry,))))
-                sent.append(False)
+            error = self._write(entry)
+            sent.append(error is None)
+            if error is None:
+                in_a_row = 0
+            elif error.refused:  # the sink answered: it is up
+                in_a_row = 0
+                if not self._set_aside(_dumps(entry), error.text, "send", entry):
+                    failed.append((entry, error.text))
+            else:
+                failed.append((entry, error.text))
                 in_a_row += 1
-                continue
-            sent.append(True)
-            in_a_row = 0
         self._after_write([e for e, ok in zip(batch, sent, strict=True) if ok])
         if failed:
             where = self._park([entry for entry, _ in failed])
-            for entry, error in failed:
-                _log_kept(entry, error, where)
+            for entry, why in failed:
+                _log_kept(entry, why, where)
         return sent
 
     def _after_write(self, entries: Sequence[DeadLetter]) -> None:
         if self._written is None or not entries:
+            return
+        entries = [e for e in entries if storable_form(e) is e]  # an altered one keeps its record's
+        if not entries:
             return
         try:
             self._written(entries)
@@ -424,14 +496,14 @@ class DeadLetterDispatcher:
         sink_up = True
         for entry in waiting:
             if sink_up:
-                try:
-                    self.sink.write(entry)
-                except Exception:  # noqa: BLE001 - still failing: keep it, try again later
-                    sink_up = False
-                else:
+                error = self._write(entry)
+                if error is None or (error.refused and self._set_aside(
+                        _dumps(entry), error.text, "memory", entry)):
                     self._forget(entry)
-                    done.append(entry)
+                    if error is None:
+                        done.append(entry)
                     continue
+                sink_up = error.refused  # still failing: keep it, try again later
             where = self._park_durably((entry,))
             if where is None:
                 break  # neither Redis nor the disk: it stays in memory
@@ -487,13 +559,21 @@ class DeadLetterDispatcher:
                 done.extend(left)
                 left.clear()
                 return True
+        kept: list[DeadLetter] = []
+        up = True
         while left:
-            try:
-                self.sink.write(left[0])
-            except Exception:  # noqa: BLE001 - still failing: the rest waits
-                return False
-            done.append(left.pop(0))
-        return True
+            entry = left.pop(0)
+            error = self._write(entry)
+            if error is None:
+                done.append(entry)
+            elif not (error.refused and self._set_aside(_dumps(entry), error.text, "spool",
+                                                        entry)):
+                kept.append(entry)
+                if not error.refused:  # the sink is down: the rest waits
+                    up = False
+                    break
+        left[:0] = kept
+        return up
 
     def _to_outbox(self, entries: Sequence[DeadLetter]) -> bool:
         try:
@@ -504,9 +584,10 @@ class DeadLetterDispatcher:
 
     def _drain_outbox(self, limit: int, done: list[DeadLetter]) -> None:
         """Entries of the Redis outbox, head first. An entry leaves the outbox only once the
-        sink took it (``LINDEX`` then ``LREM``): a process that dies meanwhile loses nothing,
-        and two workers draining at once write an entry twice at worst (sinks are
-        idempotent)."""
+        sink took it or it was set aside (``LINDEX`` then ``LREM``): a process that dies
+        meanwhile loses nothing, and two workers draining at once write an entry twice at
+        worst (sinks are idempotent). The sink down: the head entry and the rest wait, in
+        order; the head entry refused for itself: it is set aside, the next one follows."""
         key = self.keys.dead_letter_outbox
         for _ in range(limit):
             try:
@@ -521,21 +602,36 @@ class DeadLetterDispatcher:
                 if not self._set_aside_outbox(raw):
                     return
                 continue
-            try:
-                self.sink.write(entry)
-            except Exception as exc:  # noqa: BLE001 - logged, without the payload
+            error = self._write(entry)
+            if error is not None and not error.refused:
                 log.warning("dead-letter sink still failing (%s); dead letter %s[%s] attempt %s "
-                            "stays in the outbox", describe_error(exc, (entry,)), entry.name,
+                            "stays in the outbox", error.text, entry.name,
                             entry.task_id, entry.attempt)
                 return
-            done.append(entry)
+            if error is not None:
+                if not self._set_aside(raw, error.text, "outbox", entry):
+                    return
+            else:
+                done.append(entry)
             try:
                 self.client.lrem(key, 1, raw)
             except Exception:  # noqa: BLE001 - written; it is written again later (idempotent)
                 return
 
+    def _set_aside_lines(self, lines: Sequence[bytes], path: os.PathLike[str]) -> bool:
+        """Unreadable lines of a spool file to the set-aside list; whether all went."""
+        return all(self._set_aside(line.decode("utf-8", "replace"),
+                                   f"unreadable: a line of spool file {path}", "spool")
+                   for line in lines)
+
     def _set_aside_outbox(self, raw: str) -> bool:
         key = self.keys.dead_letter_outbox
+        if self._set_aside(raw, "unreadable: not a dead-letter entry's JSON", "outbox"):
+            try:
+                self.client.lrem(key, 1, raw)
+            except Exception:  # noqa: BLE001 - set aside twice at worst, never lost
+                return False
+            return True
         if self.spool is None:
             log.error("unreadable entry at the head of %s; it stays there", key)
             return False
@@ -601,8 +697,16 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _dumps(entry: DeadLetter) -> str:
-    return json.dumps(entry.to_json(), default=str)
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """Why the sink did not take an entry: ``text`` (scrubbed), and whether the entry itself
+    is to blame (``refused``) rather than the sink being down."""
+
+    text: str
+    refused: bool
+
+
+_dumps = parked_json
 
 
 def _log_kept(entry: DeadLetter, error: str, where: str) -> None:

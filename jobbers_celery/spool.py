@@ -12,9 +12,11 @@ housekeeping, the retry thread of the process that parked an entry): a file is l
 sink or moved to the outbox; a file cut short is replaced by one holding the entries left.
 Two drainers may write one entry twice; sinks are idempotent per ``(task_id, attempt)``.
 
-A line that cannot be read back (edited by hand, or a disk error) is moved aside to a
-``corrupt-*`` file in the same directory, never retried and never logged (it may hold
-secrets); the good lines of its file are drained as usual.
+A line that cannot be read back (edited by hand, or a disk error) is set aside, never
+retried and never logged (it may hold secrets): handed to :attr:`DeadLetterSpool.on_unreadable`
+(the dispatcher's Redis set-aside list, which operators read), or, when that is unset or
+refuses, appended to a ``corrupt-*`` file in the same directory; the good lines of its file
+are drained as usual.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from jobbers_celery.records import DeadLetter
+from jobbers_celery.storable import parked_json
 
 __all__ = ["DeadLetterSpool", "SpoolFile", "default_spool_root", "spool_directory"]
 
@@ -84,14 +87,16 @@ class DeadLetterSpool:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self._checked = False
+        #: Takes unreadable lines and the file's path; whether it kept them (else they go
+        #: to a ``corrupt-*`` file).
+        self.on_unreadable: Callable[[Sequence[bytes], Path], bool] | None = None
 
     # ------------------------------------------------------------------ writing
     def write(self, entries: Sequence[DeadLetter]) -> Path:
         """Keep ``entries`` durably in one new file; its path. Raises ``OSError`` when the
         disk refuses (the caller keeps them some other way)."""
         self._ensure_directory()
-        lines = "".join(json.dumps(e.to_json(), default=str, separators=(",", ":")) + "\n"
-                        for e in entries)
+        lines = "".join(parked_json(e) + "\n" for e in entries)
         return self._write_file(lines.encode())
 
     def _write_file(self, data: bytes) -> Path:
@@ -205,6 +210,8 @@ class DeadLetterSpool:
                 entries.append(DeadLetter.from_json(json.loads(line)))
             except Exception:  # noqa: BLE001 - any unreadable line is set aside, not lost
                 bad.append(line)
+        if bad and self.on_unreadable is not None and self.on_unreadable(bad, path):
+            return entries
         if bad:
             target = self.set_aside(bad, path.name.removeprefix(_TMP_PREFIX))
             log.error("%d unreadable line(s) of dead-letter spool file %s set aside in %s "

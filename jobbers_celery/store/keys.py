@@ -124,6 +124,18 @@ class Keys:
         return f"{self._ns}:dlq:outbox"
 
     @property
+    def dead_letter_set_aside(self) -> str:
+        """List of dead letters set aside (JSON, newest first, bounded): the sink refused
+        them for a reason of their own, or they could not be read back (see
+        :mod:`jobbers_celery.aside`)."""
+        return f"{self._ns}:dlq:aside"
+
+    @property
+    def dead_letter_set_aside_count(self) -> str:
+        """Counter: dead letters ever set aside (those the bound dropped included)."""
+        return f"{self._ns}:dlq:aside:count"
+
+    @property
     def heartbeat_due(self) -> str:
         """Sorted set of started tasks with ``max_heartbeat_interval``, scored by deadline."""
         return f"{self._ns}:hbdue"

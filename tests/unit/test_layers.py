@@ -23,10 +23,11 @@ NAME = "jobbers_celery"
 
 LAYERS: dict[str, list[str]] = {
     "core": ["states", "errors", "backoff", "options", "codec", "config", "records", "payload",
-             "spool", "softlimit", "redaction", "tracing"],
+             "spool", "softlimit", "redaction", "tracing",
+             "storable"],
     "store": ["store", "store.base", "store.keys", "store.fastcall", "store.redis",
               "store.connect"],
-    "services": ["metrics", "sinks", "results", "recorder", "publisher", "cleaner",
+    "services": ["metrics", "aside", "sinks", "results", "recorder", "publisher", "cleaner",
                  "liveness", "pacing", "scheduler", "history"],
     "root": ["jobbers"],
     "adapter": ["shutdown", "beat", "taskrepr", "task", "request", "signals", "refusals",
