@@ -4,8 +4,10 @@
     Dotted path of the Celery app (``"proj.celery.app"`` or ``"proj.celery:app"``) that
     ``jobbers_celery.install`` was called on. Default: Celery's current app.
 ``JOBBERS_READ_PERMISSION``
-    Who may read the DLQ and task pages in the API: ``"staff"`` (default), ``"superuser"``
-    or a permission name such as ``"jobbers.view_deadletterentry"``.
+    Who may read records (dead letters, task records, groups, audit, paced resubmits) in the
+    admin and the API: ``"view"`` (default: Django's view permission of the model read,
+    e.g. ``jobbers.view_deadletterentry``), ``"staff"`` (any staff account: the default
+    before issue 24), ``"superuser"`` or one permission name for every read.
 ``JOBBERS_RESUBMIT_PERMISSION``
     Who may resubmit or discard dead letters (admin and API). Default
     ``"jobbers.resubmit_deadletter"``; same forms as above.
@@ -32,7 +34,7 @@ from django.conf import settings
 
 DEFAULTS: dict[str, Any] = {
     "JOBBERS_CELERY_APP": None,
-    "JOBBERS_READ_PERMISSION": "staff",
+    "JOBBERS_READ_PERMISSION": "view",
     "JOBBERS_RESUBMIT_PERMISSION": "jobbers.resubmit_deadletter",
     "JOBBERS_CANCEL_PERMISSION": "jobbers.cancel_task",
     "JOBBERS_REDACT_KEYS": None,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db import transaction
+from django.db.models import Model
 from django.utils.decorators import method_decorator
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
@@ -195,12 +196,17 @@ class _JobbersMixin:
 
 
 class JobbersAPIView(_JobbersMixin, APIView):
-    """Base of the jobbers endpoints: explicit permissions (reading by default), JSON
-    bodies only."""
+    """Base of the jobbers endpoints: explicit permissions (reading by default: the read
+    rule for ``read_model``, see :class:`~jobbers_django.permissions.CanRead`), JSON bodies
+    only."""
 
     permission_classes: Sequence[_PermissionClass] = (CanRead,)
     parser_classes: Sequence[type[BaseParser]] = (JSONParser,)
 
+    #: the model whose records a GET shows (its view permission, by default)
+    read_model: type[Model] = DeadLetterEntry
+    #: paced resubmits: readable by who may read them or start them
+    read_runs = False
 
 # ---------------------------------------------------------------------- dead letters
 class DeadLetterListView(JobbersAPIView):
@@ -375,6 +381,8 @@ def _run(run_id: int) -> ResubmitRun:
 class ResubmitRunListView(JobbersAPIView):
     def get_permissions(self) -> Sequence[Any]:
         return [CanResubmit()] if self.request.method == "POST" else [CanRead()]
+    read_runs = True
+
 
     @_documented(
         operation_id="resubmit_runs_list",
@@ -415,6 +423,8 @@ class ResubmitRunListView(JobbersAPIView):
 class ResubmitRunDetailView(JobbersAPIView):
     @_documented(
         operation_id="resubmit_runs_retrieve",
+    read_runs = True
+
         summary="A paced resubmit and its progress",
         description="published, completed, failed_again, skipped and remaining are "
         "recounted from the run's items at every step (about every half second).",

@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from jobbers_celery import ConfigurationError, StoreUnavailable
-from jobbers_django import conf
+from jobbers_django import conf, permissions
 from jobbers_django.admin.pagination import BoundedPaginator
 
 __all__ = ["STORE_ERRORS", "ReadOnlyAdmin"]
@@ -26,6 +26,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     list_per_page = conf.DEFAULT_PAGE_SIZE
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """The read rule for this model (:func:`jobbers_django.permissions.can_read`): every
+        page showing its records, the custom ones included, asks this."""
+        return permissions.can_read(request.user, self.model)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

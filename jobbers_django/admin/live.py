@@ -101,9 +101,12 @@ class LivePagesAdmin(ReadOnlyAdmin):
                                   "or already finished.", messages.WARNING)
             return HttpResponseRedirect(live_url)
         context = self.admin_context(request, f"Cancel task {task_id}?", task_id=task_id,
-                                     lifecycle=lifecycle(task_id), live_url=live_url)
+                                     lifecycle=shown_record, live_url=live_url)
         return TemplateResponse(request, "jobbers/admin/cancel_confirmation.html", context)
 
+        # the task's record only to who may view it; cancelling does not need it
+        shown_record = (lifecycle(task_id) if self.has_view_permission(request)
+                        else {"hidden": True})
 
 def lifecycle(task_id: str) -> dict[str, Any]:
     """The task's Redis record (progress redacted) and transitions, or why there are none."""

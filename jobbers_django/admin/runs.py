@@ -70,12 +70,7 @@ class ResubmitRunAdmin(ReadOnlyAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """Who may view runs, or start them (an operator watches the run they started)."""
-        return super().has_view_permission(request, obj) or permissions.allowed(
-            request.user, permissions.RESUBMIT)
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return super().has_module_permission(request) or permissions.allowed(
-            request.user, permissions.RESUBMIT)
+        return permissions.can_watch_runs(request.user)
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view

@@ -473,8 +473,9 @@ def test_schema_needs_no_rest_framework_setting():
         from rest_framework.test import APIRequestFactory, force_authenticate
         from jobbers_django import views
         request = APIRequestFactory().get("/jobbers/schema?format=json")
-        force_authenticate(request, type("Staff", (AnonymousUser,), {
-            "is_authenticated": True, "is_active": True, "is_staff": True})())
+        force_authenticate(request, type("Viewer", (AnonymousUser,), {
+            "is_authenticated": True, "is_active": True, "is_staff": True,
+            "has_perm": lambda self, perm: perm == "jobbers.view_deadletterentry"})())
         response = views.SchemaView.as_view()(request)
         response.render()
         assert response.status_code == 200, response.content
