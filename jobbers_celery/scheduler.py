@@ -36,6 +36,11 @@ _BATCH = 500
 HOUSEKEEPING_EVERY_S = 10.0
 #: One housekeeping pass prunes for at most this long, then yields to due retries.
 _HOUSEKEEPING_BUDGET_S = 1.0
+#: A due task whose arguments this worker cannot open (sealed with a payload key it does not
+#: hold) is left alone this many publish leases, so that a worker holding the key claims it
+#: when the lease expires (this one would win every claim, waking at the lease's end).
+_SEALED_AWAY_LEASES = 5
+_SEALED_AWAY_MAX = 10_000
 
 
 class Scheduler:
@@ -62,11 +67,14 @@ class Scheduler:
         self.worker_name = worker_name
         self._last_housekeeping = 0.0
         self._last_catch_up_check = time.monotonic()
+        self._sealed_away: dict[str, float] = {}  # task id -> monotonic time to try again
 
     def run_once(self) -> tuple[int, float | None]:
         """Claim and publish what is due. Returns (published, seconds until the next run_at)."""
         store = self.store
         ids, next_ms = store.due(self.batch)
+        if self._sealed_away:
+            ids = self._not_sealed_away(ids)
         published = 0
         if ids:
             lease_ms = int(self.config.publish_lease * 1000)
@@ -82,6 +90,9 @@ class Scheduler:
                     self._publish(item, now_ms)
                     done.append(item.task_id)
                 except CannotOpen as exc:  # never published with the sealed form as arguments
+                    if len(self._sealed_away) < _SEALED_AWAY_MAX:
+                        self._sealed_away[item.task_id] = (
+                            time.monotonic() + _SEALED_AWAY_LEASES * self.config.publish_lease)
                     log.warning("due task %s not published by this worker: %s; left for a "
                                 "worker that holds that key (when its lease expires)",
                                 item.task_id, exc)
@@ -94,6 +105,13 @@ class Scheduler:
         if next_ms is not None:
             wait = max(0.0, (next_ms - store.now_ms()) / 1000.0)
         return published, wait
+
+    def _not_sealed_away(self, ids: list[str]) -> list[str]:
+        now = time.monotonic()
+        for task_id, until in list(self._sealed_away.items()):
+            if until <= now:
+                del self._sealed_away[task_id]
+        return [i for i in ids if i not in self._sealed_away]
 
     def _publish(self, item: Claimed, now_ms: int) -> None:
         publisher = self.publisher

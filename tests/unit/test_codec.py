@@ -277,12 +277,15 @@ def test_a_republish_opens_the_arguments_and_refuses_without_the_key():
 
 class _Store:
     def __init__(self, msg: str) -> None:
-        self.msg, self.confirmed = msg, []
+        self.msg, self.confirmed, self.claims = msg, [], 0
 
     def due(self, batch: int) -> tuple[list[str], None]:
         return ["t-1"], None
 
     def claim(self, ids: list[str], lease_ms: int, worker: str | None) -> list[Claimed]:
+        if not ids:
+            return []
+        self.claims += 1
         return [Claimed("t-1", self.msg, 1, "proj.login", None, "celery")]
 
     def now_ms(self) -> int:
@@ -304,6 +307,9 @@ def test_a_scheduler_without_the_key_leaves_the_due_task_to_one_that_holds_it(ca
         with caplog.at_level(logging.WARNING, logger="jobbers.scheduler"):
             assert scheduler.run_once()[0] == published
         assert store.confirmed == (["t-1"] if published else [])  # unconfirmed: lease expires
-    assert [(s["args"], s["kwargs"]) for s in sent] == [([SECRET], {})]
+        scheduler.run_once()  # without the key: left alone, a worker holding it claims it
+        assert store.claims == (2 if published else 1)
+    # only the key holder published (once per pass: this stand-in store claims every time)
+    assert [(s["args"], s["kwargs"]) for s in sent] == [([SECRET], {})] * 2
     assert any("holds that key" in r.getMessage() and SECRET not in r.getMessage()
                for r in caplog.records)
