@@ -9,7 +9,6 @@ with everything it had, without ETA messages and without pickle.
 
 from __future__ import annotations
 
-import traceback as tb
 from collections.abc import Mapping
 from contextvars import ContextVar, Token
 from datetime import datetime, timedelta
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kombu.utils.json import JSONEncoder as _KombuEncoder
 from kombu.utils.json import loads as _kombu_loads
 
+from jobbers_celery import errortext
 from jobbers_celery.codec import ENCRYPTED, CannotOpen, PayloadCodec, is_sealed
 from jobbers_celery.redaction import redactor
 
@@ -33,6 +33,7 @@ __all__ = [
     "HEADER_VERSION",
     "deferred",
     "describe_exception",
+    "describe_traceback",
     "dumps",
     "from_publish",
     "from_signature_options",
@@ -274,13 +275,22 @@ def readable_arguments(args: Any, kwargs: Any,
         return [ENCRYPTED], {}
 
 
-def describe_exception(exc: BaseException) -> tuple[str, str, str]:
+def describe_exception(exc: BaseException, message_max: int = errortext.MESSAGE_MAX_CHARS
+                       ) -> tuple[str, str, str]:
     """(qualified type name, message, formatted traceback) of an exception, credentials
     taken out by look (what the record and the dead letter store: a task's own exception
-    was redacted further, with its arguments' secret values, before it got here)."""
+    was redacted further, with its arguments' secret values, before it got here). Both cut
+    first (:mod:`jobbers_celery.errortext`): the message's head (``message_max``
+    characters), the traceback's end."""
     cls = type(exc)
     module = cls.__module__
     name = cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
-    text = "".join(tb.format_exception(cls, exc, exc.__traceback__))
-    redact = redactor()
-    return name, redact.text(str(exc)), redact.text(text)
+    redact = redactor().text
+    return (name, errortext.cut_message(str(exc), redact, message_max),
+            errortext.cut_traceback(errortext.exception_parts(exc), redact))
+
+
+def describe_traceback(text: str) -> str:
+    """A traceback formatted elsewhere (Celery's, of a lost pool child), cut and redacted as
+    :func:`describe_exception` does."""
+    return errortext.cut_traceback(text, redactor().text)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from jobbers_celery import metrics, tracing
+from jobbers_celery import errortext, metrics, tracing
 from jobbers_celery import payload as pl
 from jobbers_celery.codec import PayloadCodec
 from jobbers_celery.records import UNPUBLISHABLE, DeadLetter, from_ms
@@ -47,8 +47,9 @@ _FROM_UNSUBMITTED = (S.UNSUBMITTED,)
 
 #: Record fields a failing step returns, for the dead letter.
 DEAD_LETTER_FIELDS = ("msg", "ver", "queue", "retries", "ckpt", "dlq", "name")
-#: Characters of an error message the record keeps (a dead letter keeps all of it): an
-#: exception that quotes a big argument must not put another copy of it on the record.
+#: Characters of an error message the record keeps (a dead letter keeps more, see
+#: :mod:`jobbers_celery.errortext`): an exception that quotes a big argument must not put
+#: another copy of it on the record.
 ERROR_MESSAGE_MAX_CHARS = 1024
 
 #: A step runner: calls the step it is given, and may call it again (the task class sends
@@ -111,14 +112,12 @@ class Run:
 def error_fields(exc: BaseException | None, message: str | None = None) -> dict[str, str]:
     if exc is None:
         return {"err": pl.dumps({"type": "", "message": _clip(message or "")})}
-    type_name, text, _ = pl.describe_exception(exc)
-    return {"err": pl.dumps({"type": type_name, "message": _clip(message or text)})}
+    type_name, text, _ = pl.describe_exception(exc, message_max=ERROR_MESSAGE_MAX_CHARS)
+    return {"err": pl.dumps({"type": type_name, "message": _clip(message) if message else text})}
 
 
 def _clip(text: str) -> str:
-    if len(text) <= ERROR_MESSAGE_MAX_CHARS:
-        return text
-    return f"{text[:ERROR_MESSAGE_MAX_CHARS]}... [cut: {len(text)} characters in all]"
+    return errortext.cut_head(text, ERROR_MESSAGE_MAX_CHARS)
 
 
 class Recorder:
@@ -602,9 +601,9 @@ def dead_letter_entry(
     exc_type = exc_message = None
     if exc is not None:
         exc_type, exc_message, tb_text = pl.describe_exception(exc)
-        traceback = traceback or tb_text
+        traceback = pl.describe_traceback(traceback) if traceback else tb_text
     elif message:
-        exc_message = message
+        exc_message = errortext.cut_message(message)
     checkpoint = None
     if raw.get("ckpt"):
         try:

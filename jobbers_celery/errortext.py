@@ -1,0 +1,102 @@
+"""Exception text cut to a known size before anything redacts, parses or stores it.
+
+A task's exception message and traceback are whatever its code (and so, often, a publisher's
+arguments) made them: a 1 MB message would be redacted, written to the record, the history
+and the dead letter, and fingerprinted, in the worker that records the failure. So both are
+cut first, with a visible mark:
+
+- a message keeps its first :data:`MESSAGE_MAX_CHARS` characters (the head says what went
+  wrong);
+- a traceback keeps its last parts (frames and the exception lines: the innermost frames
+  and the error come last) within :data:`TRACEBACK_MAX_CHARS`, each part cut to
+  :data:`TRACEBACK_PART_MAX_CHARS` (so a huge message inside it cannot push the frames out).
+
+A cut is made on the text as redaction saw it: ``redact`` runs on the kept text with
+:data:`REDACT_MARGIN` characters more, and the cut is made after it, so a secret that
+straddles the cut point is still recognised and replaced whole, not shown in part.
+"""
+
+from __future__ import annotations
+
+import traceback as tb
+from collections.abc import Callable, Sequence
+
+__all__ = [
+    "MESSAGE_MAX_CHARS",
+    "REDACT_MARGIN",
+    "TRACEBACK_MAX_CHARS",
+    "TRACEBACK_PART_MAX_CHARS",
+    "cut_head",
+    "cut_message",
+    "cut_traceback",
+    "exception_parts",
+]
+
+#: Characters of an exception message kept in the dead letter (the record keeps fewer,
+#: ``recorder.ERROR_MESSAGE_MAX_CHARS``).
+MESSAGE_MAX_CHARS = 8192
+#: Characters of a traceback kept (its end).
+TRACEBACK_MAX_CHARS = 32768
+#: Characters of one part of a traceback (a frame, the exception line with its message).
+TRACEBACK_PART_MAX_CHARS = 4096
+#: Characters past a cut that redaction still sees (longer than any credential it knows).
+REDACT_MARGIN = 1024
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def cut_head(text: str, limit: int, total: int | None = None) -> str:
+    """``text`` cut to its first ``limit`` characters, marked with the length of the whole
+    (``total``: that of the original, when ``text`` is already a part of it)."""
+    total = len(text) if total is None else total
+    if total <= limit and len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [cut: {total} characters in all]"
+
+
+def cut_message(text: str, redact: Callable[[str], str] = _same,
+                limit: int = MESSAGE_MAX_CHARS) -> str:
+    """The head of a message, redacted (see the module's note on the margin)."""
+    if len(text) <= limit:
+        return redact(text)
+    return cut_head(redact(text[:limit + REDACT_MARGIN]), limit, len(text))
+
+
+def exception_parts(exc: BaseException) -> list[str]:
+    """The parts of ``exc``'s formatted traceback (each frame, each exception line with its
+    message, each chained section's header), as ``traceback`` formats them."""
+    return list(tb.TracebackException(type(exc), exc, exc.__traceback__,
+                                      compact=True).format())
+
+
+def cut_traceback(parts: Sequence[str] | str, redact: Callable[[str], str] = _same) -> str:
+    """A traceback (its text, or :func:`exception_parts`) cut to its last parts within
+    :data:`TRACEBACK_MAX_CHARS`, each part to :data:`TRACEBACK_PART_MAX_CHARS`, redacted
+    part by part (a text's parts are its lines)."""
+    if isinstance(parts, str):
+        parts = parts.splitlines(keepends=True)
+    if sum(len(p) for p in parts) <= TRACEBACK_MAX_CHARS and all(
+            len(p) <= TRACEBACK_PART_MAX_CHARS for p in parts):
+        return redact("".join(parts))  # nothing to cut: redacted whole, as it always was
+    kept = 0
+    size = 0
+    for part in reversed(parts):
+        n = min(len(part), TRACEBACK_PART_MAX_CHARS)
+        if kept and size + n > TRACEBACK_MAX_CHARS:
+            break
+        kept += 1
+        size += n
+    first = len(parts) - kept
+    out = []
+    if first:
+        cut = sum(len(p) for p in parts[:first])
+        out.append(f"[cut: the first {cut} characters of this traceback]\n")
+    for part in parts[first:]:
+        if len(part) <= TRACEBACK_PART_MAX_CHARS:
+            out.append(redact(part))
+        else:
+            head = redact(part[:TRACEBACK_PART_MAX_CHARS + REDACT_MARGIN])
+            out.append(cut_head(head, TRACEBACK_PART_MAX_CHARS, len(part)) + "\n")
+    return "".join(out)
