@@ -43,7 +43,7 @@ from jobbers_celery.errors import DeadLetterRefused
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.redaction import redactor
 from jobbers_celery.spool import DeadLetterSpool
-from jobbers_celery.storable import parked_json, storable_form
+from jobbers_celery.storable import is_storable, parked_json, storable_form
 from jobbers_celery.store.keys import Keys
 
 if TYPE_CHECKING:
@@ -383,7 +383,7 @@ class DeadLetterDispatcher:
     def _after_write(self, entries: Sequence[DeadLetter]) -> None:
         if self._written is None or not entries:
             return
-        entries = [e for e in entries if storable_form(e) is e]  # an altered one keeps its record's
+        entries = [e for e in entries if is_storable(e)]  # an altered one keeps its record's
         if not entries:
             return
         try:

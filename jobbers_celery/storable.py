@@ -37,8 +37,8 @@ from typing import Any
 
 from jobbers_celery.records import ALTERED, UNPUBLISHABLE, DeadLetter
 
-__all__ = ["ID_LIMIT", "MAX_DEPTH", "MAX_VALUES", "TOO_DEEP", "TOO_MANY", "parked_json",
-           "storable_form", "storable_text"]
+__all__ = ["ID_LIMIT", "MAX_DEPTH", "MAX_VALUES", "TOO_DEEP", "TOO_MANY", "is_storable",
+           "parked_json", "storable_form", "storable_text"]
 
 #: The longest id, name, queue, worker or exception type stored as is (the columns' size).
 ID_LIMIT = 255
@@ -73,6 +73,8 @@ def storable_text(text: str) -> str:
 def storable_form(entry: DeadLetter) -> DeadLetter:
     """``entry`` itself when every sink can store it as it is, else its storable form (see
     the module docstring). Idempotent: the storable form is returned as it is."""
+    if is_storable(entry):
+        return entry
     changes: dict[str, Any] = {}
     full: dict[str, str] = {}
     for name in _IDS:
@@ -93,15 +95,15 @@ def storable_form(entry: DeadLetter) -> DeadLetter:
         value = getattr(entry, name)
         if _needs_change(value):
             changes[name] = _clean(value)
-    for name, low in (("attempt", 0), ("retry_attempt", 0)):
+    for name in ("attempt", "retry_attempt"):
         value = getattr(entry, name)
-        if not isinstance(value, int) or not low <= value <= _INT32[1]:
+        if not _count_ok(value):
+            low = 0
             full[name] = storable_text(str(value))[:ID_LIMIT]
             changes[name] = (min(max(value, low), _INT32[1]) if isinstance(value, int)
                              else low)
     version = entry.version
-    if version is not None and (not isinstance(version, int)
-                                or not _INT32[0] <= version <= _INT32[1]):
+    if not _version_ok(version):
         full["version"] = storable_text(str(version))[:ID_LIMIT]
         changes["version"] = None
     if not changes:
@@ -115,6 +117,30 @@ def storable_form(entry: DeadLetter) -> DeadLetter:
                                   "would run the task with values other than its own")
     changes["options"] = options
     return dataclasses.replace(entry, **changes)
+
+
+def is_storable(entry: DeadLetter) -> bool:
+    """Whether :func:`storable_form` returns ``entry`` itself: the same checks, nothing
+    built (what a normal entry costs)."""
+    return (all(_id_ok(getattr(entry, name)) for name in _IDS)
+            and all(not isinstance(v := getattr(entry, name), str)
+                    or _UNSTORABLE_CHARS.search(v) is None for name in _TEXTS)
+            and not any(_needs_change(getattr(entry, name)) for name in _VALUES)
+            and _count_ok(entry.attempt) and _count_ok(entry.retry_attempt)
+            and _version_ok(entry.version))
+
+
+def _id_ok(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and len(value) <= ID_LIMIT
+                             and _UNSTORABLE_CHARS.search(value) is None)
+
+
+def _count_ok(value: Any) -> bool:
+    return isinstance(value, int) and 0 <= value <= _INT32[1]
+
+
+def _version_ok(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and _INT32[0] <= value <= _INT32[1])
 
 
 def parked_json(entry: DeadLetter) -> str:

@@ -4,6 +4,13 @@
 Writing is idempotent per ``(task_id, attempt)`` also under concurrent writers: the entry
 row is locked first (created if needed), then the failure row is inserted only if that
 attempt is not there yet, and the entry's counters move only when it was inserted.
+
+What is written is the entry's storable form (``jobbers_celery.storable_form``): a value
+PostgreSQL refuses (``NaN``, NUL, a lone surrogate, an id over 255 characters, a count
+over 32 bits, nesting past the bound) is stored visibly altered. An error the database
+still raises about the row itself (``DataError``, ``IntegrityError``) is raised as
+``jobbers_celery.DeadLetterRefused``: the dispatcher sets that entry aside and writes the
+ones behind it, where an outage (``OperationalError``) keeps them all waiting.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import (
+    DataError,
     IntegrityError,
     InterfaceError,
     OperationalError,
@@ -22,6 +30,7 @@ from django.db import (
 from django.db.models import F
 from django.db.models.functions import Greatest, Least
 
+from jobbers_celery import DeadLetterRefused, storable_form
 from jobbers_django.fingerprint import fingerprint
 
 if TYPE_CHECKING:
@@ -45,7 +54,7 @@ class DjangoDeadLetterSink:
         self.jobbers = jobbers
 
     def write(self, entry: DeadLetter) -> None:
-        self._with_fresh_connection(lambda: write_entry(entry))
+        _refusing(lambda: self._with_fresh_connection(lambda: write_entry(entry)))
 
     def write_many(self, entries: Sequence[DeadLetter]) -> None:
         """One transaction per entry, not one for the batch: a batch holding a failure
@@ -54,7 +63,7 @@ class DjangoDeadLetterSink:
         def write_all() -> None:
             for entry in entries:
                 write_entry(entry)
-        self._with_fresh_connection(write_all)
+        _refusing(lambda: self._with_fresh_connection(write_all))
 
     def entry(self, task_id: str, attempt: int) -> DeadLetter | None:
         """The task's entry if its last failure is ``attempt`` (the one whose payload its
@@ -93,10 +102,22 @@ class DjangoDeadLetterSink:
             return call()
 
 
+def _refusing(call: Callable[[], object]) -> None:
+    """``call()``, the database refusing a row itself (``DataError``: a value out of range,
+    ``IntegrityError``: a constraint) raised as ``DeadLetterRefused``: the entry's fault,
+    not an outage."""
+    try:
+        call()
+    except (DataError, IntegrityError) as exc:
+        raise DeadLetterRefused(f"the database refused the entry: {exc}") from exc
+
+
 def write_entry(entry: DeadLetter) -> bool:
-    """Store one failure; ``False`` if this ``(task_id, attempt)`` was already stored."""
+    """Store one failure (its storable form); ``False`` if this ``(task_id, attempt)`` was
+    already stored."""
     from jobbers_django.models import DeadLetterEntry, Status
 
+    entry = storable_form(entry)
     # no exception (stalled, dropped): the reason stands in for its type
     fp = fingerprint(entry.name, entry.exception_type or f"({entry.reason})",
                      entry.exception_message, entry.traceback)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path
 
 from jobbers_django import views
+from jobbers_django.setaside import SetAsideView
 
 app_name = "jobbers"
 
@@ -19,6 +20,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
          name="dead-letter-resubmit"),
     path("dead-letter-queue/discard", views.DeadLetterDiscardView.as_view(),
          name="dead-letter-discard"),
+    path("dead-letter-queue/set-aside", SetAsideView.as_view(), name="dead-letter-set-aside"),
     path("dead-letter-queue/resubmit-runs", views.ResubmitRunListView.as_view(),
          name="resubmit-runs"),
     path("dead-letter-queue/resubmit-runs/<int:run_id>", views.ResubmitRunDetailView.as_view(),

@@ -18,6 +18,7 @@ import click
 from celery.bin.base import CeleryOption
 
 from jobbers_celery.cli import output as out
+from jobbers_celery.cli.aside import set_aside
 from jobbers_celery.cli.base import Command, Env, NotFound, confirm, env, json_option
 from jobbers_celery.errors import ResubmitRunConflict
 from jobbers_celery.options import ResubmitVersion
@@ -46,7 +47,11 @@ def _filters(func: _F) -> _F:
 
 @click.group()
 def dlq() -> None:
-    """The dead-letter queue (Redis sink): list, show, resubmit, discard."""
+    """The dead-letter queue (Redis sink): list, show, resubmit, discard; set-aside (any
+    sink)."""
+
+
+dlq.add_command(set_aside)
 
 
 def _sink(e: Env) -> RedisDeadLetterSink:

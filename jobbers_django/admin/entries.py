@@ -24,6 +24,7 @@ from django.utils.text import Truncator
 
 from jobbers_django import conf, permissions, services
 from jobbers_django.admin import actions
+from jobbers_django.admin.aside import SetAsideAdminMixin
 from jobbers_django.admin.display import breakable, json_block, local_time
 from jobbers_django.admin.filters import (
     ExceptionTypeFilter,
@@ -51,7 +52,7 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]
 
 
 @admin.register(DeadLetterEntry)
-class DeadLetterEntryAdmin(LivePagesAdmin):
+class DeadLetterEntryAdmin(SetAsideAdminMixin, LivePagesAdmin):
     # fits a 1366 px window beside the filters: the id is cut (the full one in its
     # tooltip and on the entry's page), the version goes with the name, long text wraps
     list_display = ("short_id", "task", "queue", "reason", "exception", "n_failures",

@@ -9,6 +9,7 @@
     jobbers_dlq discard [ID ...] [--queue Q] [--task NAME] [--version N] [--limit N] [--yes]
                         [--json]
     jobbers_dlq run RUN_ID [--pause | --resume | --cancel] [--json]
+    jobbers_dlq set-aside [--limit N] [--json]
 
 Everything goes through :mod:`jobbers_django.services` and :mod:`jobbers_django.runs`, as the
 admin and the API do (audited, source ``code``), and is shown redacted as the API shows it
@@ -100,6 +101,12 @@ class Command(BaseCommand):
         selection(p, None)
         p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
+        p = sub.add_parser("set-aside", help="dead letters the sink refused for a reason of "
+                           "their own, set aside so the rest were written")
+        p.add_argument("--limit", type=int, default=LIST_LIMIT, metavar="N",
+                       help=f"at most this many, newest first (1 to {conf.MAX_LIMIT})")
+        p.add_argument("--json", action="store_true", help="JSON for scripts")
+
         p = sub.add_parser("run", help="a paced resubmit's progress; pause, resume, cancel")
         p.add_argument("run_id", type=int, metavar="RUN_ID")
         group = p.add_mutually_exclusive_group()
@@ -108,7 +115,7 @@ class Command(BaseCommand):
         p.add_argument("--json", action="store_true", help="JSON for scripts")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        handler = getattr(self, f"do_{options['command']}")
+        handler = getattr(self, f"do_{options['command'].replace('-', '_')}")
         try:
             handler(options)
         except (StoreUnavailable, ConfigurationError, DatabaseError) as exc:
@@ -267,6 +274,27 @@ class Command(BaseCommand):
                 except runs.RunConflict as exc:
                     raise _usage(str(exc)) from None
         self.show_run(ResubmitRun.objects.get(pk=run_id), options["json"])
+
+    def do_set_aside(self, options: dict[str, Any]) -> None:
+        from jobbers_django.setaside import listing, shown_item
+
+        limit = options["limit"]
+        if not 1 <= limit <= conf.MAX_LIMIT:
+            raise _usage(f"--limit: must be between 1 and {conf.MAX_LIMIT}")
+        report = listing(limit)
+        items = [shown_item(i) for i in report.entries]
+        if options["json"]:
+            self.emit_json({"kept": report.kept, "total": report.total, "results": items})
+            return
+        if items:
+            self.table(("SET ASIDE AT", "TASK ID", "NAME", "ATTEMPT", "REASON", "WAITED IN",
+                        "WHY"),
+                       [(_when(i["at"]), i["task_id"] or "(unreadable)", i["name"],
+                         i["attempt"], i["reason"], i["waited_in"],
+                         Truncator(i["why"]).chars(80)) for i in items])
+        self.stdout.write(f"{report.kept} set aside" + (
+            f" ({report.total} in all: the oldest were dropped from the list)"
+            if report.total > report.kept else "") + ".")
 
     # -------------------------------------------------------------- results
     def action_result(self, result: services.ActionResult, verb: str, as_json: bool) -> None:
