@@ -33,6 +33,7 @@ from jobbers_celery.options import (
 )
 from jobbers_celery.pacing import PaceError, ResubmitPace, ResubmitRunInfo, RunStatus
 from jobbers_celery.payload import readable_arguments, unopenable
+from jobbers_celery.printable import printable
 from jobbers_celery.records import (
     ALTERED,
     UNPUBLISHABLE,
@@ -112,6 +113,7 @@ __all__ = [
     "get_jobbers",
     "install",
     "parameters",
+    "printable",
     "readable_arguments",
     "redactor",
     "storable_form",

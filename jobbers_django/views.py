@@ -109,7 +109,7 @@ def _bad(field: str, message: str) -> exceptions.ValidationError:
 
 
 def _check_task_id(task_id: str) -> None:
-    if not s.TASK_ID_RE.fullmatch(task_id):
+    if len(task_id) > s.TASK_ID_MAX_LENGTH:
         raise _bad("task_id", s.TASK_ID_MESSAGE)
 
 
@@ -143,8 +143,10 @@ def _selection(data: Mapping[str, Any]) -> services.Selection:
 
 # ---------------------------------------------------------------------- base
 _TASK_ID_PARAM = OpenApiParameter(
-    "task_id", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=s.TASK_ID_PATTERN,
-    description="the Celery task id")
+    "task_id", OpenApiTypes.STR, OpenApiParameter.PATH,
+    description=f"the Celery task id, percent-encoded (every character outside "
+    f"A-Z a-z 0-9 - . _ ~, '/' included; an id of dots only as %2E); any characters, at "
+    f"most {s.TASK_ID_MAX_LENGTH}")
 
 
 _ERROR = inline_serializer("Error", {

@@ -26,6 +26,7 @@ from jobbers_celery.cli.base import (
 )
 from jobbers_celery.cli.dlq import dlq
 from jobbers_celery.options import ResubmitVersion
+from jobbers_celery.printable import printable
 from jobbers_celery.states import TaskState
 
 __all__ = ["jobbers"]
@@ -118,7 +119,7 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     e = env(ctx, as_json)
     record = e.jobbers.get(task_id)
     if record is None:
-        raise NotFound(f"no task {task_id} (unknown, or its record expired)")
+        raise NotFound(f"no task {printable(task_id)} (unknown, or its record expired)")
     shown = out.record_json(record, e.redactor)
     steps = e.jobbers.history(task_id)
     history = [out.transition_json(t, e.redactor) for t in steps]
@@ -134,7 +135,7 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
             ("Run at", record.run_at),
             ("Error", f"{error['type']}: {error['message']}" if error else None),
             ("Progress", shown["progress"]), ("Checkpoint", shown["checkpoint"]),
-        ]),
+        ], blocks=("Error",)),
         "",
         "History:",
         out.table(("AT", "FROM", "TO", "ATTEMPT", "WORKER", "REASON"),
@@ -171,19 +172,20 @@ def cancel(ctx: click.Context, task_id: str, terminate: bool, as_json: bool) -> 
     e = env(ctx, as_json)
     before = e.jobbers.get(task_id)
     if before is None:
-        raise NotFound(f"no task {task_id} (unknown, or its record expired)")
+        raise NotFound(f"no task {printable(task_id)} (unknown, or its record expired)")
     if not e.jobbers.cancel(task_id, terminate=terminate):
         if as_json:  # the REST API's answer, then the error
             click.echo(out.to_json({"task_id": task_id, "cancelled": False,
                                     "outcome": "refused", "state": before.state.value,
                                     "terminate": terminate}))
-        raise Failure(f"task {task_id} is {before.state.value}: nothing to cancel")
+        raise Failure(f"task {printable(task_id)} is {before.state.value}: nothing to cancel")
     after = e.jobbers.get(task_id)
     state = after.state.value if after else "gone"
     outcome = "cancelled" if state == "cancelled" else "requested"
     _emit(e, {"task_id": task_id, "cancelled": True, "outcome": outcome, "state": state,
               "terminate": terminate},
-          f"{task_id}: {'cancelled' if outcome == 'cancelled' else 'cancellation requested'}"
+          f"{printable(task_id)}: "
+          f"{'cancelled' if outcome == 'cancelled' else 'cancellation requested'}"
           f" (it was {before.state.value}, now {state})")
 
 
@@ -206,7 +208,7 @@ def resubmit(ctx: click.Context, task_ids: tuple[str, ...], current_version: boo
     try:
         done = set(e.jobbers.resubmit(ids, version=version))
     except ValueError as exc:  # --current-version of a task this app does not register
-        raise click.UsageError(str(exc)) from exc
+        raise click.UsageError(printable(str(exc))) from exc
     skipped = [t for t in ids if t not in done]
     states = dict(zip(skipped, (r.state.value if r else None for r in
                                 (e.jobbers.get(t) for t in skipped)), strict=True))

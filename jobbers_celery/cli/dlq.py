@@ -23,6 +23,7 @@ from jobbers_celery.cli.base import Command, Env, NotFound, confirm, env, json_o
 from jobbers_celery.errors import ResubmitRunConflict
 from jobbers_celery.options import ResubmitVersion
 from jobbers_celery.pacing import PaceError, ResubmitPace, ResubmitRunInfo
+from jobbers_celery.printable import printable
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import RedisDeadLetterSink
 from jobbers_celery.states import RESUBMITTABLE
@@ -91,7 +92,7 @@ def _by_ids(e: Env, sink: RedisDeadLetterSink, ids: Sequence[str], every_attempt
             missing.append(given)
         found.extend(entries if every_attempt else entries[:1])
     if missing:
-        raise NotFound(f"no dead-letter entry for {', '.join(missing)}")
+        raise NotFound(f"no dead-letter entry for {printable(', '.join(missing))}")
     return found
 
 
@@ -172,7 +173,7 @@ def show(ctx: click.Context, entry_id: str, as_json: bool) -> None:
         ("Exception", f"{shown['exception_type']}: {shown['exception_message'] or ''}"
          if shown["exception_type"] else shown["exception_message"]),
         ("Traceback", shown["traceback"]),
-    ]))
+    ], blocks=("Exception", "Traceback")))
 
 
 @dlq.command(cls=Command)
@@ -229,7 +230,7 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
                 pace.rate, pace.halt_after, pace.of_last, version=version_of,
                 selection=selection, source="cli", username=_user())
         except ValueError as exc:  # --current-version of a task this app does not register
-            raise click.UsageError(str(exc)) from exc
+            raise click.UsageError(printable(str(exc))) from exc
         if as_json:
             click.echo(out.to_json({**run.to_json(), "left_out": left_out}))
             return
@@ -247,7 +248,7 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
     try:
         done = set(e.jobbers.resubmit_dead_letters(entries, version=version_of))
     except ValueError as exc:  # --current-version of a task this app does not register
-        raise click.UsageError(str(exc)) from exc
+        raise click.UsageError(printable(str(exc))) from exc
     why = {s["id"]: s["unpublishable"] or f"the task is {s['task_state_now'] or 'gone'}"
            for s in shown if s["task_id"] not in done}
     if as_json:
@@ -321,7 +322,7 @@ def run(ctx: click.Context, run_id: int, action: str | None, as_json: bool) -> N
             info = {"pause": jobbers.pause_resubmit_run, "resume": jobbers.resume_resubmit_run,
                     "cancel": jobbers.cancel_resubmit_run}[action](run_id, by)
         except ResubmitRunConflict as exc:
-            raise click.UsageError(str(exc)) from exc
+            raise click.UsageError(printable(str(exc))) from exc
         except LookupError as exc:  # expired meanwhile
             raise NotFound(str(exc)) from exc
     click.echo(out.to_json(info.to_json()) if as_json else _run_text(info))
@@ -338,9 +339,9 @@ def _run_text(info: ResubmitRunInfo) -> str:
         lines.append(f"publish failed: {info.publish_failed}; ended otherwise (record gone): "
                      f"{info.ended_otherwise}")
     if info.halt_reason:
-        lines.append(f"halted: {info.halt_reason}")
+        lines.append(f"halted: {printable(info.halt_reason)}")
     for member, why in sorted(info.notes.items())[:_NOTES_SHOWN]:
-        lines.append(f"{member}: {why}")
+        lines.append(printable(f"{member}: {why}"))
     if len(info.notes) > _NOTES_SHOWN:
         lines.append(f"... and {len(info.notes) - _NOTES_SHOWN} more (--json: all)")
     return "\n".join(lines)

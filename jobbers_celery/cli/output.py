@@ -4,13 +4,19 @@ Two forms of every answer: a human one (aligned tables, every date as
 ``2026-11-26 15:47:32Z``, UTC) and ``--json`` for scripts (stable keys, ISO-8601 UTC
 dates). Both show values as the admin does: redacted by :class:`~jobbers_celery.Redactor`
 (arguments by key and parameter name, credentials by look, messages and tracebacks).
+
+Whoever publishes a message chooses its id, name, queue and much of its error message: the
+human form shows every such value through :func:`~jobbers_celery.printable` (a terminal
+escape, a carriage return or a bidi override is shown escaped, never obeyed; a newline too,
+except inside a traceback's block), and ``--json`` escapes the characters JSON leaves raw
+(C1 controls, bidi overrides, lone surrogates), so neither form can drive the terminal.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,12 +24,13 @@ from typing import Any
 import click
 
 from jobbers_celery.cleaner import CleanerStatus, CleanReport
+from jobbers_celery.printable import printable, unprintable
 from jobbers_celery.records import DeadLetter, TaskRecord, Transition, WorkerInfo
 from jobbers_celery.redaction import Parameters, Redactor
 from jobbers_celery.states import TaskState
 
 __all__ = [
-    "TASK_ID_RE",
+    "TASK_ID_MAX",
     "DeadLetterId",
     "cell",
     "dead_letter_json",
@@ -41,9 +48,10 @@ __all__ = [
     "transition_json",
 ]
 
-#: The task ids the REST API accepts too (jobbers_django.serializers.TASK_ID_PATTERN).
-TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,254}")
-TASK_ID_HELP = "1 to 255 letters, digits and . _ : @ + -, starting with a letter or digit"
+#: The longest task id looked up (the REST API's bound too,
+#: ``jobbers_django.serializers.TASK_ID_MAX_LENGTH``): any character is accepted, as Celery
+#: accepts any string, but no one types an id of megabytes.
+TASK_ID_MAX = 4096
 #: A table cell is cut to this many characters (the whole value is in ``show`` and --json).
 MAX_CELL = 48
 _DURATION_RE = re.compile(r"(?P<n>\d+)(?P<unit>[smhdw])")
@@ -64,9 +72,10 @@ def parse_state(value: str | None) -> TaskState | None:
 
 
 def parse_task_id(value: str) -> str:
-    """A task id as given; a malformed one is a usage error (nothing is looked up)."""
-    if not TASK_ID_RE.fullmatch(value):
-        raise click.BadParameter(f"malformed task id {value!r}: {TASK_ID_HELP}",
+    """A task id as given, whatever its characters (Celery runs any string); one over
+    :data:`TASK_ID_MAX` characters is a usage error (nothing is looked up)."""
+    if len(value) > TASK_ID_MAX:
+        raise click.BadParameter(f"task id of {len(value)} characters: at most {TASK_ID_MAX}",
                                  param_hint="'ID'")
     return value
 
@@ -124,13 +133,15 @@ def iso(value: datetime | None) -> str | None:
 
 # ---------------------------------------------------------------------------- tables
 def cell(value: Any, width: int = MAX_CELL) -> str:
-    """One table cell: on one line, cut to ``width`` characters."""
+    """One table cell: on one line (a newline shown as ``\\n``, every control character
+    escaped), cut to ``width`` characters."""
     if value is None or value == "":
         return "-"
     if isinstance(value, datetime):
         return human_date(value)
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    text = " ".join(text.split())
+    # cut before escaping too: a cell never escapes more than it can show
+    text = printable(text[:width + 1])
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
@@ -145,28 +156,42 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
                      for line in lines)
 
 
-def fields(pairs: Iterable[tuple[str, Any]]) -> str:
-    """``label: value`` lines, values aligned (multi-line values indented below)."""
+def fields(pairs: Iterable[tuple[str, Any]], blocks: Collection[str] = ()) -> str:
+    """``label: value`` lines, values aligned, every value on its line with its control
+    characters escaped; a multi-line value of a label in ``blocks`` (a traceback, an
+    error message) is indented below it, its lines kept and the rest escaped."""
     items = list(pairs)
     width = max((len(k) for k, _ in items), default=0) + 1
     out: list[str] = []
     for key, value in items:
-        if isinstance(value, str) and "\n" in value:
+        if key in blocks and isinstance(value, str) and "\n" in value:
             out.append(f"{key}:")
-            out.extend(f"    {line}" for line in value.rstrip("\n").splitlines())
+            out.extend(f"    {line}" for line in
+                       printable(value.rstrip("\n"), newlines=True).split("\n"))
             continue
         shown = (human_date(value) if isinstance(value, datetime)
                  else "-" if value is None or value == ""
-                 else value if isinstance(value, str)
-                 else json.dumps(value, default=str, ensure_ascii=False))
+                 else printable(value) if isinstance(value, str)
+                 else printable(json.dumps(value, default=str, ensure_ascii=False)))
         out.append(f"{(key + ':').ljust(width)} {shown}")
     return "\n".join(out)
 
 
 def to_json(value: Any) -> str:
-    """The ``--json`` form: sorted keys, ISO dates, one document."""
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False,
+    """The ``--json`` form: sorted keys, ISO dates, one document; the characters JSON
+    leaves raw that a terminal could obey (DEL, C1 controls, bidi overrides, separators,
+    lone surrogates) written as ``\\uXXXX`` escapes (the same JSON value)."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False,
                       default=lambda v: iso(v) if isinstance(v, datetime) else str(v))
+    unsafe = unprintable(text) - {"\n"}  # a raw newline is the indentation's: outside strings
+    return text.translate({ord(c): _json_escape(c) for c in unsafe}) if unsafe else text
+
+
+def _json_escape(char: str) -> str:
+    """``\\uXXXX``, as UTF-16 code units (a surrogate pair past the BMP)."""
+    units = char.encode("utf-16-be", "surrogatepass")
+    return "".join(f"\\u{int.from_bytes(units[n:n + 2], 'big'):04x}"
+                   for n in range(0, len(units), 2))
 
 
 # ---------------------------------------------------------------------------- reads, shown

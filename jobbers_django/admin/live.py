@@ -18,6 +18,7 @@ from jobbers_django import permissions, services
 from jobbers_django.admin import charts
 from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
 from jobbers_django.admin.display import compact_json, duration, since
+from jobbers_django.converters import ADMIN_TASK_ID
 from jobbers_django.models import DeadLetterEntry, Source
 from jobbers_django.redaction import shown
 
@@ -36,8 +37,11 @@ class LivePagesAdmin(ReadOnlyAdmin):
         wrap = self.admin_site.admin_view
         return [
             path("live/", wrap(self.live_view), name="jobbers_live"),
-            path("live/task/<path:task_id>/", wrap(self.task_view), name="jobbers_task"),
-            path("live/cancel/<path:task_id>/", wrap(self.cancel_view), name="jobbers_cancel"),
+            # any id Celery runs, in a readable, reversible form (jobbers_django.converters)
+            path(f"live/task/<{ADMIN_TASK_ID}:task_id>/", wrap(self.task_view),
+                 name="jobbers_task"),
+            path(f"live/cancel/<{ADMIN_TASK_ID}:task_id>/", wrap(self.cancel_view),
+                 name="jobbers_cancel"),
             *super().get_urls(),
         ]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from jobbers_celery import TaskState
+from jobbers_celery import TaskState, printable
 from tests.conftest import (
     ROOT,
     RedisServer,
@@ -264,3 +264,45 @@ def test_dlq_resubmit_dry_run_and_discard(world: World) -> None:
     gone = ok(cli("dlq", "discard", failed, "--yes", "--json")).json()
     assert gone["discarded"] == 3
     assert cli("dlq", "show", failed).rc == 3
+
+
+# ---------------------------------------------------------------------- hostile ids
+#: Ids a publisher may choose; each command finds its task and prints it escaped.
+HOSTILE_IDS = ["line\nbreak", "a/b", "..", "100%2F%", "<script>alert(1)</script>",
+               " two words ", "日本語-é", "\x1b]0;pwned\x07\x1b[2J", "ok\rforged",
+               "\u202eevil", "x" * 1000]
+#: A task name no worker registers (the worker drops it): it holds terminal escapes too.
+HOSTILE_NAME = "proj.\x1b]0;pwned\x07unknown\r\x1b[2J"
+
+
+def _terminal_safe(text: str) -> bool:
+    return all(c == "\n" or c.isprintable() for c in text)
+
+
+def test_show_finds_any_id_and_every_command_prints_it_escaped(world: World) -> None:
+    proj, j = world.proj, world.proj.jobbers
+    salt = uuid.uuid4().hex[:6]
+    ids = [f"{salt}{task_id}" for task_id in HOSTILE_IDS]
+    for task_id in ids:
+        proj.boom.apply_async(task_id=task_id)
+    named = f"{salt}-named\nid"
+    proj.app.send_task(HOSTILE_NAME, task_id=named)
+    for task_id in ids:
+        wait_state(j, task_id, S.FAILED, worker=world.worker)
+    wait_state(j, named, S.DROPPED, S.FAILED, worker=world.worker)
+    runs = many(*[("show", t) for t in [*ids, named]],
+                ("show", named, "--json"), ("tasks", "--limit", "100"),
+                ("dlq", "list", "--task", "proj.boom", "--limit", "100"),
+                *[("dlq", "show", t) for t in ids[:3]])
+    for run in runs:
+        ok(run)
+        assert _terminal_safe(run.out + run.err), (run.args, run.out)
+    shows = runs[:len(ids) + 1]
+    for task_id, run in zip([*ids, named], shows, strict=True):
+        first = run.out.splitlines()[0]
+        assert first.split(None, 1)[1] == printable(task_id), first  # found: its own id
+    assert "proj.\\x1b]0;pwned\\x07unknown\\r\\x1b[2J" in shows[-1].out
+    assert runs[len(ids) + 1].json()["record"]["name"] == HOSTILE_NAME
+    table = runs[len(ids) + 2].out
+    assert printable(named) in table
+    assert not any(line.startswith("forged") for line in table.splitlines())

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "jobbers_celery"
-PURE = ["states", "errors", "backoff", "options", "codec", "config", "records",
+PURE = ["states", "errors", "backoff", "options", "codec", "config", "records", "printable",
         "storable"]
 
 

@@ -3,6 +3,7 @@ reading the store (no network; the commands against a worker: tests/integration/
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import entry_points
 from types import SimpleNamespace
@@ -12,10 +13,22 @@ import pytest
 import redis
 from celery import Celery
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from jobbers_celery import DeadLetter, Redactor, TaskState, WorkerInfo, install, parameters
+from jobbers_celery import (
+    DeadLetter,
+    ErrorInfo,
+    Redactor,
+    TaskRecord,
+    TaskState,
+    WorkerInfo,
+    install,
+    parameters,
+    printable,
+)
 from jobbers_celery.cli import jobbers
 from jobbers_celery.cli import output as out
 from tests.conftest import free_port
@@ -35,10 +48,15 @@ def test_state_parsing_lists_the_valid_states() -> None:
         out.parse_state("bogus")
 
 
-@pytest.mark.parametrize("bad", ["", "bad id", "-x", "a\nb", "x" * 256, "a/b", "é"])
-def test_malformed_task_ids(bad: str) -> None:
-    with pytest.raises(click.BadParameter, match="malformed task id"):
-        out.parse_task_id(bad)
+@pytest.mark.parametrize("odd", ["", "bad id", "-x", "a\nb", "x" * 256, "a/b", "é", "..",
+                                 "%2F", "<script>", "\x1b[2J", "x" * out.TASK_ID_MAX])
+def test_any_task_id_celery_runs_is_taken_as_given(odd: str) -> None:
+    assert out.parse_task_id(odd) == odd
+
+
+def test_only_an_id_over_the_bound_is_refused() -> None:
+    with pytest.raises(click.BadParameter, match="task id of 4097 characters: at most 4096"):
+        out.parse_task_id("x" * (out.TASK_ID_MAX + 1))
 
 
 def test_dead_letter_ids() -> None:
@@ -77,7 +95,7 @@ def test_tables_align_and_cut_cells() -> None:
     assert lines[3].endswith("...")
     assert len(lines[3]) == 11 + out.MAX_CELL
     assert out.table(("ID",), []) == "(none)"
-    assert out.cell("two\nlines") == "two lines"
+    assert out.cell("two\nlines") == "two\\nlines"
 
 
 def test_dead_letters_are_shown_redacted() -> None:
@@ -113,9 +131,9 @@ def test_worker_incarnations() -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["purge"], "at least one of --name, --queue, --submitted-before"),
     (["tasks", "--state", "nope"], "valid states: unsubmitted"),
-    (["show", "bad id"], "malformed task id"),
-    (["cancel", "a/b"], "malformed task id"),
-    (["resubmit", "ok", "bad id"], "malformed task id 'bad id'"),
+    (["show", "x" * 4097], "task id of 4097 characters: at most 4096"),
+    (["cancel", "x" * 4097], "task id of 4097 characters"),
+    (["resubmit", "ok", "x" * 4097], "task id of 4097 characters"),
     (["tasks", "--limit", "0"], "0 is not in the range"),
     (["dlq", "resubmit"], "give entry ids or at least one filter"),
     (["dlq", "discard", "--yes"], "give entry ids or at least one filter"),
@@ -134,7 +152,7 @@ def test_worker_incarnations() -> None:
     (["dlq", "resubmit", "--rate", "2"], "give entry ids or at least one filter"),
     (["dlq", "run", "x"], "'x' is not a valid integer"),
     (["dlq", "run", "0"], "0 is not in the range"),
-    (["dlq", "show", "a b"], "malformed task id"),
+    (["dlq", "show", "x" * 4097], "task id of 4097 characters"),
 ])
 def test_usage_errors_exit_2_before_the_store_is_read(args: list[str], message: str) -> None:
     # no app, no Redis: these fail before either is looked at
@@ -158,3 +176,64 @@ def test_an_app_without_jobbers_exits_1() -> None:
     result = CliRunner().invoke(jobbers, ["tasks"], obj=SimpleNamespace(app=app))
     assert result.exit_code == 1
     assert "jobbers is not installed on the Celery app 'cli-bare'" in result.output
+
+
+# ---------------------------------------------------------------------- hostile values
+HOSTILE = {
+    "title": "\x1b]0;pwned\x07proj.task",  # retitles the terminal
+    "clear": "\x1b[2J\x1b[H",  # clears it
+    "forged": "ok\rFAILED  forged line\nSTATE  completed",  # overwrites, adds a line
+    "bidi": "evil\u202etxt.exe",  # shows reversed
+    "c1": "\x9b31mred",  # an 8-bit CSI
+}
+
+
+def _terminal_safe(text: str) -> bool:
+    """No character a terminal obeys but the newlines that separate lines and cells."""
+    return all(c == "\n" or c.isprintable() for c in text)
+
+
+def _record(value: str) -> TaskRecord:
+    return TaskRecord(task_id=value, name=value, version=1, queue=value,
+                      state=TaskState.FAILED, attempt=1, retry_attempt=0, submitted_at=NOW,
+                      started_at=None, retried_at=None, completed_at=None,
+                      heartbeat_at=None, run_at=None, worker=value,
+                      error=ErrorInfo(value, value + "\nline 2"),
+                      progress={"note": value}, checkpoint=None)
+
+
+@pytest.mark.parametrize("value", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_a_table_and_a_detail_view_show_hostile_values_escaped(value: str) -> None:
+    red = Redactor()
+    record = _record(value)
+    shown = out.record_json(record, red)
+    table = out.table(("ID", "NAME", "QUEUE", "WORKER", "ERROR"),
+                      [(record.task_id, record.name, record.queue, record.worker,
+                        out.error_text(record, red))])
+    detail = out.fields([("ID", record.task_id), ("Name", record.name),
+                         ("Error", f"{value}: {shown['error']['message']}"),
+                         ("Progress", shown["progress"])], blocks=("Error",))
+    for text in (table, detail):
+        assert _terminal_safe(text), text
+        assert printable(value[:10]) in text  # shown, escaped
+    assert len(table.splitlines()) == 2  # a header and one row: no forged line
+    # every line is a label's, or a line of the error's block, indented below it
+    lines = detail.splitlines()
+    assert [line.split(":")[0] for line in lines if not line.startswith("    ")] == [
+        "ID", "Name", "Error", "Progress"]
+    assert "    line 2" in lines
+
+
+@given(st.text(st.characters(codec=None, exclude_categories=())))
+def test_json_output_is_the_same_value_and_terminal_safe(value: str) -> None:
+    text = out.to_json({"task_id": value, "n": [value]})
+    assert _terminal_safe(text)
+    assert json.loads(text) == {"task_id": value, "n": [value]}
+
+
+@given(st.lists(st.text(st.characters(codec=None, exclude_categories=()), max_size=60),
+                min_size=1, max_size=4))
+def test_every_table_cell_is_one_escaped_line(values: list[str]) -> None:
+    text = out.table([f"H{n}" for n in range(len(values))], [values, values])
+    assert _terminal_safe(text)
+    assert len(text.splitlines()) == 3

@@ -14,6 +14,9 @@
 Everything goes through :mod:`jobbers_django.services` and :mod:`jobbers_django.runs`, as the
 admin and the API do (audited, source ``code``), and is shown redacted as the API shows it
 (``--json`` prints the API's answers). No ids and no filter is an error, never "everything".
+An id is any string Celery ran (at most ``TASK_ID_MAX_LENGTH`` characters); every value a
+publisher chose is printed through :func:`jobbers_celery.printable` (control characters,
+newlines and bidi overrides shown escaped, never obeyed by the terminal).
 Exit codes: 0 ok, 1 a runtime failure (Redis or the database unreachable), 2 bad input,
 3 not found.
 """
@@ -31,7 +34,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from jobbers_celery import ConfigurationError, StoreUnavailable
+from jobbers_celery import ConfigurationError, StoreUnavailable, printable
 from jobbers_django import conf, runs, services
 from jobbers_django import serializers as s
 from jobbers_django.models import DeadLetterEntry, ResubmitRun, Source, Status, VersionChoice
@@ -54,6 +57,12 @@ def _when(value: datetime) -> str:
 
 def _usage(message: str) -> CommandError:
     return CommandError(message, returncode=USAGE)
+
+
+def _check_id(task_id: str) -> None:
+    """Any string is an id (Celery runs any); only one longer than the bound is refused."""
+    if len(task_id) > s.TASK_ID_MAX_LENGTH:
+        raise _usage(f"a task id of {len(task_id)} characters: {s.TASK_ID_MESSAGE}")
 
 
 class Command(BaseCommand):
@@ -126,8 +135,9 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str))
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        cells = [[str(c) for c in headers], *[["-" if c in (None, "") else str(c) for c in r]
-                                               for r in rows]]
+        """Aligned columns, each cell on one line (control characters escaped)."""
+        cells = [[str(c) for c in headers],
+                 *[["-" if c in (None, "") else printable(str(c)) for c in r] for r in rows]]
         widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
         for row in cells:
             self.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
@@ -144,8 +154,7 @@ class Command(BaseCommand):
     def selection(self, options: dict[str, Any], limit_default: int) -> services.Selection:
         ids = tuple(options.get("task_ids") or ())
         for task_id in ids:
-            if not s.TASK_ID_RE.fullmatch(task_id):
-                raise _usage(f"{task_id!r}: {s.TASK_ID_MESSAGE}")
+            _check_id(task_id)
         filters = {name: options[opt] for name, opt in
                    (("queue", "queue"), ("task_name", "task"), ("task_version", "version"))
                    if options.get(opt) is not None}
@@ -189,11 +198,10 @@ class Command(BaseCommand):
 
     def do_show(self, options: dict[str, Any]) -> None:
         task_id = options["task_id"]
-        if not s.TASK_ID_RE.fullmatch(task_id):
-            raise _usage(f"{task_id!r}: {s.TASK_ID_MESSAGE}")
+        _check_id(task_id)
         entry = DeadLetterEntry.objects.filter(task_id=task_id).first()
         if entry is None:
-            raise CommandError(f"task {task_id} is not in the dead-letter queue",
+            raise CommandError(f"task {printable(task_id)} is not in the dead-letter queue",
                                returncode=NOT_FOUND)
         failures = services.failure_history(task_id)
         if options["json"]:
@@ -218,7 +226,7 @@ class Command(BaseCommand):
         ]
         width = max(len(k) for k, _ in lines)
         for key, value in lines:
-            self.stdout.write(f"{key.ljust(width)}  {value}")
+            self.stdout.write(f"{key.ljust(width)}  {printable(str(value))}")
         self.stdout.write("")
         self.table(("ATTEMPT", "FAILED AT", "WORKER", "EXCEPTION"),
                    [(f.attempt, _when(f.failed_at), f.worker,
@@ -324,7 +332,7 @@ class Command(BaseCommand):
             self.stdout.write(line + (f" (audit #{result.audit_id})." if result.audit_id
                                       else "."))
         for skipped in result.skipped:
-            self.stdout.write(f"skipped {skipped['task_id']}: {skipped['why']}")
+            self.stdout.write(printable(f"skipped {skipped['task_id']}: {skipped['why']}"))
 
     def show_run(self, run: ResubmitRun, as_json: bool, started: bool = False) -> None:
         if as_json:
@@ -343,4 +351,4 @@ class Command(BaseCommand):
                    [(run.total, run.published, run.completed, run.failed_again, run.skipped,
                      run.remaining)])
         if run.halt_reason:
-            self.stdout.write(f"halted: {run.halt_reason}")
+            self.stdout.write(f"halted: {printable(run.halt_reason)}")

@@ -1,0 +1,77 @@
+"""``jobbers_celery.printable``: what the command lines print of a publisher's values obeys
+no terminal (controls, DEL, C1, bidi overrides, separators shown escaped), tells different
+values apart, and costs time linear in the text."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobbers_celery import printable
+
+#: Every code point a strategy may draw: controls, surrogates, private use, unassigned.
+ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()))
+BIDI = [chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))]
+
+
+def unescape(shown: str) -> str:
+    """The text :func:`printable` showed (its escapes are Python's)."""
+    return shown.encode("latin-1", "backslashreplace").decode("unicode_escape")
+
+
+def obeyed(text: str, newlines: bool = False) -> list[str]:
+    """Characters a terminal would act on, or that reorder or hide text."""
+    return [c for c in text if (not c.isprintable() and not (newlines and c == "\n"))
+            or c in BIDI or 0x80 <= ord(c) <= 0x9F or ord(c) == 0x7F]
+
+
+@given(ANY_TEXT)
+def test_no_control_character_or_bidi_override_is_left(text: str) -> None:
+    assert obeyed(printable(text)) == []
+    assert obeyed(printable(text, newlines=True), newlines=True) == []
+
+
+@given(ANY_TEXT)
+def test_the_escape_is_lossless_so_two_values_never_look_alike(text: str) -> None:
+    assert unescape(printable(text)) == text
+    assert unescape(printable(text, newlines=True)) == text
+
+
+@given(ANY_TEXT, ANY_TEXT)
+def test_different_values_are_shown_differently(a: str, b: str) -> None:
+    assert (printable(a) == printable(b)) == (a == b)
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("\x1b]0;pwned\x07", "\\x1b]0;pwned\\x07"),
+    ("\x1b[2J", "\\x1b[2J"),
+    ("ok\rforged", "ok\\rforged"),
+    ("two\nlines", "two\\nlines"),
+    ("tab\there", "tab\\there"),
+    ("evil\u202etxt", "evil\\u202etxt"),
+    ("\u2066iso\u2069", "\\u2066iso\\u2069"),
+    ("\x7f\x9b", "\\x7f\\x9b"),
+    ("lone \ud800", "lone \\ud800"),
+    ("tag \U000e0041", "tag \\U000e0041"),
+    ("C:\\temp", "C:\\\\temp"),  # a backslash is doubled: "\\x1b" typed is not ESC
+    ("café 日本 ✓", "café 日本 ✓"),  # printable text is left alone
+    ("", ""),
+])
+def test_examples(raw: str, shown: str) -> None:
+    assert printable(raw) == shown
+
+
+def test_a_traceback_block_keeps_its_lines_and_escapes_the_rest() -> None:
+    assert printable("line 1\r\n  line 2\x1b[2J\n", newlines=True) == (
+        "line 1\\r\n  line 2\\x1b[2J\n")
+
+
+def test_a_megabyte_of_hostile_text_is_linear() -> None:
+    for text in ("a\x1b" * 500_000, "\u202e" * 1_000_000, "日本\n" * 333_333):
+        started = time.perf_counter()
+        shown = printable(text)
+        assert time.perf_counter() - started < 2.0
+        assert obeyed(shown) == []
