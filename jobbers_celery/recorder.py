@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from jobbers_celery import errortext, metrics, tracing
+from jobbers_celery import errortext, intake, metrics, tracing
 from jobbers_celery import payload as pl
 from jobbers_celery.codec import PayloadCodec
 from jobbers_celery.records import UNPUBLISHABLE, DeadLetter, from_ms
@@ -151,6 +151,11 @@ class Recorder:
         """
         task_id = headers.get("id")
         if not task_id:
+            return
+        too_long = intake.identity_over_limits(task_id, name)
+        if too_long:  # never a key: its worker refuses it, and says so
+            log.error("task %s[%s] not recorded: %s", errortext.cut_head(name, 200),
+                      errortext.cut_head(str(task_id), 200), too_long)
             return
         headers.setdefault(pl.HEADER_TASK, name)
         if version is not None:

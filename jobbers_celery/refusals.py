@@ -31,6 +31,8 @@ from celery import bootsteps, signals
 from kombu.exceptions import ContentDisallowed, DecodeError
 
 from jobbers_celery import metrics
+from jobbers_celery.errortext import cut_head
+from jobbers_celery.intake import MAX_NAME_CHARS, identity_over_limits
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy, TaskOptions
 from jobbers_celery.payload import (
@@ -41,6 +43,7 @@ from jobbers_celery.payload import (
     HEADER_VERSION,
 )
 from jobbers_celery.payload import dumps as _dumps
+from jobbers_celery.request import OverLimits
 from jobbers_celery.store import StepResult
 
 __all__ = ["MessageRefused", "RefusalStep", "connect_refusals", "on_task_rejected",
@@ -71,6 +74,8 @@ def refusal_reason(message: Any, exc: BaseException | None) -> str:
         return f"the message body could not be decoded as {content_type}: {detail}"
     if exc is None:
         return "not a task message this worker can run (no 'task' header)"
+    if isinstance(exc, OverLimits):
+        return f"over the worker's intake limits: {exc}"
     return f"not a valid task message: {type(exc).__name__}: {str(exc)[:_DETAIL_MAX]}"
 
 
@@ -94,6 +99,10 @@ def _record(consumer: Any, message: Any, exc: BaseException | None) -> None:
     name = headers.get("task") or headers.get(HEADER_TASK)
     if not isinstance(task_id, str) or not isinstance(name, str) or not task_id:
         return  # nothing names a task to end (protocol 1 keeps them in the body: not read)
+    # an over-long id or name is never made a key here (no late record, below); a record
+    # its publisher made still ends dropped
+    too_long = identity_over_limits(task_id, name)
+    name = cut_head(name, MAX_NAME_CHARS)
     app = getattr(consumer, "app", None)
     jobbers = Jobbers.find(app)
     if jobbers is None:
@@ -107,7 +116,7 @@ def _record(consumer: Any, message: Any, exc: BaseException | None) -> None:
     else:
         return  # neither tracked nor a JobbersTask: not jobbers' to record
     reason = refusal_reason(message, exc)
-    log.warning("dropping refused message %s[%s]: %s", name, task_id, reason)
+    log.warning("dropping refused message %s[%s]: %s", name, cut_head(task_id, 200), reason)
 
     def drop() -> StepResult:
         return jobbers.recorder.drop(
@@ -118,6 +127,10 @@ def _record(consumer: Any, message: Any, exc: BaseException | None) -> None:
         )
 
     res = drop()
+    if too_long and not res.applied:
+        log.error("refused message %s[%s] not recorded: %s", cut_head(name, 200),
+                  cut_head(task_id, 200), too_long)
+        return
     if not res.applied and res.previous == "missing" and isinstance(opts, TaskOptions) \
             and not _removed_on_purpose(jobbers, task_id, headers):
         # Published without a record (by a client without jobbers, or while the store was

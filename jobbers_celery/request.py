@@ -1,5 +1,9 @@
 """JobbersRequest: a task's request in the worker's main process.
 
+- A message over the intake limits (:mod:`jobbers_celery.intake`: arguments or headers
+  nested too deep or too many, an over-long task id, name or ``jobbers_*`` header) is refused
+  as an invalid task message (:class:`OverLimits`) before anything walks or pickles it, so
+  the worker lives on; it ends ``dropped`` with the reason (:mod:`jobbers_celery.refusals`).
 - A message whose ``jobbers_version`` header differs from the worker's registered version is
   dropped here (recorded, dead-lettered when the task saves dead letters, rejected without
   requeue) so it never occupies a pool slot. A malformed message is refused as an invalid
@@ -32,7 +36,7 @@ from celery.platforms import signals as celery_signals
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 
-from jobbers_celery import metrics
+from jobbers_celery import errortext, intake, metrics
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.liveness import HALTED
 from jobbers_celery.options import DeadLetterPolicy
@@ -43,13 +47,19 @@ from jobbers_celery.task import Revoked
 if TYPE_CHECKING:
     from celery.worker.request import _InfoDict
 
-__all__ = ["JobbersRequest", "VersionMismatch"]
+__all__ = ["JobbersRequest", "OverLimits", "VersionMismatch"]
 
 log = logging.getLogger("jobbers.request")
 
 
 class VersionMismatch(Exception):
     """The message was published for another version of the task than this worker runs."""
+
+
+class OverLimits(InvalidTaskError):
+    """The message is over the worker's intake limits (:mod:`jobbers_celery.intake`): Celery
+    refuses it as an invalid task message (acknowledged, never run) and jobbers ends it
+    ``dropped`` with the reason (:mod:`jobbers_celery.refusals`)."""
 
 
 #: Set on a request's context when jobbers already recorded the outcome Celery announces
@@ -79,6 +89,11 @@ class JobbersRequest(Request):
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidTaskError(
                 f"malformed task message: {type(exc).__name__}: {exc}") from exc
+        # before anything walks the arguments (and before the pool pickles them: nested
+        # ~500 deep, that kills the worker's main process)
+        why = intake.message_over_limits(self.id, self.name, self.request_dict, self.body)
+        if why:
+            raise OverLimits(why)
 
     def info(self, safe: bool = False) -> _InfoDict:
         """What ``celery inspect active/reserved/scheduled/query_task`` (so Flower's worker
@@ -170,7 +185,8 @@ class JobbersRequest(Request):
         return bool(super().revoked())
 
     def _drop_version_mismatch(self, got: Any, want: Any) -> None:
-        message = f"message version {got} differs from worker version {want}"
+        shown = errortext.cut_head(str(got), 64)  # a header: any value its publisher chose
+        message = f"message version {shown} differs from worker version {want}"
         log.warning("dropping %s[%s]: %s", self.task.name, self.id, message)
         exc = VersionMismatch(message)
         try:

@@ -29,6 +29,8 @@ from celery._state import get_current_app
 
 from jobbers_celery import liveness, metrics, results, shutdown, sinks, taskrepr
 from jobbers_celery.errors import ConfigurationError
+from jobbers_celery.errortext import cut_head
+from jobbers_celery.intake import MAX_NAME_CHARS
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import (
@@ -142,7 +144,10 @@ def on_task_unknown(
     jobbers = Jobbers.find(getattr(sender, "app", None))
     if jobbers is None:
         return
-    reason = f"no task named {name!r} is registered on this worker"
+    # the name is the publisher's (no task here has it): cut where it is shown (the drop
+    # changes a record its publisher made, and never makes one)
+    reason = f"no task named {cut_head(repr(name), 200)} is registered on this worker"
+    name = cut_head(name or "", MAX_NAME_CHARS)
     try:
         jobbers.recorder.drop(
             id, name or "", reason=reason, worker=getattr(sender, "hostname", None),

@@ -23,7 +23,7 @@ NAME = "jobbers_celery"
 
 LAYERS: dict[str, list[str]] = {
     "core": ["states", "errors", "backoff", "options", "codec", "config", "records", "payload",
-             "spool", "softlimit", "redaction", "tracing", "errortext", "printable",
+             "spool", "softlimit", "redaction", "tracing", "errortext", "intake", "printable",
              "storable"],
     "store": ["store", "store.base", "store.keys", "store.fastcall", "store.redis",
               "store.connect"],
