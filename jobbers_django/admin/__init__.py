@@ -14,6 +14,8 @@ Pages (under the admin site, app ``jobbers``), one module each:
   Redis, the cleaner's last pass, and a cancel action; the page refreshes itself.
 - :mod:`~jobbers_django.admin.runs`: paced resubmits, each with its progress (refreshing
   itself) and pause, resume and cancel buttons.
+- :mod:`~jobbers_django.admin.aside`: set-aside dead letters (``deadletterentry/set-aside/``),
+  the ones the sink refused for a reason of their own, from Redis.
 
 Their parts: :mod:`~jobbers_django.admin.actions` (the confirmation page and what confirming
 does, for the bulk actions, a group's and an entry's buttons),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -26,7 +28,7 @@ from jobbers_celery.aside import KEEP
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import DeadLetterDispatcher, RedisDeadLetterSink
 from jobbers_celery.spool import DeadLetterSpool
-from tests.conftest import free_port
+from tests.conftest import ROOT, free_port, subprocess_env
 
 pytestmark = pytest.mark.redis
 
@@ -294,3 +296,36 @@ def test_a_hostile_entry_holds_the_writer_briefly(make_store) -> None:
     started = time.perf_counter()
     assert dispatcher.send(hostile) is True
     assert time.perf_counter() - started < 5.0
+
+
+def test_celery_jobbers_dlq_set_aside_lists_them_without_their_arguments(proj) -> None:
+    """``celery -A proj jobbers dlq set-aside`` (any sink: the list is in Redis), human and
+    ``--json``, control characters of an odd id escaped, never the arguments."""
+    dispatcher = proj.jobbers.dead_letters
+    sink = StrictSink()
+    sink.refuse = {"refused-cli\x1b[2J"}
+    dispatcher.sink, real = sink, dispatcher.sink
+    try:
+        assert dispatcher.send(_entry("refused-cli\x1b[2J")) is False
+    finally:
+        dispatcher.sink = real
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "tests.integration.proj", "jobbers", "dlq",
+             "set-aside", *args], cwd=ROOT, env=subprocess_env({"NO_COLOR": "1"}),
+            capture_output=True, text=True, timeout=60, check=False)
+
+    human = cli()
+    assert human.returncode == 0, human.stderr
+    assert "refused-cli" in human.stdout
+    assert "\x1b" not in human.stdout  # shown escaped, never obeyed by the terminal
+    assert "1 set aside." in human.stdout
+    assert SECRET not in human.stdout + human.stderr
+    as_json = cli("--json", "--limit", "5")
+    assert as_json.returncode == 0, as_json.stderr
+    body = json.loads(as_json.stdout)
+    assert (body["kept"], body["total"]) == (1, 1)
+    assert body["results"][0]["task_id"] == "refused-cli\x1b[2J"
+    assert body["results"][0]["waited_in"] == "send"
+    assert SECRET not in as_json.stdout
