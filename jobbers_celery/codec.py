@@ -44,7 +44,7 @@ ENCRYPTED = "[encrypted]"
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12  # 96 bits, GCM's own size
 _TAG_BYTES = 16
-_KID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,32}$")
+_KID_RE = re.compile(r"[A-Za-z0-9_.\-]{1,32}")
 _ENVELOPE_KEYS = frozenset({SEALED, "kid", "data"})
 _EXTRA = "pip install 'jobbers[crypto]'"
 _NEW_KEY = 'new one: python -c "from jobbers_celery.codec import new_key; print(new_key())"'
@@ -71,7 +71,7 @@ class PayloadKey:
 def new_key(kid: str | None = None) -> str:
     """A new key in the setting's form, ``"<id>:<base64 of 32 random bytes>"``."""
     kid = kid or f"k{secrets.token_hex(4)}"
-    if not _KID_RE.match(kid):
+    if not _KID_RE.fullmatch(kid):
         raise ValueError("a key id is 1-32 letters, digits or _.-")
     return f"{kid}:{base64.b64encode(os.urandom(KEY_BYTES)).decode()}"
 
@@ -93,7 +93,7 @@ def parse_keys(raw: object) -> tuple[PayloadKey, ...]:
             raise ConfigurationError(
                 f"{where} must be a string '<id>:<base64 of 32 bytes>' ({_NEW_KEY})")
         kid, _, encoded = item.partition(":")
-        if not _KID_RE.match(kid):
+        if not _KID_RE.fullmatch(kid):
             raise ConfigurationError(f"{where}: its id must be 1-32 letters, digits or _.-")
         try:
             secret = base64.b64decode(encoded.strip(), validate=True)
@@ -120,10 +120,14 @@ def require_backend() -> None:
 
 
 def is_sealed(value: object) -> bool:
-    """Whether ``value`` is a sealed envelope (its shape only: it may not open)."""
-    return (isinstance(value, Mapping) and value.keys() == _ENVELOPE_KEYS
-            and isinstance(value.get(SEALED), str) and isinstance(value.get("kid"), str)
-            and isinstance(value.get("data"), str))
+    """Whether ``value`` is a sealed envelope (its shape only: it may not open): the three
+    keys, a short version, a key id of the setting's form (so that a reason naming it is
+    short and printable) and text data."""
+    if not (isinstance(value, Mapping) and value.keys() == _ENVELOPE_KEYS):
+        return False
+    version, kid = value.get(SEALED), value.get("kid")
+    return (isinstance(version, str) and len(version) <= 16 and isinstance(kid, str)
+            and _KID_RE.fullmatch(kid) is not None and isinstance(value.get("data"), str))
 
 
 def _aad(version: str, kid: str) -> bytes:
@@ -181,8 +185,8 @@ class PayloadCodec:
             raise CannotOpen("?", "not a sealed value")
         kid = str(envelope["kid"])
         if envelope[SEALED] != VERSION:
-            raise CannotOpen(kid, f"its format {str(envelope[SEALED])[:16]!r} is unknown to "
-                                  "this version of jobbers")
+            raise CannotOpen(kid, f"its format {envelope[SEALED]!r} is unknown to this "
+                                  "version of jobbers")
         cipher = self._ciphers.get(kid)
         if cipher is None:
             held = ", ".join(repr(k) for k in self.kids) or "none"

@@ -227,11 +227,15 @@ def sealed_arguments(args: Any, kwargs: Any) -> bool:
     return not args and is_sealed(kwargs)
 
 
-def seal_arguments(payload: Mapping[str, Any], codec: PayloadCodec | None) -> dict[str, Any]:
-    """``payload`` with its ``args`` and ``kwargs`` sealed (as it is without keys, or when
-    they are sealed already). Raises ``TypeError`` if they are not JSON."""
+def seal_arguments(payload: Mapping[str, Any], codec: PayloadCodec | None, *,
+                   stored: bool = False) -> dict[str, Any]:
+    """``payload`` with its ``args`` and ``kwargs`` sealed (as it is without keys). A
+    message's arguments are always sealed, even those shaped like a sealed value (a
+    publisher's own ``kwargs``); ``stored``: arguments jobbers stored (a record's, a dead
+    letter's) already sealed are kept as they are. Raises ``TypeError`` if not JSON."""
     args, kwargs = payload.get("args"), payload.get("kwargs")
-    if codec is None or not codec.enabled or sealed_arguments(args, kwargs):
+    if (codec is None or not codec.enabled
+            or (stored and sealed_arguments(args, kwargs))):
         return dict(payload)
     return {**payload, "args": [],
             "kwargs": codec.seal(dumps({"args": args, "kwargs": kwargs}))}

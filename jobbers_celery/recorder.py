@@ -479,7 +479,7 @@ class Recorder:
         """Resubmit with the payload ``data`` of a dead-letter ``entry``: a record that
         expired since is created again. ``version``: as this version (the current one)
         instead of the entry's."""
-        fields = {"msg": self.encode(data),
+        fields = {"msg": pl.dumps(pl.seal_arguments(data, self.codec, stored=True)),
                   "retries": "0" if reset_retry_count else str(entry.retry_attempt)}
         if entry.checkpoint is not None:
             fields["ckpt"] = pl.dumps(entry.checkpoint)
@@ -620,7 +620,7 @@ def dead_letter_entry(
     args = args if isinstance(args, list) else []
     kwargs = kwargs if isinstance(kwargs, dict) else {}
     if codec is not None and codec.enabled and not pl.sealed_arguments(args, kwargs):
-        sealed = pl.seal_arguments({"args": args, "kwargs": kwargs}, codec)
+        sealed = pl.seal_arguments({"args": args, "kwargs": kwargs}, codec, stored=True)
         args, kwargs = sealed["args"], sealed["kwargs"]
     options = payload.get("options") or {}
     if payload.get("unserializable") or not raw.get("msg"):

@@ -313,3 +313,22 @@ def test_a_scheduler_without_the_key_leaves_the_due_task_to_one_that_holds_it(ca
     assert [(s["args"], s["kwargs"]) for s in sent] == [([SECRET], {})] * 2
     assert any("holds that key" in r.getMessage() and SECRET not in r.getMessage()
                for r in caplog.records)
+
+
+# ---------------------------------------------------------------------- hostile shapes
+def test_a_publishers_kwargs_shaped_like_a_sealed_value_are_sealed_and_come_back_whole():
+    fake = {SEALED: "v1", "kid": "new", "data": "AAAA"}  # a publisher's own kwargs
+    rec = _recorder(codec(NEW))
+    rec.publish("proj.login", {"id": "t-1"}, ([], fake, {}), "", "celery", {}, version=None,
+                dead_letter=True)
+    stored = pl.loads(rec.store.steps[0]["fields"]["msg"])
+    assert stored["kwargs"] != fake  # sealed like any other
+    assert pl.open_arguments(stored["args"], stored["kwargs"], codec(NEW)) == ([], fake)
+
+
+@pytest.mark.parametrize("kid", ["k1\n", "x" * 33, "\x1b]0;owned\x07", ""])
+def test_only_a_key_id_of_the_settings_form_makes_a_sealed_value(kid):
+    assert not is_sealed({SEALED: "v1", "kid": kid, "data": "AAAA"})
+    assert not is_sealed({SEALED: "v" * 17, "kid": "k1", "data": "AAAA"})
+    with pytest.raises(ConfigurationError, match="its id must be"):
+        parse_keys([f"{kid}:{NEW.split(':')[1]}"])
