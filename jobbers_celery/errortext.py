@@ -22,6 +22,7 @@ import traceback as tb
 from collections.abc import Callable, Sequence
 
 __all__ = [
+    "MAX_NOTES",
     "MESSAGE_MAX_CHARS",
     "REDACT_MARGIN",
     "TRACEBACK_MAX_CHARS",
@@ -64,11 +65,40 @@ def cut_message(text: str, redact: Callable[[str], str] = _same,
     return cut_head(redact(text[:limit + REDACT_MARGIN]), limit, len(text))
 
 
+#: Notes of an exception (``add_note``) formatted, at most.
+MAX_NOTES = 16
+
+
 def exception_parts(exc: BaseException) -> list[str]:
     """The parts of ``exc``'s formatted traceback (each frame, each exception line with its
-    message, each chained section's header), as ``traceback`` formats them."""
-    return list(tb.TracebackException(type(exc), exc, exc.__traceback__,
-                                      compact=True).format())
+    message, each chained section's header), as ``traceback`` formats them, with every
+    message and note in it cut to a part's size (plus the redaction margin) first: the
+    formatter handles a message line by line in Python (1 MB of newlines took 0.3 s)."""
+    te = tb.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+    _cut_texts(te)
+    return list(te.format())
+
+
+def _cut_texts(te: tb.TracebackException) -> None:
+    """Cut the message (``_str``, as CPython 3.10-3.13 keep it) and the notes of ``te`` and
+    of every exception chained to it or grouped in it."""
+    keep = TRACEBACK_PART_MAX_CHARS + REDACT_MARGIN
+    seen: set[int] = set()
+    todo = [te]
+    while todo:
+        one = todo.pop()
+        if id(one) in seen:
+            continue
+        seen.add(id(one))
+        text = getattr(one, "_str", None)
+        if isinstance(text, str) and len(text) > keep:
+            setattr(one, "_str", text[:keep])  # noqa: B010 - private in typeshed
+        notes = getattr(one, "__notes__", None)
+        if isinstance(notes, list | tuple) and (len(notes) > MAX_NOTES or any(
+                isinstance(n, str) and len(n) > keep for n in notes)):
+            one.__notes__ = [n[:keep] if isinstance(n, str) else n for n in notes[:MAX_NOTES]]
+        todo += [x for x in (one.__cause__, one.__context__) if x is not None]
+        todo += getattr(one, "exceptions", None) or []
 
 
 def cut_traceback(parts: Sequence[str] | str, redact: Callable[[str], str] = _same) -> str:
@@ -98,5 +128,5 @@ def cut_traceback(parts: Sequence[str] | str, redact: Callable[[str], str] = _sa
             out.append(redact(part))
         else:
             head = redact(part[:TRACEBACK_PART_MAX_CHARS + REDACT_MARGIN])
-            out.append(cut_head(head, TRACEBACK_PART_MAX_CHARS, len(part)) + "\n")
+            out.append(f"{head[:TRACEBACK_PART_MAX_CHARS]}... [cut]\n")
     return "".join(out)

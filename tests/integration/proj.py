@@ -474,3 +474,9 @@ def freezes(self: JobbersTask, key: str, seconds: float, deaf: bool = False) -> 
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(seconds)
     return self.attempt
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.fails_with", dead_letter_policy="save")
+def fails_with(self: JobbersTask, unit: str, size: int) -> None:
+    """Fails with a message of ``size`` characters, ``unit`` repeated (hostile text)."""
+    raise ValueError((unit * (size // len(unit) + 1))[:size])

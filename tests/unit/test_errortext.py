@@ -150,3 +150,31 @@ def test_cut_traceback_is_linear_in_its_parts() -> None:
     assert len(cut_traceback("q" * MB, redact)) <= TRACEBACK_PART_MAX_CHARS + MARK
     assert seen == [TRACEBACK_PART_MAX_CHARS + REDACT_MARGIN]
     assert errortext.cut_head("abc", 2) == "ab... [cut: 3 characters in all]"
+
+
+def test_chained_grouped_and_noted_messages_are_cut_before_formatting() -> None:
+    big = "\n" * MB
+    try:
+        try:
+            raise KeyError(big)
+        except KeyError as inner:
+            raise ExceptionGroup("g" * MB, [ValueError(big), TypeError(big)]) from inner
+    except ExceptionGroup as exc:
+        for _ in range(1000):
+            exc.add_note(big)
+        parts = errortext.exception_parts(exc)
+        _, message, traceback = pl.describe_exception(exc)
+    assert sum(len(p) for p in parts) < 200 * (TRACEBACK_PART_MAX_CHARS + REDACT_MARGIN)
+    assert len(message) <= MESSAGE_MAX_CHARS + MARK
+    assert len(traceback) <= TRACEBACK_MAX_CHARS + MARK
+    # chained only: the innermost frame and the error come last, and are kept
+    try:
+        try:
+            raise KeyError(big)
+        except KeyError as inner:
+            raise _raise_deep(big) from inner
+    except ValueError as exc:
+        _, _, traceback = pl.describe_exception(exc)
+    assert len(traceback) <= TRACEBACK_MAX_CHARS + MARK
+    assert "in innermost_frame\n" in traceback
+    assert traceback.endswith("... [cut]\n")
