@@ -60,19 +60,22 @@ def identity_over_limits(task_id: Any, name: Any) -> str | None:
 
 
 def nesting_over_limits(values: Iterable[Any]) -> str | None:
-    """Why ``values`` are too deep or too many to take (an iterative walk: no recursion,
-    stopped at the first limit passed), or ``None``."""
-    stack: list[tuple[Any, int]] = [(v, 1) for v in values if isinstance(v, _CONTAINERS)]
-    count = 0
-    while stack:
-        value, depth = stack.pop()
+    """Why ``values`` are too deep or too many to take, or ``None``: a walk level by level
+    (no recursion), stopped at the first limit passed."""
+    level = [v for v in values if isinstance(v, _CONTAINERS)]
+    depth = count = 0
+    while level:
+        depth += 1
         if depth > MAX_DEPTH:
             return f"its arguments or headers are nested deeper than {MAX_DEPTH} levels"
-        items = value.values() if isinstance(value, dict) else value
-        count += len(items)
-        if count > MAX_VALUES:
-            return f"its arguments or headers hold more than {MAX_VALUES:,} values"
-        stack.extend((v, depth + 1) for v in items if isinstance(v, _CONTAINERS))
+        below: list[Any] = []
+        for value in level:
+            items = value.values() if isinstance(value, dict) else value
+            count += len(items)
+            if count > MAX_VALUES:
+                return f"its arguments or headers hold more than {MAX_VALUES:,} values"
+            below += [v for v in items if isinstance(v, _CONTAINERS)]
+        level = below
     return None
 
 

@@ -202,7 +202,14 @@ class Recorder:
         -> scheduled`` in one step, with ``payload``, which the scheduler publishes when
         ``run_at`` comes, as for a delayed retry: no ETA message waits at the broker (where
         a Redis broker delivers it again after its visibility timeout). Raises
-        ``TypeError`` if ``payload`` is not JSON."""
+        ``TypeError`` if ``payload`` is not JSON. An id or name over the intake limits is not
+        recorded (refused: the caller sends an ETA message, which its worker refuses)."""
+        too_long = intake.identity_over_limits(task_id, name)
+        if too_long:
+            log.error("task %s[%s] not recorded: %s", errortext.cut_head(name, 200),
+                      errortext.cut_head(task_id, 200), too_long)
+            return StepResult(applied=False, previous="missing", now_ms=0, attempt=0,
+                              why=too_long)
         msg = self.encode(payload)
         if len(msg) > self.payload_warn_bytes > 0:
             _warn_large_payload(name, task_id, len(msg), self.payload_warn_bytes)

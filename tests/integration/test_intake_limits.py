@@ -66,11 +66,17 @@ def test_an_over_long_task_id_is_never_made_a_key(proj: Any, worker_factory: Any
     worker = worker_factory(pool="prefork", concurrency=1)
     long_id = "x" * (MAX_ID_CHARS + 1)
     proj.add.apply_async((1, 2), task_id=long_id)
+    later_id = "z" * (MAX_ID_CHARS + 1)  # a countdown: not kept in the store either
+    proj.add.apply_async((1, 2), task_id=later_id, countdown=0.2)
     ok = proj.add.apply_async((1, 2), task_id="y" * MAX_ID_CHARS)  # at the limit: runs
     assert ok.get(timeout=20) == 3
-    wait_for(lambda: "over the limit of" in worker.log, timeout=10,
-             message="the worker to say why it refused the message")
-    assert jobbers.get(long_id) is None
-    assert not any(long_id in k for k in jobbers.store.client.scan_iter(count=1000))
+    for task_id in (long_id, later_id):
+        said = f"refused message proj.add[{task_id[:200]}... [cut: {MAX_ID_CHARS + 1} " \
+               f"characters in all]] not recorded: its task id has {MAX_ID_CHARS + 1} " \
+               f"characters, over the limit of {MAX_ID_CHARS}"
+        wait_for(lambda s=said: s in worker.log, timeout=10,
+                 message="the worker to say why it refused the message")
+        assert jobbers.get(task_id) is None
+        assert not any(task_id in k for k in jobbers.store.client.scan_iter(count=1000))
     assert proj.add.delay(2, 3).get(timeout=20) == 5
     assert worker.proc.poll() is None
