@@ -19,7 +19,7 @@ straddles the cut point is still recognised and replaced whole, not shown in par
 from __future__ import annotations
 
 import traceback as tb
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 __all__ = [
     "MAX_NOTES",
@@ -104,29 +104,43 @@ def _cut_texts(te: tb.TracebackException) -> None:
 def cut_traceback(parts: Sequence[str] | str, redact: Callable[[str], str] = _same) -> str:
     """A traceback (its text, or :func:`exception_parts`) cut to its last parts within
     :data:`TRACEBACK_MAX_CHARS`, each part to :data:`TRACEBACK_PART_MAX_CHARS`, redacted
-    part by part (a text's parts are its lines)."""
-    if isinstance(parts, str):
-        parts = parts.splitlines(keepends=True)
-    if sum(len(p) for p in parts) <= TRACEBACK_MAX_CHARS and all(
-            len(p) <= TRACEBACK_PART_MAX_CHARS for p in parts):
-        return redact("".join(parts))  # nothing to cut: redacted whole, as it always was
-    kept = 0
+    part by part (a text's parts are its lines, read from its end: never all split)."""
+    spans = _line_spans(parts) if isinstance(parts, str) else _part_spans(parts)
+    text = parts if isinstance(parts, str) else "".join(parts)
+    kept: list[tuple[int, int]] = []
     size = 0
-    for part in reversed(parts):
-        n = min(len(part), TRACEBACK_PART_MAX_CHARS)
+    for start, end in spans:  # from the last part
+        n = min(end - start, TRACEBACK_PART_MAX_CHARS)
         if kept and size + n > TRACEBACK_MAX_CHARS:
             break
-        kept += 1
+        kept.append((start, end))
         size += n
-    first = len(parts) - kept
-    out = []
-    if first:
-        cut = sum(len(p) for p in parts[:first])
-        out.append(f"[cut: the first {cut} characters of this traceback]\n")
-    for part in parts[first:]:
-        if len(part) <= TRACEBACK_PART_MAX_CHARS:
-            out.append(redact(part))
+    kept.reverse()
+    first = kept[0][0] if kept else 0
+    if not first and all(end - start <= TRACEBACK_PART_MAX_CHARS for start, end in kept):
+        return redact(text)  # nothing to cut: redacted whole, as it always was
+    out = [f"[cut: the first {first} characters of this traceback]\n"] if first else []
+    for start, end in kept:
+        if end - start <= TRACEBACK_PART_MAX_CHARS:
+            out.append(redact(text[start:end]))
         else:
-            head = redact(part[:TRACEBACK_PART_MAX_CHARS + REDACT_MARGIN])
+            head = redact(text[start:start + TRACEBACK_PART_MAX_CHARS + REDACT_MARGIN])
             out.append(f"{head[:TRACEBACK_PART_MAX_CHARS]}... [cut]\n")
     return "".join(out)
+
+
+def _line_spans(text: str) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each line of ``text`` (its newline included), the last first."""
+    end = len(text)
+    while end > 0:
+        start = text.rfind("\n", 0, end - 1) + 1  # scans back to the previous line only
+        yield start, end
+        end = start
+
+
+def _part_spans(parts: Sequence[str]) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each part in the parts joined, the last first."""
+    end = sum(len(p) for p in parts)
+    for part in reversed(parts):
+        yield end - len(part), end
+        end -= len(part)
