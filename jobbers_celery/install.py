@@ -13,7 +13,7 @@ from typing import Any
 
 from celery import Celery
 
-from jobbers_celery import metrics, payload, signals
+from jobbers_celery import logfilter, metrics, payload, redaction, signals
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import OPTION_NAMES, validate_options
@@ -40,6 +40,8 @@ def install(app: Celery) -> Jobbers:
         config = JobbersConfig.from_mapping(app.conf, app.conf.broker_url)
         jobbers = Jobbers(app, config)
         jobbers.register()
+        redaction.use_keys(config.redact_keys)  # the record's and dead letter's tracebacks
+        logfilter.install()  # Celery's own log records, at every level
         metrics.watch(Jobbers.installed)
         signals.connect()
         connect_refusals()

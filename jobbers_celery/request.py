@@ -19,7 +19,8 @@
 - A task whose delivery ended ``cancelled`` in the record raises
   :class:`~jobbers_celery.task.Revoked`; :meth:`on_failure` tells Celery as its own revoke
   does (REVOKED in the result backend, a ``task-revoked`` event, ``task_revoked``).
-- Its ``info()`` (``celery inspect``) shows the redacted reprs, not the arguments.
+- Its ``argsrepr``/``kwargsrepr`` are made from the decoded body, redacted (never the
+  message's headers), and its ``info()`` (``celery inspect``) shows them, not the arguments.
 - A request whose stalled attempt the worker ended (see :mod:`jobbers_celery.liveness`) ends
   quietly, its message acknowledged.
 """
@@ -36,11 +37,12 @@ from celery.platforms import signals as celery_signals
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 
-from jobbers_celery import errortext, intake, metrics
+from jobbers_celery import errortext, intake, metrics, taskrepr
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.liveness import HALTED
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
+from jobbers_celery.redaction import redactor
 from jobbers_celery.states import TERMINAL
 from jobbers_celery.task import Revoked
 
@@ -65,6 +67,8 @@ class OverLimits(InvalidTaskError):
 #: Set on a request's context when jobbers already recorded the outcome Celery announces
 #: (read by the ``task_revoked`` handler: nothing to record then).
 RECORDED = "jobbers_outcome_recorded"
+#: What the worker shows of arguments it could not redact.
+NOT_SHOWN = "[arguments not shown]"
 
 
 def revoke_reason(signum: Any) -> str:
@@ -94,11 +98,28 @@ class JobbersRequest(Request):
         why = intake.message_over_limits(self.id, self.name, self.request_dict, self.body)
         if why:
             raise OverLimits(why)
+        self._redact_reprs()
+
+    def _redact_reprs(self) -> None:
+        """What the worker shows of the arguments, made from the decoded body with the
+        redactor: never the message's own ``argsrepr``/``kwargsrepr`` (a publisher without
+        jobbers, or protocol 1, leaves real values there; see :mod:`jobbers_celery.taskrepr`)."""
+        try:
+            app = self.app or self.task.app
+            jobbers = Jobbers.find(app)
+            redact = taskrepr.redactor_of(jobbers.config) if jobbers else redactor()
+            shown = taskrepr.worker_reprs(app, self.task, self.args, self.kwargs, redact)
+        except Exception:  # odd arguments: nothing of them rather than the header's text
+            log.debug("could not redact the arguments of %s[%s]", self.name, self.id,
+                      exc_info=True)
+            shown = (NOT_SHOWN, NOT_SHOWN)
+        self._argsrepr, self._kwargsrepr = shown
+        self.request_dict["argsrepr"], self.request_dict["kwargsrepr"] = shown
 
     def info(self, safe: bool = False) -> _InfoDict:
         """What ``celery inspect active/reserved/scheduled/query_task`` (so Flower's worker
-        page) show of the task: always the message's ``argsrepr``/``kwargsrepr``, redacted at
-        publish (:mod:`jobbers_celery.taskrepr`), never the arguments themselves."""
+        page) show of the task: always the redacted reprs the worker made, never the
+        arguments themselves."""
         return super().info(safe=True)
 
     def terminate(self, pool: Any, signal: Any = None) -> None:

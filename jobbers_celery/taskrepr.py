@@ -1,15 +1,21 @@
 """What Celery shows of a task, redacted (:mod:`jobbers_celery.redaction` applied to Celery).
 
-- Every publish (a client's ``apply_async``, a retry, the scheduler, a resubmission, a
-  shutdown resubmit: all go through ``before_task_publish``) gets redacted ``argsrepr``
-  and ``kwargsrepr`` headers, Celery's own mechanism for what its worker logs and task events
-  (``task-received``, so Flower, ``celery inspect``) show of the arguments. The body keeps
-  the real values: the task, and any republish of it, runs with them.
-- An exception a task raises with a secret in its message gets that message redacted in
-  place before Celery and jobbers see it, so the worker's log line and traceback, the
-  ``task-failed``/``task-retried`` events, the result backend, the record and the dead
-  letter all carry the redacted text (its string arguments are redacted; if that is not
-  enough, the redacted message becomes its only argument).
+- The worker recomputes a message's ``argsrepr`` and ``kwargsrepr`` from its decoded body
+  (:func:`worker_reprs`, called as the request is made): whoever published it (a client
+  without jobbers, a protocol 1 message, a header that lies), what the worker shows of the
+  arguments (its ``Received task`` log line, the ``task-received`` event, so Flower,
+  ``celery inspect active/reserved/scheduled``, its failure log line) is redacted.
+- Every publish through jobbers (a client's ``apply_async``, a retry, the scheduler, a
+  resubmission, a shutdown resubmit: all go through ``before_task_publish``) gets redacted
+  ``argsrepr`` and ``kwargsrepr`` headers too, for the ``task-sent`` event and for workers
+  of other versions. The body keeps the real values: the task, and any republish of it,
+  runs with them.
+- An exception a task raises with a secret in it is redacted in place before Celery and
+  jobbers see it: its string arguments, its attributes (a message ``__str__`` builds from
+  ``self.url``), its notes, the exceptions it chains and every member of an exception group
+  (recursively, up to :data:`_MAX_EXCEPTIONS`). So the worker's log line (which shows its
+  ``repr()``) and traceback, the ``task-failed``/``task-retried`` events, the result
+  backend, the record and the dead letter all carry the redacted text.
 """
 
 from __future__ import annotations
@@ -24,14 +30,18 @@ from celery import Celery, Task
 from celery.utils.saferepr import saferepr
 
 from jobbers_celery.config import JobbersConfig
-from jobbers_celery.redaction import Parameters, Redactor, parameters, redactor
+from jobbers_celery.redaction import REDACTED, Parameters, Redactor, parameters, redactor
 
-__all__ = ["redact_exception", "redact_headers", "redactor_of", "sent_reprs", "task_parameters"]
+__all__ = ["redact_exception", "redact_headers", "redactor_of", "sent_reprs", "task_parameters",
+           "worker_reprs"]
 
 log = logging.getLogger("jobbers.redaction")
 
-#: Exceptions followed along ``__cause__``/``__context__``.
-_MAX_CHAIN = 16
+#: Exceptions visited in one redaction (along ``__cause__``/``__context__`` and into
+#: exception groups).
+_MAX_EXCEPTIONS = 256
+#: Levels of exception groups visited.
+_MAX_GROUP_DEPTH = 16
 #: Characters of Celery's repr compared to tell it from a caller's own.
 _PROBE = 96
 #: The parameters of each task object, read once (``inspect.signature`` is not free).
@@ -110,6 +120,24 @@ def sent_reprs(app: Celery, task: Task[Any, Any], args: Any, kwargs: Any,
             saferepr(shown_kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels))
 
 
+def worker_reprs(app: Celery, task: Task[Any, Any] | None, args: Any, kwargs: Any,
+                 redact: Redactor) -> tuple[str, str]:
+    """The ``argsrepr``/``kwargsrepr`` a worker shows of a message it received, made from
+    its decoded ``args`` and ``kwargs`` (never from its headers, which the publisher
+    chose), redacted and cut as Celery cuts its own."""
+    amqp = app.amqp
+    levels = app.conf.task_repr_maxlevels
+    if isinstance(args, str) or not isinstance(args, Sequence):
+        args = [args] if args is not None else []
+    if not isinstance(kwargs, Mapping):
+        kwargs = {"kwargs": kwargs} if kwargs is not None else {}
+    shown_args, shown_kwargs = redact.arguments(
+        args, kwargs, task_parameters(task),
+        limit=2 * max(amqp.argsrepr_maxsize, amqp.kwargsrepr_maxsize))
+    return (saferepr(shown_args, amqp.argsrepr_maxsize, maxlevels=levels),
+            saferepr(shown_kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels))
+
+
 def _is_celerys(given: str, real: Any, levels: int) -> bool:
     """Whether ``given`` is the repr Celery made of ``real`` (not one passed to
     ``apply_async``): compared on a short repr, as Celery's is costly on big values."""
@@ -119,35 +147,103 @@ def _is_celerys(given: str, real: Any, levels: int) -> bool:
     return given.startswith(probe[:_PROBE // 2])
 
 
-def redact_exception(exc: BaseException, task: Task[Any, Any], args: Any, kwargs: Any,
+def redact_exception(exc: BaseException, task: Task[Any, Any] | None, args: Any, kwargs: Any,
                      redact: Redactor) -> None:
-    """Redact, in place, the message of ``exc`` and of the exceptions it chains: credentials
-    and the secret values of the task's own arguments. Never raises."""
+    """Redact, in place, ``exc`` and the exceptions it chains or groups: credentials and the
+    secret values of the task's own arguments in their arguments, attributes and notes.
+    Never raises."""
     try:
         known = redact.secrets(args if isinstance(args, Sequence) else (),
                                kwargs if isinstance(kwargs, Mapping) else {},
                                task_parameters(task))
         seen: set[int] = set()
-        current: BaseException | None = exc
-        while current is not None and id(current) not in seen and len(seen) < _MAX_CHAIN:
+        todo: list[tuple[BaseException, int]] = [(exc, 0)]
+        while todo and len(seen) < _MAX_EXCEPTIONS:
+            current, depth = todo.pop()
+            if id(current) in seen:
+                continue
             seen.add(id(current))
             _redact_one(current, redact, known)
-            current = current.__cause__ or current.__context__
+            for chained in (current.__cause__, current.__context__):
+                if chained is not None:
+                    todo.append((chained, depth))
+            members = getattr(current, "exceptions", None)
+            if (isinstance(current, BaseExceptionGroup) and isinstance(members, tuple)
+                    and depth < _MAX_GROUP_DEPTH):
+                todo.extend((m, depth + 1) for m in members if isinstance(m, BaseException))
     except Exception:  # an odd exception: shown as it is rather than lost
         log.debug("could not redact the message of %r", type(exc), exc_info=True)
 
 
 def _redact_one(exc: BaseException, redact: Redactor, known: frozenset[str]) -> None:
+    """Each of ``exc``'s arguments, attributes and notes that shows a secret, redacted (the
+    exception keeps its type and shape: a KeyError stays one, ``self.url`` stays a str)."""
     notes = getattr(exc, "__notes__", None)  # add_note(): printed with the traceback
     if isinstance(notes, list):
         exc.__notes__ = [redact.text(n, known) if isinstance(n, str) else n for n in notes]
-    text = str(exc)
-    if redact.text(text, known) == text:
-        return
-    # each string argument redacted (the exception keeps its shape: KeyError, OSError...)
-    exc.args = tuple(redact.text(a, known) if isinstance(a, str) else a for a in exc.args)
-    now = str(exc)
-    if redact.text(now, known) != now:  # a secret outside its string arguments
-        exc.args = (redact.text(now, known),)
-        if str(exc) != exc.args[0]:  # a __str__ of its own, from attributes
-            log.debug("%s keeps its own message text", type(exc).__name__)
+    if not isinstance(exc, BaseExceptionGroup):  # a group's message is not in its args
+        args = tuple(_redacted(a, redact, known) for a in exc.args)
+        if args != exc.args:
+            exc.args = args
+    attrs = getattr(exc, "__dict__", None)
+    if isinstance(attrs, dict):
+        for name, value in list(attrs.items()):
+            if name.startswith("__") or isinstance(value, BaseException):
+                continue
+            shown = REDACTED if redact.is_secret_key(name) and value else _redacted(
+                value, redact, known)
+            if shown is not value and shown != value:
+                with contextlib.suppress(Exception):  # a read-only property, a slot
+                    setattr(exc, name, shown)
+    for text in (_safe(str, exc), _safe(repr, exc)):
+        if text is not None and redact.text(text, known) != text:
+            log.debug("%s keeps a secret in its own message text", type(exc).__name__)
+            break
+
+
+def _redacted(value: Any, redact: Redactor, known: frozenset[str]) -> Any:
+    """``value`` (an exception's argument or attribute) redacted as it would be shown;
+    ``value`` itself when nothing in it is secret or it is not plain data."""
+    if isinstance(value, str):
+        return redact.text(value, known)
+    if isinstance(value, bytes):
+        text = value.decode("utf-8", "replace")
+        shown = redact.text(text, known)
+        return value if shown == text else shown.encode("utf-8")
+    if isinstance(value, Mapping | list | tuple) and _plain(value, 0):
+        data = _known_out(redact.value(value), redact, known)
+        if data == (list(value) if isinstance(value, list | tuple) else dict(value)):
+            return value
+        return tuple(data) if isinstance(value, tuple) else data
+    return value
+
+
+def _known_out(value: Any, redact: Redactor, known: frozenset[str]) -> Any:
+    if not known:
+        return value
+    if isinstance(value, str):
+        return redact.text(value, known)
+    if isinstance(value, dict):
+        return {k: _known_out(v, redact, known) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_known_out(v, redact, known) for v in value]
+    return value
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """Whether ``value`` is small plain data (what an exception's argument or attribute may
+    be redacted as: never an object, which would be replaced by its text)."""
+    if value is None or isinstance(value, str | bytes | bool | int | float):
+        return True
+    if depth > 8 or not isinstance(value, Mapping | list | tuple) or len(value) > 1000:
+        return False
+    items = value.values() if isinstance(value, Mapping) else value
+    return all(_plain(v, depth + 1) for v in items)
+
+
+def _safe(render: Any, exc: BaseException) -> str | None:
+    try:
+        text = render(exc)
+    except Exception:  # noqa: BLE001 - a __str__ or __repr__ that raises
+        return None
+    return text if isinstance(text, str) else None

@@ -2,17 +2,20 @@
 
 The redaction is jobbers_celery's (:class:`jobbers_celery.Redactor`), the one that also
 redacts Celery's ``argsrepr``/``kwargsrepr`` and task exceptions in the worker: values under
-keys that contain one of ``JOBBERS_REDACT_KEYS`` (case-insensitive, ``-`` and ``_`` alike, at
-any depth; unset: the Celery app's ``jobbers_redact_keys``), positional arguments whose
-parameter (of the task registered in this process's Celery app) has such a name, and
-credentials in any string (a URL's password, ``Bearer``/``Basic`` tokens, ``password=...``).
-Exception messages and tracebacks lose those credentials and the secret values of the
-entry's own arguments.
+keys that match ``JOBBERS_REDACT_KEYS`` (case-insensitive, whatever the separators or camel
+case, at any depth; unset: the Celery app's ``jobbers_redact_keys``), positional arguments
+whose parameter (of the task registered in this process's Celery app) has such a name, and
+credentials in any string (a URL's user part, the token after ``Bearer``/``Basic``/``Token``
+and other schemes, ``password=...``). Exception messages and tracebacks lose those
+credentials and the secret values of the entry's own arguments.
 
 Only the display is redacted and cut: the stored arguments stay whole, because resubmission
 needs the real values. A value whose JSON is longer than ``JOBBERS_DISPLAY_MAX_CHARS`` is cut
 to about that many characters, keeping its shape (a list stays a list): long strings end
 with, and lists and dicts gain, a ``[cut for display: ...]`` marker saying how much there was.
+The cut comes first: a value is redacted only as far as it is shown (plus a margin, so that a
+secret the cut goes through is still whole when it is redacted), so a page costs the same
+whatever the size of what is stored.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from jobbers_celery import (
 )
 from jobbers_django import conf
 
-__all__ = ["CUT", "REDACTED", "arguments", "current", "display", "redact", "shown", "text"]
+__all__ = ["CUT", "REDACTED", "arguments", "current", "display", "redact", "shown",
+           "shown_arguments", "text"]
 
 _Read = TypeVar("_Read", TaskRecord, Transition)
 
@@ -111,14 +115,30 @@ def shown(read: _Read) -> _Read:
 
 def display(value: Any, limit: int | None = None, *,
             redacted: bool = False) -> tuple[Any, bool]:
-    """``value`` as people see it: redacted (unless ``redacted`` says it is already), then
+    """``value`` as people see it: redacted (unless ``redacted`` says it is already) and
     cut to about ``limit`` characters of JSON (default ``JOBBERS_DISPLAY_MAX_CHARS``; 0:
-    never cut). Returns it and whether it was cut."""
-    shown = value if redacted else redact(value)
+    never cut), in one walk that looks at no more than it shows. Returns it and whether it
+    was cut."""
     limit = conf.get("DISPLAY_MAX_CHARS") if limit is None else limit
-    if not limit or len(json.dumps(shown, ensure_ascii=False, default=str)) <= limit:
-        return shown, False
-    return _cut(shown, [int(limit)]), True
+    if not redacted:
+        return current().display(value, int(limit or 0), CUT)
+    if not limit or len(json.dumps(value, ensure_ascii=False, default=str)) <= limit:
+        return value, False
+    return _cut(value, [int(limit)]), True
+
+
+def shown_arguments(task_name: str | None, args: Any, kwargs: Any,
+                    limit: int | None = None) -> tuple[list[Any], dict[str, Any], bool, bool]:
+    """:func:`arguments` as :func:`display` shows them: each redacted and cut to ``limit``
+    (default ``JOBBERS_DISPLAY_MAX_CHARS``) in one walk that looks at no more than it
+    shows; returns both and whether each was cut."""
+    from jobbers_django.services import readable_arguments
+
+    limit = conf.get("DISPLAY_MAX_CHARS") if limit is None else limit
+    args, kwargs = readable_arguments(args, kwargs)
+    return current().display_arguments(args if isinstance(args, Sequence) else [],
+                                       kwargs if isinstance(kwargs, Mapping) else {},
+                                       _parameters(task_name), int(limit or 0), CUT)
 
 
 def _cut(value: Any, left: list[int]) -> Any:

@@ -31,7 +31,7 @@ from jobbers_django.models import (
     Status,
     VersionChoice,
 )
-from jobbers_django.redaction import arguments, display, redact, text
+from jobbers_django.redaction import display, redact, shown_arguments, text
 from jobbers_django.runs import MAX_RATE, MAX_WINDOW, MIN_RATE
 
 __all__ = [
@@ -123,9 +123,10 @@ class ArgumentsField(serializers.JSONField):
         super().__init__(**kwargs)
 
     def to_representation(self, value: Any) -> Any:
-        shown_args, shown_kwargs = arguments(value.task_name, value.args, value.kwargs)
-        shown, cut = display(shown_args if self.part == "args" else shown_kwargs,
-                             redacted=True)
+        shown_args, shown_kwargs, args_cut, kwargs_cut = shown_arguments(
+            value.task_name, value.args, value.kwargs)
+        shown, cut = ((shown_args, args_cut) if self.part == "args"
+                      else (shown_kwargs, kwargs_cut))
         cut_fields = getattr(self.parent, "cut_fields", None)
         if cut and isinstance(cut_fields, list):
             cut_fields.append(self.field_name)

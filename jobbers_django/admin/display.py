@@ -21,10 +21,11 @@ def breakable(name: str) -> str:
     return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in name.split(".")))
 
 
-def json_block(value: Any, *, redacted: bool = False) -> str:
+def json_block(value: Any, *, redacted: bool = False, cut: bool | None = None) -> str:
     """A stored JSON value as people see it: redacted (unless ``redacted`` says it is
-    already), long values cut (with a note)."""
-    shown, cut = display(value, redacted=redacted)
+    already), long values cut (with a note); ``cut`` given: ``value`` is shown as it is
+    (redacted and cut already), ``cut`` says whether it was cut."""
+    shown, cut = (value, cut) if cut is not None else display(value, redacted=redacted)
     text = json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False, default=str)
     if cut:
         return format_html("<pre class=\"jobbers-json\">{}</pre><p class=\"help\">Cut for "

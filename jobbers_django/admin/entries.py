@@ -43,7 +43,7 @@ from jobbers_django.models import (
     FailureGroup,
     Status,
 )
-from jobbers_django.redaction import arguments, text
+from jobbers_django.redaction import shown_arguments, text
 
 __all__ = ["DeadLetterEntryAdmin"]
 #: Task ids that look like Celery's (uuid4) are searched as ids, never as messages.
@@ -159,11 +159,13 @@ class DeadLetterEntryAdmin(SetAsideAdminMixin, LivePagesAdmin):
 
     @admin.display(description="args")
     def args_display(self, obj: DeadLetterEntry) -> str:
-        return json_block(arguments(obj.task_name, obj.args, obj.kwargs)[0], redacted=True)
+        shown = shown_arguments(obj.task_name, obj.args, obj.kwargs)
+        return json_block(shown[0], cut=shown[2])
 
     @admin.display(description="kwargs")
     def kwargs_display(self, obj: DeadLetterEntry) -> str:
-        return json_block(arguments(obj.task_name, obj.args, obj.kwargs)[1], redacted=True)
+        shown = shown_arguments(obj.task_name, obj.args, obj.kwargs)
+        return json_block(shown[1], cut=shown[3])
 
     @admin.display(description="checkpoint")
     def checkpoint_display(self, obj: DeadLetterEntry) -> str:

@@ -61,9 +61,9 @@ def test_positional_arguments_by_the_task_parameter_names_and_credentials_by_loo
 
     # djproj.flaky_import(key, password): the second positional argument is the password
     args, kwargs = arguments("djproj.flaky_import", ["catalog", "hunter2"],
-                             {"dsn": "postgres://u:pg-pass1@db/app"})
+                             {"url": "postgres://u:pg-pass1@db/app", "dsn": "x"})
     assert args == ["catalog", REDACTED]
-    assert kwargs == {"dsn": f"postgres://u:{REDACTED}@db/app"}
+    assert kwargs == {"url": f"postgres://u:{REDACTED}@db/app", "dsn": REDACTED}
     # an unknown task: keys and looks only
     assert arguments("nobody.knows", ["catalog", "hunter2"], {})[0] == ["catalog", "hunter2"]
     message = "login as u with hunter2 failed (Authorization: Bearer abc.123)"

