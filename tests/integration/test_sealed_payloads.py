@@ -9,15 +9,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import redis
 
-from jobbers_celery import ENCRYPTED, TaskState, get_jobbers
+from jobbers_celery import ENCRYPTED, PayloadCodec, ResubmitVersion, TaskState, get_jobbers
+from jobbers_celery import payload as pl
 from jobbers_celery.codec import new_key
+from jobbers_celery.pacing import Pacer, ResubmitPace, RunStatus, read, start
+from jobbers_celery.records import DeadLetter
 from tests.conftest import ROOT, start_worker, subprocess_env, wait_for
 from tests.integration import sealed_proj
 from tests.integration.lifecycle_helpers import dead_letters, wait_state
@@ -167,3 +172,44 @@ def _cli(redis_url: str, keys: list[str], *args: str) -> str:
                          check=False)
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+def test_a_paced_run_without_the_key_skips_sealed_entries_with_the_reason(
+        make_store: Callable[..., Any]) -> None:
+    """A worker's pacer that cannot open an entry's arguments never hands it to the publish
+    (which would send the sealed form): skipped, the key id it needs in the run's note."""
+    store = make_store(f"sealed{time.monotonic_ns()}")
+    sealed = pl.seal_arguments({"args": ["ann"], "kwargs": {"password": "pw"}},
+                               PayloadCodec.of([KEY]))
+
+    def entry(task_id: str, attempt: int = 1) -> DeadLetter:
+        return DeadLetter(task_id=task_id, name="t", version=1, queue="q", reason="failed",
+                          args=sealed["args"], kwargs=sealed["kwargs"],
+                          exception_type="ValueError", exception_message="x", traceback=None,
+                          attempt=attempt, retry_attempt=0, worker=None,
+                          failed_at=datetime.now(UTC))
+
+    run_id = start(store, [entry("sealed-0")], ResubmitPace(500), reset_retry_count=True,
+                   version=ResubmitVersion.ENTRY, selection={"task_ids": ["sealed-0"]},
+                   source="test", username="")
+    handed: list[str] = []
+
+    def publish(entries: list[DeadLetter], reset: bool, version: ResubmitVersion
+                ) -> list[str]:
+        handed.extend(e.task_id for e in entries)
+        return [e.task_id for e in entries]
+
+    pacer = Pacer(store, entry, publish, 30,
+                  unopenable=lambda e: pl.unopenable(e.args, e.kwargs, PayloadCodec.of([])))
+
+    def finished() -> bool:
+        pacer.pass_once()
+        info = read(store, run_id)
+        return info is not None and not info.active and info.in_flight == 0
+
+    wait_for(finished, timeout=20, interval=0.01, message="the run to finish")
+    info = read(store, run_id)
+    assert info is not None
+    assert (info.status, info.skipped, handed) == (RunStatus.DONE, 1, [])
+    assert "encrypted with payload key 'k-test'" in info.notes["sealed-0:1"]
+
