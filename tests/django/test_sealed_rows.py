@@ -129,3 +129,25 @@ def test_a_resubmit_with_the_key_publishes_the_real_values(sealed_id, committed,
     assert result.published == [sealed_id]
     [(args, kwargs, _)] = sent
     assert (args, kwargs) == (["catalog-42"], {"password": PASSWORD, "note": NOTE})
+
+
+def test_a_paced_run_stepped_without_the_key_skips_the_entry_and_leaves_it_dead(
+        sealed_id, committed, sent, jobbers, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobbers_django import runs
+    from jobbers_django.models import ResubmitRun
+
+    with monkeypatch.context() as m:  # started where the key is held
+        _hold(jobbers, m, [KEY])
+        run = runs.start(services.Selection(task_ids=(sealed_id,)), runs.Pace(10))
+    for _ in range(2):  # stepped by a worker without it
+        ResubmitRun.objects.filter(pk=run.pk).update(
+            paced_since=timezone.now() - timedelta(minutes=1))
+        committed(runs.step, run.pk, run.chain)
+    run.refresh_from_db()
+    assert (run.published, run.skipped) == (0, 1)
+    assert DeadLetterEntry.objects.get(task_id=sealed_id).status == Status.DEAD
+    assert sent == []
