@@ -38,7 +38,7 @@ from typing import Any
 from jobbers_celery.records import ALTERED, UNPUBLISHABLE, DeadLetter
 
 __all__ = ["ID_LIMIT", "MAX_DEPTH", "MAX_VALUES", "TOO_DEEP", "TOO_MANY", "is_storable",
-           "parked_json", "storable_form", "storable_text"]
+           "parked_json", "storable_form", "storable_id", "storable_text"]
 
 #: The longest id, name, queue, worker or exception type stored as is (the columns' size).
 ID_LIMIT = 255
@@ -68,6 +68,14 @@ def storable_text(text: str) -> str:
     if _UNSTORABLE_CHARS.search(text) is None:
         return text
     return text.translate(_ESCAPES)
+
+
+def storable_id(task_id: str) -> str:
+    """The id a dead letter of ``task_id`` is stored under, as :func:`storable_form` makes
+    it (NUL and lone surrogates escaped, over :data:`ID_LIMIT` characters cut with a hash):
+    what a lookup by the task's own id must look for. Idempotent."""
+    text = storable_text(task_id)
+    return _cut(text) if len(text) > ID_LIMIT else text
 
 
 def storable_form(entry: DeadLetter) -> DeadLetter:
@@ -166,6 +174,15 @@ def _float(value: float) -> float | str:
 
 def _leaf_ok(value: Any) -> bool | None:
     """Whether a non-container is stored as it is; ``None`` for a container."""
+    kind = type(value)  # the exact JSON types first: one lookup each, most values
+    if kind is str:
+        return _UNSTORABLE_CHARS.search(value) is None
+    if kind is float:
+        return math.isfinite(value)
+    if kind is int:
+        return bool(value.bit_length() <= _INT_BITS)
+    if kind is list or kind is dict:
+        return None
     if value is None or isinstance(value, bool):
         return True
     if isinstance(value, str):
@@ -223,20 +240,33 @@ def _clean(value: Any) -> Any:
             parent[slot] = TOO_MANY
             continue
         counted += len(item)
-        children: list[tuple[Any, Any, Any, int]]
+        # leaves are settled here, containers wait on the stack (in order)
+        children: list[tuple[Any, Any, Any, int]] = []
         if isinstance(item, dict):
             out: dict[str, Any] = {}
-            children = []
             for key, child in item.items():
                 name = _key(key)
                 while name in out:  # two keys escaped alike: keep both
                     name += "~"
-                out[name] = None
-                children.append((child, out, name, depth + 1))
+                ok = _leaf_ok(child)
+                out[name] = child if ok else (None if ok is None else _leaf(child))
+                if ok is None:
+                    children.append((child, out, name, depth + 1))
             parent[slot] = out
         else:
-            seq: list[Any] = [None] * len(item)
-            children = [(child, seq, n, depth + 1) for n, child in enumerate(item)]
+            seq: list[Any] = []
+            for child in item:
+                kind = type(child)  # the common cases inline: a million values
+                if kind is str:
+                    seq.append(storable_text(child))
+                    continue
+                if kind is float:
+                    seq.append(child if child - child == 0 else _float(child))
+                    continue
+                ok = _leaf_ok(child)
+                if ok is None:
+                    children.append((child, seq, len(seq), depth + 1))
+                seq.append(child if ok else (None if ok is None else _leaf(child)))
             parent[slot] = seq
         stack.extend(reversed(children))
     return root[0]
