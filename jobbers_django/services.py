@@ -125,6 +125,12 @@ def readable_arguments(args: Any, kwargs: Any) -> tuple[Any, Any]:
     return readable(args, kwargs, payload_codec())
 
 
+def _unopenable(args: Any, kwargs: Any, codec: PayloadCodec | None) -> str | None:
+    from jobbers_celery import unopenable
+
+    return unopenable(args, kwargs, codec)
+
+
 def _openable(qs: QuerySet[DeadLetterEntry]) -> QuerySet[DeadLetterEntry]:
     """``qs`` without the entries whose arguments are sealed with a payload key this
     process does not hold: a process holding it resubmits them, never this one with the
@@ -223,8 +229,6 @@ def _skipped(selection: Selection, acted: Sequence[str]) -> list[dict[str, str]]
     rest = [i for i in dict.fromkeys(selection.task_ids) if i not in set(acted)]
     if not rest:
         return []
-    from jobbers_celery import unopenable
-
     key = _unpublishable_key()
     codec = payload_codec()
     status: dict[str, str] = {}
@@ -235,7 +239,7 @@ def _skipped(selection: Selection, acted: Sequence[str]) -> list[dict[str, str]]
         status[task_id] = state
         if state == Status.DEAD and isinstance(options, dict) and options.get(key):
             unpublishable[task_id] = str(options[key])
-        elif state == Status.DEAD and (sealed := unopenable(args, kwargs, codec)):
+        elif state == Status.DEAD and (sealed := _unopenable(args, kwargs, codec)):
             unpublishable[task_id] = f"{sealed}; resubmit it where that key is held"
 
     def why(i: str) -> str:
@@ -335,6 +339,9 @@ def resubmit(selection: Selection, *, reset_retry_count: bool = True,
     result = ActionResult(action=Action.RESUBMIT, dry_run=False)
     with transaction.atomic():
         rows, result.more = _claim(selection, publishable=True)
+        # sealed with a key held here but altered: not claimed either (skipped, with why)
+        codec = payload_codec()
+        rows = [r for r in rows if _unopenable(r.args, r.kwargs, codec) is None]
         ids = [r.task_id for r in rows]
         now = timezone.now()
         DeadLetterEntry.objects.filter(pk__in=[r.pk for r in rows]).update(

@@ -151,3 +151,19 @@ def test_a_paced_run_stepped_without_the_key_skips_the_entry_and_leaves_it_dead(
     assert (run.published, run.skipped) == (0, 1)
     assert DeadLetterEntry.objects.get(task_id=sealed_id).status == Status.DEAD
     assert sent == []
+
+
+def test_an_altered_row_is_not_claimed_even_where_its_key_is_held(sealed_id, committed, sent,
+                                                                 jobbers, monkeypatch):
+    row = DeadLetterEntry.objects.get(task_id=sealed_id)
+    data = row.kwargs["data"]
+    flipped = ("B" if data[20] == "A" else "A")
+    DeadLetterEntry.objects.filter(pk=row.pk).update(
+        kwargs={**row.kwargs, "data": data[:20] + flipped + data[21:]})
+    _hold(jobbers, monkeypatch, [KEY])
+    result = committed(services.resubmit, services.Selection(task_ids=(sealed_id,)))
+    assert result.acted == []
+    [skipped] = result.skipped
+    assert "altered" in skipped["why"]
+    assert DeadLetterEntry.objects.get(task_id=sealed_id).status == Status.DEAD
+    assert sent == []

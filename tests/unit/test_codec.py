@@ -261,6 +261,14 @@ def test_a_dead_letter_keeps_the_sealed_form_and_seals_arguments_recorded_in_cle
     assert is_sealed(entry.kwargs)
 
 
+def test_the_spool_file_of_a_dead_letter_holds_no_plaintext(tmp_path):
+    from jobbers_celery.spool import DeadLetterSpool
+
+    clear = pl.dumps({"args": [SECRET], "kwargs": {"k": SECRET}, "options": {}})
+    path = DeadLetterSpool(tmp_path).write([_dead_letter(clear, codec(NEW))])
+    assert SECRET not in path.read_text()
+
+
 def test_a_republish_opens_the_arguments_and_refuses_without_the_key():
     sent: list[dict[str, Any]] = []
     app = SimpleNamespace(send_task=lambda name, **kw: sent.append(kw))
