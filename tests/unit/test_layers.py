@@ -33,7 +33,7 @@ LAYERS: dict[str, list[str]] = {
     "adapter": ["shutdown", "beat", "taskrepr", "logfilter", "task", "request", "signals",
                 "refusals",
                 "runtime",
-                "install", "cli.output", "cli.base", "cli.dlq", "cli", ""],
+                "install", "cli.output", "cli.base", "cli.aside", "cli.dlq", "cli", ""],
 }
 RANK = {f"{NAME}.{m}".rstrip("."): n for n, mods in enumerate(LAYERS.values()) for m in mods}
 
