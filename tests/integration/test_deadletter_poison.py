@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -329,3 +331,34 @@ def test_celery_jobbers_dlq_set_aside_lists_them_without_their_arguments(proj) -
     assert body["results"][0]["task_id"] == "refused-cli\x1b[2J"
     assert body["results"][0]["waited_in"] == "send"
     assert SECRET not in as_json.stdout
+
+
+_KINDS = st.sampled_from(["normal", "refused", *POISON])
+
+
+@settings(max_examples=25)
+@given(kinds=st.lists(_KINDS, min_size=1, max_size=12), batch=st.booleans())
+def test_property_every_entry_is_written_or_set_aside_none_lost(make_store, kinds: list[str],
+                                                                batch: bool) -> None:
+    """Whatever mix of normal, poison and refused entries waits behind an outage, one drain
+    once the sink is back writes or sets aside each of them, in any path."""
+    store = make_store()
+    store.client.delete(store.keys.dead_letter_outbox, store.keys.dead_letter_set_aside,
+                        store.keys.dead_letter_set_aside_count)
+    sink = StrictSink()
+    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    entries = [_entry(f"{kind}-{n}", **POISON.get(kind, {})) for n, kind in enumerate(kinds)]
+    sink.refuse = {e.task_id for e in entries if e.task_id.startswith("refused")}
+    sink.down = True
+    if batch:
+        dispatcher.send_many(entries)
+    else:
+        for entry in entries:
+            dispatcher.send(entry)
+    sink.down = False
+    dispatcher.retry_pending(limit=1000)
+    written = {task_id for task_id, _ in sink.stored}
+    aside = [i.task_id for i in dispatcher.aside.report(limit=1000).entries]
+    assert sorted([*written, *aside]) == sorted(e.task_id for e in entries)
+    assert set(aside) == sink.refuse
+    assert store.client.llen(store.keys.dead_letter_outbox) == 0
