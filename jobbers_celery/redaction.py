@@ -374,7 +374,8 @@ class Redactor:
         at = 0
         while (match := self._pair_re.search(text, at)) is not None:
             at = match.end()
-            if not self.is_secret_key(match.group("key")):
+            # of a dotted name its last part (db.password; not secrets.LoginError)
+            if not self.is_secret_key(match.group("key").rsplit(".", 1)[-1]):
                 continue
             value = _VALUE_RE.match(text, at)
             if value is None:
