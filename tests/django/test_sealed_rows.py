@@ -100,6 +100,26 @@ def test_without_the_key_the_admin_and_the_api_show_encrypted(sealed_id, staff):
         assert PASSWORD not in page
 
 
+def test_manage_py_jobbers_dlq_shows_encrypted_without_the_key_and_values_with_it(
+        sealed_id, jobbers, monkeypatch):
+    import io
+
+    from django.core.management import call_command
+
+    def show() -> str:
+        out = io.StringIO()
+        call_command("jobbers_dlq", "show", sealed_id, "--json", stdout=out)
+        return out.getvalue()
+
+    without = show()
+    assert ENCRYPTED in without
+    assert NOTE not in without
+    _hold(jobbers, monkeypatch, [KEY])
+    held = show()
+    assert NOTE in held
+    assert PASSWORD not in held
+
+
 def test_with_the_key_they_show_the_values_redacted(sealed_id, staff, jobbers, monkeypatch):
     _hold(jobbers, monkeypatch, [new_key("dj-k2"), KEY])  # rotated: the old key still opens
     api, admin = _pages(login(staff), sealed_id)
