@@ -56,7 +56,7 @@ from jobbers_celery.redaction import (
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
 from jobbers_celery.states import TaskState
-from jobbers_celery.storable import storable_form
+from jobbers_celery.storable import storable_form, storable_id
 from jobbers_celery.task import JobbersTask
 from jobbers_celery.taskrepr import task_parameters
 
@@ -117,6 +117,7 @@ __all__ = [
     "readable_arguments",
     "redactor",
     "storable_form",
+    "storable_id",
     "task_parameters",
     "unopenable",
 ]

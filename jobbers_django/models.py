@@ -22,6 +22,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import formats, timezone
 
+from jobbers_django.fields import TaskIdField, TaskIdsField
+
 
 class Reason(models.TextChoices):
     FAILED = "failed", "failed"
@@ -36,7 +38,7 @@ class Status(models.TextChoices):
 
 
 class DeadLetterEntry(models.Model):
-    task_id = models.CharField(max_length=255, unique=True)
+    task_id = TaskIdField(max_length=255, unique=True)
     task_name = models.CharField(max_length=255)
     task_version = models.IntegerField(null=True, blank=True)
     queue = models.CharField(max_length=255, blank=True, default="")
@@ -99,7 +101,7 @@ class DeadLetterEntry(models.Model):
 class DeadLetterFailure(models.Model):
     entry = models.ForeignKey(DeadLetterEntry, on_delete=models.CASCADE,
                               related_name="failures")
-    task_id = models.CharField(max_length=255)
+    task_id = TaskIdField(max_length=255)
     attempt = models.PositiveIntegerField()
     retry_attempt = models.PositiveIntegerField(default=0)
     reason = models.CharField(max_length=16, choices=Reason.choices)
@@ -196,7 +198,7 @@ class DeadLetterAudit(models.Model):
     username = models.CharField(max_length=150, blank=True, default="")
     source = models.CharField(max_length=8, choices=Source.choices)
     action = models.CharField(max_length=16, choices=Action.choices)
-    task_ids = models.JSONField(null=True, blank=True)
+    task_ids = TaskIdsField(null=True, blank=True)
     filters = models.JSONField(null=True, blank=True)
     reset_retry_count = models.BooleanField(null=True, blank=True)
     #: a resubmit's version choice: ``entry`` (each entry's own) or ``current``
@@ -208,7 +210,7 @@ class DeadLetterAudit(models.Model):
     matched = models.PositiveIntegerField(default=0)
     acted = models.PositiveIntegerField(default=0)
     #: the ids acted on (resubmitted, discarded or cancelled)
-    acted_ids = models.JSONField(default=list, blank=True)
+    acted_ids = TaskIdsField(default=list, blank=True)
     #: the paced resubmit a ``run_*`` action is about
     run = models.ForeignKey("ResubmitRun", null=True, blank=True, on_delete=models.SET_NULL,
                             related_name="+")
@@ -277,7 +279,7 @@ class ResubmitRun(models.Model):
                              on_delete=models.SET_NULL, related_name="+")
     username = models.CharField(max_length=150, blank=True, default="")
     source = models.CharField(max_length=8, choices=Source.choices)
-    task_ids = models.JSONField(null=True, blank=True)
+    task_ids = TaskIdsField(null=True, blank=True)
     filters = models.JSONField(null=True, blank=True)
     limit = models.PositiveIntegerField(null=True, blank=True)
     reset_retry_count = models.BooleanField(default=True)
@@ -325,7 +327,7 @@ class ResubmitRunItem(models.Model):
 
     run = models.ForeignKey(ResubmitRun, on_delete=models.CASCADE, related_name="items")
     entry = models.ForeignKey(DeadLetterEntry, on_delete=models.CASCADE, related_name="+")
-    task_id = models.CharField(max_length=255)
+    task_id = TaskIdField(max_length=255)
     #: publish order (the selection's, newest failure first)
     position = models.PositiveIntegerField()
     published_at = models.DateTimeField(null=True, blank=True)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC
 from typing import Any, ClassVar
 
+from django.core.validators import ProhibitNullCharactersValidator
 from django.db import models
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -36,9 +37,11 @@ from jobbers_django.runs import MAX_RATE, MAX_WINDOW, MIN_RATE
 
 __all__ = [
     "FILTER_FIELDS",
+    "NOT_UNICODE_MESSAGE",
     "ORDERINGS",
     "TASK_ID_MAX_LENGTH",
     "TASK_ID_MESSAGE",
+    "not_unicode",
     "validate_task_id",
 ]
 
@@ -69,11 +72,21 @@ _FINGERPRINT = re.compile(r"^[0-9a-f]{1,64}$")
 
 
 TASK_ID_MESSAGE = f"a task id is at most {TASK_ID_MAX_LENGTH} characters (any characters)"
+NOT_UNICODE_MESSAGE = "a task id is text: a lone surrogate (not UTF-8) names no task"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def validate_task_id(value: str) -> None:
     if not isinstance(value, str) or len(value) > TASK_ID_MAX_LENGTH:
         raise serializers.ValidationError(TASK_ID_MESSAGE)
+    if not_unicode(value):
+        raise serializers.ValidationError(NOT_UNICODE_MESSAGE)
+
+
+def not_unicode(task_id: str) -> bool:
+    """A lone surrogate (a JSON ``"\\ud800"``, a shell's byte that is not UTF-8): no store
+    holds such an id (Redis and PostgreSQL take UTF-8 only), so it names no task."""
+    return _SURROGATE.search(task_id) is not None
 
 
 def _validate_fingerprint(value: str) -> None:
@@ -147,6 +160,18 @@ class StrictCharField(serializers.CharField):
         if not isinstance(data, str):
             self.fail("not_a_string")
         return str(super().to_internal_value(data))
+
+
+class TaskIdCharField(StrictCharField):
+    """A task id in a body: any string Celery runs, the empty one and a NUL included (the
+    dead letters are looked up by its storable form, :mod:`jobbers_django.fields`); only
+    one over :data:`TASK_ID_MAX_LENGTH` characters or not UTF-8 is refused."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_blank", True)
+        super().__init__(validators=[validate_task_id], **kwargs)
+        self.validators = [v for v in self.validators
+                           if not isinstance(v, ProhibitNullCharactersValidator)]
 
 
 class StrictSerializer(serializers.Serializer[Any]):
@@ -238,7 +263,7 @@ class DiscardRequestSerializer(_Filters):
     """``task_ids`` or filters, never both, never neither."""
 
     task_ids = serializers.ListField(
-        child=StrictCharField(validators=[validate_task_id], allow_blank=True), required=False,
+        child=TaskIdCharField(), required=False,
         allow_empty=False, max_length=conf.MAX_IDS,
         help_text=f"explicit task ids (1 to {conf.MAX_IDS}); excludes the filters",
         error_messages={"empty": "must not be empty",

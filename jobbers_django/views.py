@@ -111,6 +111,8 @@ def _bad(field: str, message: str) -> exceptions.ValidationError:
 def _check_task_id(task_id: str) -> None:
     if len(task_id) > s.TASK_ID_MAX_LENGTH:
         raise _bad("task_id", s.TASK_ID_MESSAGE)
+    if s.not_unicode(task_id):
+        raise _bad("task_id", s.NOT_UNICODE_MESSAGE)
 
 
 def _query(serializer_class: type[s.StrictSerializer], request: Request) -> dict[str, Any]:

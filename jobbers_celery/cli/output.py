@@ -52,6 +52,7 @@ __all__ = [
 #: ``jobbers_django.serializers.TASK_ID_MAX_LENGTH``): any character is accepted, as Celery
 #: accepts any string, but no one types an id of megabytes.
 TASK_ID_MAX = 4096
+_SURROGATE = re.compile("[\ud800-\udfff]")
 #: A table cell is cut to this many characters (the whole value is in ``show`` and --json).
 MAX_CELL = 48
 _DURATION_RE = re.compile(r"(?P<n>\d+)(?P<unit>[smhdw])")
@@ -76,6 +77,9 @@ def parse_task_id(value: str) -> str:
     :data:`TASK_ID_MAX` characters is a usage error (nothing is looked up)."""
     if len(value) > TASK_ID_MAX:
         raise click.BadParameter(f"task id of {len(value)} characters: at most {TASK_ID_MAX}",
+                                 param_hint="'ID'")
+    if _SURROGATE.search(value):  # bytes the shell passed that are not UTF-8
+        raise click.BadParameter(f"task id {printable(value)} is not UTF-8: no task has it",
                                  param_hint="'ID'")
     return value
 

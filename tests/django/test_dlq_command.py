@@ -60,8 +60,9 @@ def test_bad_input_and_not_found(make_entries):
     assert "no criteria never means everything" in fails(2, "resubmit")
     assert "no criteria never means everything" in fails(2, "discard", "--yes")
     fails(2, "resubmit", task_id, "--limit", "5")
-    fails(2, "resubmit", "bad id!")
-    fails(2, "show", "bad id!")
+    assert "at most 4096 characters" in fails(2, "resubmit", "x" * 4097)
+    assert "names no task" in fails(2, "show", "bad\udcff")  # a shell's byte 0xff
+    assert "not in the dead-letter queue" in fails(3, "show", "bad id!")  # an id, unknown
     fails(2, "list", "--limit", "0")
     assert "--rate" in fails(2, "resubmit", task_id, "--rate", "0")
     assert "--rate: must be a number of tasks per second, at least 0.1" in fails(

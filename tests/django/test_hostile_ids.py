@@ -14,15 +14,16 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.urls import resolve, reverse
 from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobbers_celery import TaskState
+from jobbers_celery import TaskState, storable_id
 from jobbers_django import runs
 from jobbers_django.converters import decode_task_id, encode_task_id
+from jobbers_django.fields import TaskIdField, TaskIdsField
 from jobbers_django.models import DeadLetterEntry, ResubmitRunItem
 from jobbers_django.serializers import TASK_ID_MAX_LENGTH
 from jobbers_django.services import Selection
@@ -32,7 +33,7 @@ from tests.django.conftest import dead_letter
 from tests.integration.store_helpers import put_in_state
 
 S = TaskState
-#: Ids a publisher may choose, each also stored as a dead letter (PostgreSQL holds them).
+#: Ids a publisher may choose, each with a Redis record and a dead letter.
 HOSTILE = {
     "newline": "line\nbreak",
     "slash": "a/b",
@@ -49,10 +50,10 @@ HOSTILE = {
     "run-route": "resubmit-runs/1",
     "tilde": "~2F~",
     "empty": "",
+    "nul": "a\x00b",  # PostgreSQL holds it escaped (jobbers_celery.storable_id)
+    "long": "x" * 1000,  # and this one cut, with a hash
 }
-#: Ids only the Redis records hold (over the DLQ column's 255 characters).
-LONG = {"long": "x" * 1000}
-ALL = {**HOSTILE, **LONG}
+
 #: Any code point: controls, surrogates, private use, unassigned.
 ANY_ID = st.text(st.characters(codec=None, exclude_categories=()), max_size=300)
 NAME = "djproj.\x1b]0;pwned\x07flaky\r\x1b[2J"
@@ -92,6 +93,15 @@ def test_any_percent_encoded_id_resolves_on_the_api_paths(task_id: str) -> None:
         assert (detail.url_name, detail.kwargs) == ("task-detail", {"task_id": task_id})
 
 
+@given(ANY_ID)
+def test_the_columns_compare_any_id_in_its_storable_form(task_id: str) -> None:
+    prepared = TaskIdField(max_length=255).get_prep_value(task_id)
+    assert prepared == storable_id(task_id) == storable_id(prepared)  # idempotent
+    assert len(prepared) <= 255
+    assert "\x00" not in prepared
+    assert TaskIdsField().get_prep_value([task_id]) == [prepared]
+
+
 @pytest.mark.parametrize(("task_id", "form"), [
     ("5f0c1b2a-9d3e-4c1b-8a7f-0e6d5c4b3a21", "5f0c1b2a-9d3e-4c1b-8a7f-0e6d5c4b3a21"),
     ("celery@host:12.3+x", "celery@host:12.3+x"),
@@ -118,15 +128,14 @@ def test_a_form_no_id_has_is_no_task_page_and_no_500(bad: str, client: Any,
 # ---------------------------------------------------------------------- pages
 @pytest.fixture
 def hostile(jobbers: Any, db: None) -> dict[str, str]:
-    """A Redis record for every id (scheduled, so cancellable), a dead letter for the ids
-    PostgreSQL holds; every name holds terminal escapes."""
-    for task_id in ALL.values():
-        put_in_state(jobbers.store, task_id, S.SCHEDULED, name=NAME, queue=NAME)
+    """A Redis record (scheduled, so cancellable) and a dead letter for every id; every
+    name holds terminal escapes."""
     for task_id in HOSTILE.values():
+        put_in_state(jobbers.store, task_id, S.SCHEDULED, name=NAME, queue=NAME)
         entry = dead_letter(name=NAME, queue=NAME,
                             exception_message="boom\x1b[2J\rforged\nline")
         write_entry(dataclasses.replace(entry, task_id=task_id))  # the empty one too
-    return ALL
+    return HOSTILE
 
 
 def test_the_admin_renders_every_page_of_a_hostile_id(hostile: Any, client: Any,
@@ -147,12 +156,11 @@ def admin_pages(client: Any, jobbers: Any, task_id: str, live: str) -> None:
     assert page.context["lifecycle"]["record"].task_id == task_id
     cancel_url = reverse("admin:jobbers_cancel", args=[task_id])
     assert f'href="{cancel_url}"' in page.content.decode()
-    if task_id in HOSTILE.values():
-        entry = DeadLetterEntry.objects.get(task_id=task_id)
-        assert page.context["entry"] == entry
-        detail = client.get(reverse("admin:jobbers_deadletterentry_change", args=[entry.pk]))
-        assert detail.status_code == 200
-        assert html.escape(task_id) in detail.content.decode()
+    entry = DeadLetterEntry.objects.get(task_id=task_id)  # by the task's own id
+    assert page.context["entry"] == entry
+    detail = client.get(reverse("admin:jobbers_deadletterentry_change", args=[entry.pk]))
+    assert detail.status_code == 200
+    assert html.escape(storable_id(task_id)) in detail.content.decode()
     confirm = client.get(cancel_url)
     assert confirm.status_code == 200
     assert f"Cancel task <code>{html.escape(task_id)}</code>" in confirm.content.decode()
@@ -170,10 +178,18 @@ def test_the_paced_run_page_links_every_hostile_id(hostile: Any, client: Any,
     page = client.get(reverse("admin:jobbers_resubmitrun_change", args=[run.pk]))
     assert page.status_code == 200
     text = page.content.decode()
+    # a run takes the entries it can publish: not those stored altered (NUL, 1,000 chars)
     for task_id in HOSTILE.values():
-        assert f'href="{reverse("admin:jobbers_task", args=[task_id])}"' in text
-    changelist = client.get(reverse("admin:jobbers_deadletterentry_changelist"))
-    assert changelist.status_code == 200
+        link = f'href="{reverse("admin:jobbers_task", args=[task_id])}"'
+        assert (link in text) == (storable_id(task_id) == task_id)
+    for name in ("deadletterentry", "failuregroup", "deadletteraudit", "resubmitrun"):
+        assert client.get(reverse(f"admin:jobbers_{name}_changelist")).status_code == 200
+    pks = [str(pk) for pk in DeadLetterEntry.objects.values_list("pk", flat=True)]
+    confirm = client.post(reverse("admin:jobbers_deadletterentry_changelist"),
+                          {"action": "resubmit_selected", "_selected_action": pks})
+    assert confirm.status_code == 200
+    for task_id in HOSTILE.values():
+        assert f"<code>{html.escape(storable_id(task_id))}</code>" in confirm.content.decode()
 
 
 # ---------------------------------------------------------------------- REST API
@@ -189,11 +205,9 @@ def api_reads_and_cancel(client: Any, jobbers: Any, task_id: str) -> None:
     assert detail.json()["task_id"] == task_id
     assert detail.json()["record"]["name"] == NAME
     history = client.get(f"{API}/dead-letter-queue/{api_path(task_id)}/history")
-    if task_id in HOSTILE.values():
-        assert history.status_code == 200, history.content
-        assert history.json()["task_id"] == task_id
-    else:
-        assert history.status_code == 404
+    assert history.status_code == 200, history.content
+    assert history.json()["task_id"] == storable_id(task_id)  # as stored
+    assert detail.json()["dead_letter"]["task_id"] == storable_id(task_id)
     cancelled = post(client, f"tasks/{api_path(task_id)}/cancel", {})
     assert cancelled.status_code == 200, cancelled.content
     assert (cancelled.json()["task_id"], cancelled.json()["outcome"]) == (task_id, "cancelled")
@@ -220,6 +234,12 @@ def test_only_an_id_over_the_bound_is_a_400(operator: Any, db: None) -> None:
     listed = post(client, "dead-letter-queue/resubmit",
                   {"task_ids": list(HOSTILE.values()), "dry_run": True})
     assert listed.status_code == 200, listed.content
+    # a lone surrogate (JSON allows "\\ud800") is no UTF-8: no store holds it
+    assert_bad(post(client, "dead-letter-queue/discard", {"task_ids": ["a\ud800"]}),
+               "task_ids")
+    with pytest.raises(CommandError, match="not UTF-8") as refused:
+        run_command("show", "a\udcff")  # the shell's byte 0xff
+    assert refused.value.returncode == 2
 
 
 # ---------------------------------------------------------------------- manage.py
@@ -242,7 +262,8 @@ def dlq_show(task_id: str) -> None:
     shown = run_command("show", task_id)
     assert terminal_safe(shown), shown
     assert "\\x1b]0;pwned\\x07" in shown  # the name, escaped
-    assert json.loads(run_command("show", task_id, "--json"))["entry"]["task_id"] == task_id
+    shown_json = json.loads(run_command("show", task_id, "--json"))
+    assert shown_json["entry"]["task_id"] == storable_id(task_id)
     lines = shown.splitlines()
     assert lines[0].split(None, 2)[:2] == ["task", "id"]
 

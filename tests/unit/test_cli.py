@@ -153,6 +153,8 @@ def test_worker_incarnations() -> None:
     (["dlq", "run", "x"], "'x' is not a valid integer"),
     (["dlq", "run", "0"], "0 is not in the range"),
     (["dlq", "show", "x" * 4097], "task id of 4097 characters"),
+    (["show", "a\udcff"], "task id a\\udcff is not UTF-8"),  # the shell's byte 0xff
+    (["dlq", "show", "\udcff"], "is not UTF-8"),
 ])
 def test_usage_errors_exit_2_before_the_store_is_read(args: list[str], message: str) -> None:
     # no app, no Redis: these fail before either is looked at

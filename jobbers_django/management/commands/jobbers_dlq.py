@@ -63,6 +63,8 @@ def _check_id(task_id: str) -> None:
     """Any string is an id (Celery runs any); only one longer than the bound is refused."""
     if len(task_id) > s.TASK_ID_MAX_LENGTH:
         raise _usage(f"a task id of {len(task_id)} characters: {s.TASK_ID_MESSAGE}")
+    if s.not_unicode(task_id):  # a shell's byte that is not UTF-8
+        raise _usage(f"{printable(task_id)}: {s.NOT_UNICODE_MESSAGE}")
 
 
 class Command(BaseCommand):
