@@ -70,6 +70,8 @@ _SHORT_NEEDLE = 4
 #: Characters a string is kept past the visible part before it is redacted (longer than any
 #: credential pattern's bounded part), so that one cut by the display is still whole.
 _MARGIN = 600
+#: Characters of an argument string searched for credentials to look for in its messages.
+_SCAN_CHARS = 16_384
 #: Characters of a key looked at (a longer key is cut for the rule and for display).
 _MAX_KEY = 256
 _UNLIMITED = 1 << 62
@@ -416,6 +418,9 @@ class Redactor:
         if isinstance(value, bytes | bytearray):
             value = bytes(value).decode("utf-8", "replace")
         if isinstance(value, str):
+            # a credential past this in a long string is not searched for as a known value
+            # (the patterns still find it where it is quoted): a cost bounded per string
+            value = value[:_SCAN_CHARS]
             for start, end in self._spans(value):
                 yield value[start:end]
         elif isinstance(value, Mapping):

@@ -136,7 +136,7 @@ def test_what_is_shown_is_bounded_by_the_limit(size, items, limit):
 
 
 def test_cost_is_bounded_by_what_is_shown_and_linear_in_text():
-    hostile = ["password=" + "a-" * 50_000, "x:" * 50_000, 'password="' * 10_000,
+    hostile = ["a-" * 50_000 + "=", "password=" + "a-" * 50_000, "x:" * 50_000, 'password="' * 10_000,
                "Bearer a-" * 10_000, ("a://" + "b:" * 20 + "@") * 2_000]
     entry = {"args": hostile * 2, "kwargs": {"note": "x" * 100_000, "pw": "y" * 100_000}}
     start = time.perf_counter()
@@ -147,7 +147,7 @@ def test_cost_is_bounded_by_what_is_shown_and_linear_in_text():
     text = "".join(hostile) * 2  # 1 MB of adversarial text
     start = time.perf_counter()
     R.text(text)
-    assert time.perf_counter() - start < 3
+    assert time.perf_counter() - start < 3  # 8 s before ("a-" * 500_000 + "=")
 
     known = [f"secret-value-{n:06d}" for n in range(20_000)]
     start = time.perf_counter()
