@@ -27,7 +27,7 @@ from jobbers_celery.codec import PayloadCodec
 from jobbers_celery.records import UNPUBLISHABLE, DeadLetter, from_ms
 from jobbers_celery.sinks import DeadLetterDispatcher
 from jobbers_celery.states import RESUBMITTABLE, TaskState
-from jobbers_celery.store import CancelOutcome, RedisStore, ResultWrite, StepResult
+from jobbers_celery.store import CancelOutcome, Giver, RedisStore, ResultWrite, StepResult
 
 __all__ = [
     "DEAD_LETTER_FIELDS",
@@ -37,6 +37,7 @@ __all__ = [
     "dead_letter_entry",
     "error_fields",
     "internal_publish",
+    "publishing_unrecorded",
     "unrecorded_publish",
 ]
 
@@ -78,6 +79,11 @@ def internal_publish(now_ms: int) -> Iterator[None]:
 #: Set while a worker gives a message back by publishing it again because the state store
 #: is unreachable: the publish neither records nor asks the store anything.
 _unrecorded: ContextVar[bool] = ContextVar("jobbers_unrecorded_publish", default=False)
+
+
+def publishing_unrecorded() -> bool:
+    """Whether publishes now are ones the store must not record (:func:`unrecorded_publish`)."""
+    return _unrecorded.get()
 
 
 @contextmanager
@@ -257,12 +263,14 @@ class Recorder:
         return Run(task_id, name, res.attempt, worker, wid, queue, res.now_ms, enqueued_ms)
 
     def take_back(self, task_id: str, name: str, *, attempt: int, giver: str,
-                  worker: str | None) -> StepResult:
+                  worker: str | None, judge: Giver) -> StepResult:
         """End the start a worker incarnation ``giver`` recorded but never ran (it gave the
-        message back in a store outage): ``started -> unsubmitted``."""
+        message back in a store outage): ``started -> unsubmitted``, only if ``giver`` is
+        gone (``judge``; the message's word alone is never enough: refused ``giver_alive``
+        or ``giver_runs_it`` otherwise)."""
         return self.store.end(
             task_id, S.UNSUBMITTED, fence=attempt, wid_fence=giver, wid=giver, name=name,
-            worker=worker, lease_ms=self.publish_lease_ms,
+            worker=worker, lease_ms=self.publish_lease_ms, giver=judge, expect_refusal=True,
             reason="its start was recorded but never ran: the worker gave the message back "
                    "(the state store did not answer)",
         )
@@ -271,10 +279,11 @@ class Recorder:
                         worker: str | None) -> StepResult:
         """The same for a start its giver's worker stalled meanwhile as an end not recorded
         (the giver's request was over, the task not running there): ``stalled ->
-        submitted``, fenced by that attempt and worker."""
+        submitted``, fenced by that attempt and worker, and only if the cleaner's verdict on
+        that attempt was its own worker's word that it does not run it (``gone_fence``)."""
         return self.store.step(
             task_id, S.SUBMITTED, sources=(S.STALLED,), fence=attempt, wid_fence=giver,
-            name=name, worker=worker,
+            gone_fence=True, name=name, worker=worker,
             reason="its start was recorded but never ran: the worker gave the message back "
                    "(the state store did not answer); it was stalled as an end not recorded",
         )

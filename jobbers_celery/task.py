@@ -56,10 +56,10 @@ from jobbers_celery.options import (
     TaskOptions,
     validate_options,
 )
-from jobbers_celery.recorder import Run, error_fields
+from jobbers_celery.recorder import Run, error_fields, publishing_unrecorded
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.states import TaskState
-from jobbers_celery.store import UNREACHABLE, StepResult, is_outage
+from jobbers_celery.store import UNREACHABLE, Giver, StepResult, is_outage
 
 __all__ = ["CHECKPOINT_MAX_BYTES", "PROGRESS_MAX_BYTES", "JobbersTask", "Revoked"]
 
@@ -82,6 +82,14 @@ ORPHAN_STALL = "its end was not recorded"
 #: delivery back (at most ``GIVERS_KEPT``, the first ones), any of which may hold its start.
 HEADER_GIVEN_BACK = "jobbers_given_back"
 GIVERS_KEPT = 16
+#: The header is a claim, never proof: a start it names is taken back only if the store
+#: says so (the giver's incarnation is gone, or its own liveness refresh said it does not
+#: run that attempt). While the giver lives and may still say so, the delivery is put back
+#: (published again this many refresh periods later, at least a second) and asks again.
+TAKE_BACK_ASK_AGAIN_PERIODS = 1.0
+#: Refresh periods a giver's liveness refresh is given, after it could first have found the
+#: attempt not running there, before its silence means it runs it.
+TAKE_BACK_MARGIN_PERIODS = 3
 
 #: Record fields a completed task no longer needs (the payload, the running attempt's
 #: bookkeeping): dropping them keeps the finished record small.
@@ -171,6 +179,17 @@ def _givers_header(header: Any, retries: int) -> str:
     if me not in givers and len(givers) < GIVERS_KEPT:
         givers.append(me)
     return f"{','.join(givers)}/{retries}"
+
+
+def _giver_rule(jobbers: Jobbers) -> Giver:
+    """How a take-back judges the giver a header names: gone after ``worker_lost_after``
+    unseen; alive, it has had its chance to say it does not run the attempt (its liveness
+    refresh reports the attempts older than ``worker_lost_after`` it does not run) once
+    seen that long after the attempt started, plus a margin of a few refreshes."""
+    lost_s = jobbers.config.worker_lost_after
+    lost_ms = int(lost_s * 1000)
+    margin_ms = int(TAKE_BACK_MARGIN_PERIODS * liveness.refresh_period(lost_s) * 1000)
+    return Giver(gone_ms=lost_ms, settle_ms=lost_ms + margin_ms)
 
 
 def _broker_away(exc: BaseException) -> bool:
@@ -550,14 +569,18 @@ class JobbersTask(Task):  # type: ignore[type-arg]
 
     def _take_back(self, jobbers: Jobbers, res: StepResult) -> StepResult:
         """The start of a message given back during an outage (see :meth:`_give_back`) was
-        refused: the task is ``started``, or ``stalled``. If a worker incarnation that gave
+        refused: the task is ``started``, or ``stalled``. The header only names who may hold
+        that start; the store decides, in the step itself. If a worker incarnation that gave
         it back holds that start (its ``started`` step applied, but its reply was lost, and
-        the task never ran), that attempt is ended (``started -> unsubmitted``, fenced by its
-        attempt and worker) and this delivery records the submission and starts the task.
-        The same if that worker's liveness thread, which no longer saw the task running,
-        stalled the attempt meanwhile as an end that was not recorded (``stalled ->
-        submitted``, fenced the same way). Otherwise the refusal stands. Returns the start's
-        result."""
+        the task never ran) and that incarnation is gone, or its liveness refresh said it
+        does not run that attempt, the attempt is ended (``started -> unsubmitted``, fenced
+        by its attempt and worker) and this delivery records the submission and starts the
+        task; while the giver is alive and has not said so yet, the delivery asks again
+        later (:meth:`_ask_again_later`). The same if that worker's liveness thread stalled
+        the attempt meanwhile as an end that was not recorded (``stalled -> submitted``,
+        fenced the same way and by the store's mark of that verdict). A giver alive that
+        still holds the start after its liveness had its chance runs it (a copied or crafted
+        header): the refusal stands, as it does otherwise. Returns the start's result."""
         req = self.request
         givers = _givers(payload.request_header(req, HEADER_GIVEN_BACK), int(req.retries or 0))
         if res.previous == S.STALLED:
@@ -569,14 +592,45 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         else:
             return res
         back = jobbers.recorder.take_back(_id(req), self.name, attempt=found.attempt,
-                                          giver=giver, worker=self._worker())
+                                          giver=giver, worker=self._worker(),
+                                          judge=_giver_rule(jobbers))
+        if back.why == "giver_alive":
+            self._ask_again_later(jobbers, giver)
         if not (back.applied and back.state is S.UNSUBMITTED):
+            if back.why == "giver_runs_it":
+                log.warning("not running %s[%s]: its jobbers_given_back header names worker "
+                            "incarnation %s, which is alive and runs it (a copied or crafted "
+                            "header is not taken for a give-back)", self.name, req.id, giver)
             return res
         log.info("%s[%s]: its start was recorded during a state store outage but it never "
                  "ran there; starting it now", self.name, req.id)
         self._record_late_submit(jobbers)
         jobbers.publisher.confirm([_id(req)])
         return self._start_once(jobbers)
+
+    def _ask_again_later(self, jobbers: Jobbers, giver: str) -> NoReturn:
+        """The giver of this given-back message holds the start and is alive: its liveness
+        refresh may still say it does not run that attempt (then the next delivery takes it
+        back), or the giver runs it (a copied or crafted header: the next delivery is
+        refused for good). This delivery does not run: its message is published again,
+        unchanged, as Celery's ETA message (not recorded), to ask again a little later."""
+        req = self.request
+        sig = self.signature_from_request(req)
+        headers = dict(sig.options.get("headers") or {})
+        headers[HEADER_GIVEN_BACK] = str(payload.request_header(req, HEADER_GIVEN_BACK) or "")
+        sig.options["headers"] = headers
+        sig.options["countdown"] = max(1.0, TAKE_BACK_ASK_AGAIN_PERIODS * liveness.refresh_period(
+            jobbers.config.worker_lost_after))
+        try:
+            jobbers.publisher.give_back(sig)
+        except Exception:
+            log.exception("not running %s[%s]: worker incarnation %s, alive, holds its start; "
+                          "its message could not be put back to ask again (the cleaner ends "
+                          "that attempt if it does not run it)", self.name, req.id, giver)
+            raise Ignore() from None
+        log.info("not running %s[%s] yet: worker incarnation %s, alive, holds its start; "
+                 "asking again in %.1f s", self.name, req.id, giver, sig.options["countdown"])
+        raise Ignore()
 
     def _take_back_stall(self, jobbers: Jobbers, res: StepResult,
                          givers: list[str]) -> StepResult:
@@ -819,7 +873,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         publishes it when due, as it does a delayed retry. ``expires`` still counts from
         this call. If the store cannot take it, it goes out as Celery's ETA message."""
         delay = _seconds_until(options.get("countdown"), options.get("eta"))
-        if delay > 0:
+        if delay > 0 and not publishing_unrecorded():  # a delivery put back: Celery's ETA
             jobbers = Jobbers.find(self.app)
             if jobbers is not None and not self.app.conf.task_always_eager:
                 later = self._publish_later(jobbers, args, kwargs, task_id, link, link_error,

@@ -12,7 +12,7 @@ from jobbers_celery.store.base import (
     StepResult,
 )
 from jobbers_celery.store.keys import Keys
-from jobbers_celery.store.redis import UNREACHABLE, RedisStore, WritesRefused, is_outage
+from jobbers_celery.store.redis import UNREACHABLE, Giver, RedisStore, WritesRefused, is_outage
 
-__all__ = ["UNREACHABLE", "CancelOutcome", "Claimed", "CleanerScan", "Heartbeat", "Keys",
-           "RedisStore", "ResultWrite", "StallVerdict", "StepResult", "WritesRefused", "is_outage"]
+__all__ = ["UNREACHABLE", "CancelOutcome", "Claimed", "CleanerScan", "Giver", "Heartbeat",
+           "Keys", "RedisStore", "ResultWrite", "StallVerdict", "StepResult", "WritesRefused", "is_outage"]

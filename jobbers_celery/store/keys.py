@@ -156,6 +156,14 @@ class Keys:
         it, ends those attempts (see ``alive.lua``) and forgets each once it no longer runs it."""
         return f"{self._ns}:halt:{wid}"
 
+    def not_running(self, wid: str) -> str:
+        """Hash of the tasks recorded as started by a worker incarnation for longer than
+        ``worker_lost_after`` that its last liveness refresh did not run: id -> the start
+        of that attempt (ms), rewritten at every refresh (``alive.lua``). A message that
+        incarnation gave back may take such a start back (``_lib.lua``'s step); its header
+        alone never can."""
+        return f"{self._ns}:notrun:{wid}"
+
     def concurrency(self, name: str) -> str:
         """Sorted set of running ``name`` tasks holding a ``max_concurrent`` lease (expiry)."""
         return f"{self._ns}:conc:{name}"

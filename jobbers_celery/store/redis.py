@@ -46,7 +46,7 @@ from jobbers_celery.store.fastcall import (
 )
 from jobbers_celery.store.keys import STATE_ORDER, Keys, Shards
 
-__all__ = ["UNREACHABLE", "RedisStore", "WritesRefused", "is_outage"]
+__all__ = ["UNREACHABLE", "Giver", "RedisStore", "WritesRefused", "is_outage"]
 
 log = logging.getLogger("jobbers.store")
 
@@ -139,6 +139,17 @@ def is_outage(exc: BaseException) -> bool:
     whichever call raised it (redis-py's own calls raise ``MISCONF`` and the like as a
     plain ``ResponseError``)."""
     return isinstance(exc, UNREACHABLE) or as_refusal(exc) is not None
+
+
+class Giver(NamedTuple):
+    """How a take-back judges the worker incarnation a given-back message names (ms): gone
+    when not seen for ``gone_ms`` (counted from the end of an outage, as the cleaner
+    counts); alive, its liveness refresh has had its chance to say it does not run the
+    attempt (``alive.lua``'s not-running hash) once it was seen ``settle_ms`` after the
+    attempt started."""
+
+    gone_ms: int
+    settle_ms: int
 
 
 class Halt(NamedTuple):
@@ -485,16 +496,18 @@ class RedisStore:
         delay_ms: int | None = None,
         lease_ms: int | None = None,
         expect_refusal: bool = False,
+        giver: Giver | None = None,
     ) -> StepResult:
         """``started -> to`` (failed, cancelled, stalled, scheduled after ``delay_ms``, or
         unsubmitted, with a publish lease ``lease_ms``) of the attempt ``fence`` (in the
         pool) or of whichever attempt worker incarnation ``wid_fence`` runs (its main
-        process). ``cancellable``: a pending cancellation ends it ``cancelled`` instead."""
+        process). ``cancellable``: a pending cancellation ends it ``cancelled`` instead.
+        ``giver``: a take-back, applied only if ``wid_fence`` is gone (see :meth:`step`)."""
         return self.step(task_id, to, sources=_FROM_STARTED, fence=fence, wid_fence=wid_fence,
                          set_fields=fields, wid=wid, cancellable=cancellable,
                          cancel_reason=cancel_reason, delay_ms=delay_ms, lease_ms=lease_ms,
                          worker=worker, reason=reason, ret=ret, name=name,
-                         expect_refusal=expect_refusal)
+                         expect_refusal=expect_refusal, giver=giver)
 
     def unstarted(
         self,
@@ -540,6 +553,8 @@ class RedisStore:
         write_result: ResultWrite | None = None,
         expect_refusal: bool = False,
         later: tuple[int, str] | None = None,
+        giver: Giver | None = None,
+        gone_fence: bool = False,
     ) -> StepResult:
         """The general form of a step, every option at hand: for tests and tools that set
         up records; jobbers itself calls the typed transitions above (through its recorder).
@@ -554,6 +569,14 @@ class RedisStore:
         is routine for this caller (logged at debug, still counted). ``bump``: count an
         attempt without starting (drops), so each dead letter has its own attempt number.
         ``later``: see :meth:`submit`.
+
+        ``giver`` (with ``wid_fence``): the step takes back a start that worker incarnation
+        holds, named by a message it gave back; applied only if that incarnation is gone
+        (not seen for ``giver.gone_ms``, counted from the end of an outage) or its own
+        liveness refresh said it does not run that attempt, else refused ``giver_alive``
+        (ask again later: that refresh may still come) or ``giver_runs_it``. ``gone_fence`` (with ``fence``):
+        applied only to an attempt its own worker said it does not run (the cleaner's
+        verdict "gone"). Both are checked in the step itself, never read first.
         """
         from_list, src = self._sources(to, sources)
         spec: dict[str, Any] = {
@@ -567,6 +590,14 @@ class RedisStore:
             spec["fence"] = fence
         if wid_fence is not None:
             spec["wid_fence"] = wid_fence
+        if giver is not None:
+            if wid_fence is None:
+                raise ValueError("giver: only with wid_fence (the giver)")
+            spec["giver"] = {"gone_ms": giver.gone_ms, "settle_ms": giver.settle_ms}
+        if gone_fence:
+            if fence is None:
+                raise ValueError("gone_fence: only with fence (the attempt)")
+            spec["gone_fence"] = True
         if create is not None:
             spec["create"] = create
         if set_fields:
@@ -637,6 +668,8 @@ class RedisStore:
                 fresh = took == 1
         if create is not None:
             keys += [sk.name_index(name or ""), sk.epoch]
+        if "giver" in spec:  # last: transition.lua reads them there
+            keys += [sk.clock, sk.not_running(str(spec["wid_fence"]))]
         if write_result is not None:
             if create is not None:
                 raise ValueError("a step that writes a result cannot create the record")
@@ -815,7 +848,7 @@ class RedisStore:
             mine = notes_in.get(shard, [])
             keys = [sk.clock, sk.workers, sk.worker_tasks(wid), sk.cancelling, sk.halts(wid),
                     *(self.keys.concurrency(name) for name, _ in own_leases),
-                    *(sk.task(task_id) for task_id, _, _ in mine)]
+                    *(sk.task(task_id) for task_id, _, _ in mine), sk.not_running(wid)]
             spec: dict[str, Any] = {"wid": wid, "gap_ms": gaps[0], "cgap_ms": gaps[1],
                                     "lease_cap_ms": int(lease_cap_ms),
                                     "leases": [task_id for _, task_id in own_leases]}

@@ -8,6 +8,17 @@
 --   id        task id                  to      target state      from   allowed current states
 --   fence     attempt the caller holds (optional)
 --   wid_fence the worker incarnation the caller is (optional): refused if another one runs it
+--   giver     {gone_ms, settle_ms} with wid_fence: the take-back of a start worker
+--             incarnation wid_fence holds (a message it gave back names it; a header is never
+--             trusted alone): applied only if that incarnation is gone (not seen in the
+--             workers set for gone_ms, counted from the clock's resumed_at when later, as the
+--             cleaner counts; ctx.clock), or its own liveness refresh said it does not run
+--             that attempt (its not-running hash, ctx.notrun, names the attempt's start; see
+--             alive.lua). Else refused 'giver_alive' while that refresh may still come (the
+--             attempt started less than settle_ms before the giver was last seen), then
+--             'giver_runs_it'
+--   gone_fence with fence: refused unless the attempt is the one its own worker said it does
+--             not run (field gone, written by stall.lua's verdict "gone")
 --   create    fields written only when the record does not exist (missing = unsubmitted)
 --   set       fields to write          del     fields to delete
 --   start     attempt += 1; stamps start_at (first start) or retry_at, and hb_at
@@ -145,6 +156,24 @@ local function step(ctx, task, spec)
   if not exists and not spec.create then return refuse('missing') end
   if spec.fence and tonumber(spec.fence) ~= attempt then return refuse('stale_attempt') end
   if spec.wid_fence and got[5] ~= spec.wid_fence then return refuse('other_worker') end
+  if spec.giver then
+    local seen = tonumber(redis.call('ZSCORE', ctx.workers, spec.wid_fence) or '')
+    local resumed = tonumber(redis.call('HGET', ctx.clock, 'resumed_at') or '0') or 0
+    if seen and now - math.max(seen, resumed) <= tonumber(spec.giver.gone_ms) then
+      local started = tonumber(redis.call('HGET', task, 'retry_at') or '')
+        or tonumber(got[3] or '0') or 0
+      local said = tonumber(redis.call('HGET', ctx.notrun, spec.id) or '')
+      if said ~= started then
+        if seen - started > tonumber(spec.giver.settle_ms) then
+          return refuse('giver_runs_it')
+        end
+        return refuse('giver_alive')
+      end
+    end
+  end
+  if spec.gone_fence and redis.call('HGET', task, 'gone') ~= tostring(attempt) then
+    return refuse('not_given_back')
+  end
 
   local to, reason, start = spec.to, spec.reason, spec.start
   local delay_ms = spec.delay_ms

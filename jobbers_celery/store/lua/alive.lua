@@ -7,7 +7,8 @@
 -- stall entry in the history (how it ended it).
 -- KEYS[1] clock hash  KEYS[2] workers set  KEYS[3] this incarnation's worker-tasks set
 -- KEYS[4] cancelling set  KEYS[5] this incarnation's halt hash  KEYS[6..] concurrency-lease
--- sets, one per lease in ARGV, then one task hash per note in ARGV
+-- sets, one per lease in ARGV, then one task hash per note in ARGV, then (last) this
+-- incarnation's not-running hash
 -- ARGV[1] JSON {wid, gap_ms, cgap_ms, lease_cap_ms, leases = {id...}, running = {id...},
 -- orphan_ms, orphan_grace_ms, notes = {{id, attempt, text}...}} (lease i uses KEYS[5 + i],
 -- note j KEYS[5 + #leases + j]; running, notes and the orphan_ fields optional)
@@ -34,17 +35,28 @@ end
 -- the worker gave back and which takes that start back when delivered; the held outcome of
 -- a task the worker's pool runs without the worker knowing, sent again once the store
 -- answers).
+-- Whatever the grace, the same tasks are written in this incarnation's not-running hash
+-- (id -> the start of that attempt, ms; rewritten every refresh): this worker's own word
+-- that it does not run them, which lets a message it gave back take such a start back
+-- (_lib.lua's step, spec.giver: the message's header alone never does).
 local orphans = {}
 local resumed = tonumber(redis.call('HGET', KEYS[1], 'resumed_at') or '0') or 0
 local grace = tonumber(req.orphan_grace_ms or req.orphan_ms or '0') or 0
-if req.orphan_ms and now - resumed > grace then
+if req.orphan_ms then
+  local notrun = KEYS[#KEYS]
+  redis.call('DEL', notrun)
   local running = {}
   for _, id in ipairs(req.running) do running[id] = true end
   local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(req.orphan_ms),
-    'LIMIT', 0, 100)
-  for _, id in ipairs(old) do
-    if not running[id] then orphans[#orphans + 1] = id end
+    'WITHSCORES', 'LIMIT', 0, 100)
+  for i = 1, #old, 2 do
+    local id = old[i]
+    if not running[id] then
+      redis.call('HSET', notrun, id, old[i + 1])
+      if now - resumed > grace then orphans[#orphans + 1] = id end
+    end
   end
+  if #old > 0 then redis.call('PEXPIRE', notrun, 2 * tonumber(req.orphan_ms) + 10000) end
 end
 -- Halts: the attempts stall.lua ended while this worker may still run them (frozen, or cut
 -- off from Redis). Those it still runs are handed back every refresh until they end; the

@@ -88,7 +88,9 @@ for i, item in ipairs(req.items) do
     local attempt = tonumber(f.attempt or '0') or 0
     local r = step(ctx, task, {id = item.id, to = 'stalled', from = {'started'},
       fence = attempt, ttl = req.ttl, reason = reason, worker = f.worker, split = req.split,
-      set = {err = cjson.encode({type = 'Stalled', message = reason})}})
+      set = {err = cjson.encode({type = 'Stalled', message = reason}),
+             -- the store's own mark that this attempt never ran there (a take-back's proof)
+             gone = item.kind == 'gone' and tostring(attempt) or nil}})
     if r[1] == 1 then
       stalled = stalled + 1
       if req.split and r[6] ~= '' then freed[#freed + 1] = {item.id, r[6]} end
