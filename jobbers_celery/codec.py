@@ -1,10 +1,10 @@
 """Secrets at rest: the text jobbers keeps of a task's arguments, sealed with AES-256-GCM.
 
 Opt in with ``jobbers_payload_keys``: a list of ``"<id>:<base64 of 32 bytes>"`` keys
-(``python -c "from jobbers_celery.codec import new_key; print(new_key())"`` prints a
-new one). The first seals; every one opens, so a
-key is rotated by putting a new one first and keeping the old ones until nothing sealed
-with them is left. A sealed value is a self-describing JSON object::
+(``python -c "from jobbers_celery.codec import new_key; print(new_key())"`` prints a new
+one). The first seals; every one opens, so a key is rotated by putting a new one first and
+keeping the old ones until nothing sealed with them is left. A sealed value is a
+self-describing JSON object::
 
     {"$jobbers_sealed": "v1", "kid": "<id of its key>", "data": "<base64>"}
 
@@ -34,7 +34,7 @@ from typing import Any
 from jobbers_celery.errors import ConfigurationError
 
 __all__ = ["ENCRYPTED", "SEALED", "CannotOpen", "PayloadCodec", "PayloadKey", "is_sealed",
-           "new_key", "parse_keys"]
+           "new_key", "parse_keys", "require_backend"]
 
 #: The marker key of a sealed value (and its format version).
 SEALED = "$jobbers_sealed"
