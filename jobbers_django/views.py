@@ -205,12 +205,12 @@ class JobbersAPIView(_JobbersMixin, APIView):
     only."""
 
     permission_classes: Sequence[_PermissionClass] = (CanRead,)
-    parser_classes: Sequence[type[BaseParser]] = (JSONParser,)
-
     #: the model whose records a GET shows (its view permission, by default)
     read_model: type[Model] = DeadLetterEntry
     #: paced resubmits: readable by who may read them or start them
     read_runs = False
+    parser_classes: Sequence[type[BaseParser]] = (JSONParser,)
+
 
 # ---------------------------------------------------------------------- dead letters
 class DeadLetterListView(JobbersAPIView):
@@ -383,10 +383,10 @@ def _run(run_id: int) -> ResubmitRun:
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
 class ResubmitRunListView(JobbersAPIView):
-    def get_permissions(self) -> Sequence[Any]:
-        return [CanResubmit()] if self.request.method == "POST" else [CanRead()]
     read_runs = True
 
+    def get_permissions(self) -> Sequence[Any]:
+        return [CanResubmit()] if self.request.method == "POST" else [CanRead()]
 
     @_documented(
         operation_id="resubmit_runs_list",
@@ -425,10 +425,10 @@ class ResubmitRunListView(JobbersAPIView):
 
 
 class ResubmitRunDetailView(JobbersAPIView):
-    @_documented(
-        operation_id="resubmit_runs_retrieve",
     read_runs = True
 
+    @_documented(
+        operation_id="resubmit_runs_retrieve",
         summary="A paced resubmit and its progress",
         description="published, completed, failed_again, skipped and remaining are "
         "recounted from the run's items at every step (about every half second).",
