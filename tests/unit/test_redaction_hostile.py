@@ -203,3 +203,48 @@ def test_celerys_log_records_are_redacted_at_every_level(caplog):
     assert "hunter2-kw" not in text
     assert "db-pass-9" not in caplog.text
     assert "Received task: t[1]" in text
+
+
+def test_the_worker_shows_reprs_it_made_never_the_headers_a_publisher_wrote():
+    from celery import Celery
+    from celery.contrib.testing.mocks import TaskMessage
+
+    from jobbers_celery import JobbersTask
+    from jobbers_celery.request import JobbersRequest
+
+    app = Celery("redaction-hostile", set_as_current=False)
+
+    @app.task(bind=True, base=JobbersTask, name="t.lied")
+    def lied(self: Any, user: str, password: str = "") -> None: ...
+
+    # a publisher without jobbers: Celery's own reprs, with the real values
+    message = TaskMessage("t.lied", args=["ann", "hunter2-pos"],
+                          kwargs={"api_token": "hunter2-kw"},
+                          argsrepr="['ann', 'hunter2-pos']", kwargsrepr="{'api_token': 'x'}")
+    request = JobbersRequest(message, app=app, task=lied)
+    info = request.info(safe=True)
+    shown = repr(info) + request.argsrepr + request.kwargsrepr + repr(request.request_dict)
+    assert info["args"] == f"['ann', '{REDACTED}']"
+    assert info["kwargs"] == f"{{'api_token': '{REDACTED}'}}"
+    assert "hunter2-pos" not in repr(info)
+    assert request.request_dict["argsrepr"] == info["args"]  # what the pool's log line shows
+    assert request.args == ["ann", "hunter2-pos"]  # the task gets the real values
+    assert "hunter2-kw" not in shown.replace(repr(request.request_dict["kwargs"]), "")
+
+
+def test_the_apps_key_list_redacts_what_the_record_and_dead_letter_store(monkeypatch):
+    from celery import Celery
+
+    from jobbers_celery import install, redaction
+    from jobbers_celery.payload import describe_exception
+
+    monkeypatch.setattr(redaction, "_PROCESS_KEYS", [])
+    app = Celery("redaction-keys", set_as_current=False)
+    app.conf.update(jobbers_redis_url="redis://localhost:1/0", jobbers_redact_keys=["iban"])
+    install(app)
+    try:
+        raise ValueError("refused: customer_iban=DE0012345678 for order 7")
+    except ValueError as exc:
+        _, message, text = describe_exception(exc)
+    assert "DE0012345678" not in message
+    assert "DE0012345678" not in text
