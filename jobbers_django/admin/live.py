@@ -104,13 +104,13 @@ class LivePagesAdmin(ReadOnlyAdmin):
                 self.message_user(request, f"Task {task_id} was not cancelled: it is unknown "
                                   "or already finished.", messages.WARNING)
             return HttpResponseRedirect(live_url)
+        # the task's record only to who may view it; cancelling does not need it
+        shown_record = (lifecycle(task_id) if self.has_view_permission(request)
+                        else {"hidden": True})
         context = self.admin_context(request, f"Cancel task {task_id}?", task_id=task_id,
                                      lifecycle=shown_record, live_url=live_url)
         return TemplateResponse(request, "jobbers/admin/cancel_confirmation.html", context)
 
-        # the task's record only to who may view it; cancelling does not need it
-        shown_record = (lifecycle(task_id) if self.has_view_permission(request)
-                        else {"hidden": True})
 
 def lifecycle(task_id: str) -> dict[str, Any]:
     """The task's Redis record (progress redacted) and transitions, or why there are none."""
