@@ -43,6 +43,7 @@ def api_reads(w: dict[str, Any]) -> dict[str, str]:
         f"tasks/{w['id']}": "deadletterentry",
         "scheduled-tasks": "deadletterentry",
         "schema": "deadletterentry",
+        "dead-letter-queue/set-aside": "deadletterentry",
         "dead-letter-queue/resubmit-runs": "resubmitrun",
         f"dead-letter-queue/resubmit-runs/{w['run']}": "resubmitrun",
     }
@@ -55,6 +56,7 @@ def admin_pages(w: dict[str, Any]) -> dict[str, str]:
         reverse("admin:jobbers_deadletterentry_change", args=[w["pk"]]): "deadletterentry",
         reverse("admin:jobbers_live"): "deadletterentry",
         reverse("admin:jobbers_task", args=[w["id"]]): "deadletterentry",
+        reverse("admin:jobbers_set_aside"): "deadletterentry",
         reverse("admin:jobbers_failuregroup_changelist"): "failuregroup",
         reverse("admin:jobbers_deadletteraudit_changelist"): "deadletteraudit",
         reverse("admin:jobbers_resubmitrun_changelist"): "resubmitrun",
