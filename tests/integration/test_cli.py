@@ -185,12 +185,12 @@ def test_reads_and_cancel_in_both_forms(world: World) -> None:
 def test_bad_input_and_not_found_exit_codes(world: World) -> None:
     # (the other usage errors, raised before the store is read: tests/unit/test_cli.py)
     bad_state, bad_id, no_criteria, unknown, dlq_unknown, resubmit_unknown = many(
-        ["tasks", "--state", "bogus"], ["show", "bad id"], ["purge"], ["show", "no-such-task"],
+        ["tasks", "--state", "bogus"], ["show", "x" * 4097], ["purge"], ["show", "no-such-task"],
         ["dlq", "show", "no-such-task"], ["resubmit", "no-such-task", "--json"])
     assert bad_state.rc == 2
     assert "valid states: unsubmitted, submitted" in bad_state.err
     assert bad_id.rc == 2
-    assert "malformed task id 'bad id'" in bad_id.err
+    assert "task id of 4097 characters: at most 4096" in bad_id.err
     assert no_criteria.rc == 2
     assert "at least one of --name, --queue" in no_criteria.err
     assert unknown.rc == 3
@@ -268,9 +268,9 @@ def test_dlq_resubmit_dry_run_and_discard(world: World) -> None:
 
 # ---------------------------------------------------------------------- hostile ids
 #: Ids a publisher may choose; each command finds its task and prints it escaped.
-HOSTILE_IDS = ["line\nbreak", "a/b", "..", "100%2F%", "<script>alert(1)</script>",
-               " two words ", "日本語-é", "\x1b]0;pwned\x07\x1b[2J", "ok\rforged",
-               "\u202eevil", "x" * 1000]
+#: (a few: each command is a process; tests/django/test_hostile_ids.py has more.)
+HOSTILE_IDS = ["line\nbreak", "a/b", "..", " two words ", "\x1b]0;pwned\x07\x1b[2J",
+               "ok\rforged", "\u202eevil", "x" * 1000]
 #: A task name no worker registers (the worker drops it): it holds terminal escapes too.
 HOSTILE_NAME = "proj.\x1b]0;pwned\x07unknown\r\x1b[2J"
 
@@ -293,7 +293,7 @@ def test_show_finds_any_id_and_every_command_prints_it_escaped(world: World) -> 
     runs = many(*[("show", t) for t in [*ids, named]],
                 ("show", named, "--json"), ("tasks", "--limit", "100"),
                 ("dlq", "list", "--task", "proj.boom", "--limit", "100"),
-                *[("dlq", "show", t) for t in ids[:3]])
+                ("dlq", "show", ids[0]))
     for run in runs:
         ok(run)
         assert _terminal_safe(run.out + run.err), (run.args, run.out)
