@@ -5,7 +5,8 @@ Celery logs a task's arguments and exceptions in places jobbers does not build: 
 ``Received task``, the failure line and the invalid or unknown message lines quote reprs,
 exceptions and bodies. :func:`install` puts :class:`RedactingFilter` on those loggers (a
 logger's filter applies to every record made on it, whatever handlers the application
-configures): the pool line's arguments are replaced by a note (the request's redacted reprs
+configures) and on the handlers Celery's worker sets up (so a record of any other ``celery.*``
+or ``kombu.*`` logger, a task's own logger included, is redacted there too): the pool line's arguments are replaced by a note (the request's redacted reprs
 are in the ``Received task`` line and the task events), and every other record's message
 (formatted with its arguments), extra ``data`` and traceback text are redacted as text
 (credentials, values of secret keys). A record is never dropped.
@@ -16,6 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from celery import signals
 
 from jobbers_celery.redaction import Redactor, redactor
 
@@ -33,6 +36,8 @@ CELERY_LOGGERS = (
 #: What the pool's ``Apply`` line shows instead of the request it hands to the pool.
 HIDDEN = "[not shown by jobbers: see the task's Received line]"
 _POOL_APPLY = "TaskPool: Apply"
+_PREFIXES = ("celery", "kombu")
+_DONE = "jobbers_redacted"
 
 
 class RedactingFilter(logging.Filter):
@@ -44,6 +49,9 @@ class RedactingFilter(logging.Filter):
         self._get = get
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, _DONE, False) or not record.name.startswith(_PREFIXES):
+            return True  # redacted already (by its logger), or not Celery's
+        setattr(record, _DONE, True)
         try:
             self._redact(record)
         except Exception:  # noqa: BLE001 - logging must go on; the record keeps its args
@@ -81,8 +89,20 @@ _FILTER = RedactingFilter()
 
 
 def install() -> None:
-    """Put the filter on Celery's loggers (idempotent)."""
+    """Put the filter on Celery's loggers, and on the handlers of the loggers the worker sets
+    up (``after_setup_logger``: so a record of any ``celery.*`` logger is redacted there);
+    idempotent."""
     for name in CELERY_LOGGERS:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
+    signals.after_setup_logger.connect(_on_logging_set_up, weak=False,
+                                       dispatch_uid="jobbers.logfilter.logger")
+    signals.after_setup_task_logger.connect(_on_logging_set_up, weak=False,
+                                            dispatch_uid="jobbers.logfilter.task_logger")
+
+
+def _on_logging_set_up(logger: logging.Logger | None = None, **_: Any) -> None:
+    for handler in getattr(logger, "handlers", ()):
+        if _FILTER not in handler.filters:
+            handler.addFilter(_FILTER)

@@ -248,3 +248,33 @@ def test_the_apps_key_list_redacts_what_the_record_and_dead_letter_store(monkeyp
         _, message, text = describe_exception(exc)
     assert "DE0012345678" not in message
     assert "DE0012345678" not in text
+
+
+def test_any_celery_loggers_records_are_redacted_at_the_handlers_the_worker_sets_up():
+    from celery import signals
+
+    from jobbers_celery import logfilter
+
+    logfilter.install()
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(self.format(record))
+
+    root = logging.getLogger("jobbers-test-root")
+    handler = Keep()
+    root.addHandler(handler)
+    try:
+        signals.after_setup_logger.send(sender=None, logger=root, loglevel=logging.DEBUG,
+                                        logfile=None, format="", colorize=False)
+        other = logging.getLogger("celery.worker.consumer.jobbers_test")  # not listed
+        other.propagate = False
+        other.addHandler(handler)
+        other.warning("invalid message body: %r", {"kwargs": {"password": "hunter2-any"}})
+        logging.getLogger("jobbers_test.app").warning("app's own: password=%s", "kept-1")
+        root.warning("app's own at the root: password=%s", "kept-2")
+    finally:
+        root.removeHandler(handler)
+    assert "hunter2-any" not in "\n".join(seen)
+    assert "kept-2" in "\n".join(seen)  # not Celery's: left as it is
