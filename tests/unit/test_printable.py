@@ -64,9 +64,10 @@ def test_a_traceback_block_keeps_its_lines_and_escapes_the_rest() -> None:
         "line 1\\r\n  line 2\\x1b[2J\n")
 
 
-def test_a_megabyte_of_hostile_text_is_linear() -> None:
-    for text in ("a\x1b" * 500_000, "\u202e" * 1_000_000, "日本\n" * 333_333):
+def test_hostile_text_costs_time_linear_in_its_size() -> None:
+    # 200,000 characters each (1 MB: about 0.2 s, 0.7 s for every BMP code point mixed)
+    for text in ("a\x1b" * 100_000, "\u202e" * 200_000, "日本\n" * 66_667):
         started = time.perf_counter()
         shown = printable(text)
-        assert time.perf_counter() - started < 2.0
+        assert time.perf_counter() - started < 1.0
         assert obeyed(shown) == []
