@@ -69,5 +69,5 @@ def test_hostile_text_costs_time_linear_in_its_size() -> None:
     for text in ("a\x1b" * 100_000, "\u202e" * 200_000, "日本\n" * 66_667):
         started = time.perf_counter()
         shown = printable(text)
-        assert time.perf_counter() - started < 1.0
+        assert time.perf_counter() - started < 2.0  # quadratic would take minutes
         assert obeyed(shown) == []
