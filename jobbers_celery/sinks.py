@@ -43,7 +43,7 @@ from jobbers_celery.errors import DeadLetterRefused
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.redaction import redactor
 from jobbers_celery.spool import DeadLetterSpool
-from jobbers_celery.storable import is_storable, parked_json, storable_form
+from jobbers_celery.storable import is_storable, parked_json, storable_form, storable_id
 from jobbers_celery.store.keys import Keys
 
 if TYPE_CHECKING:
@@ -177,9 +177,10 @@ class RedisDeadLetterSink:
         return int(self.client.hlen(self.keys.dead_letters))
 
     def entry(self, task_id: str, attempt: int) -> DeadLetter | None:
-        """The entry of ``(task_id, attempt)`` (one ``HGET``), ``None`` if absent."""
+        """The entry of ``(task_id, attempt)`` (one ``HGET``), ``None`` if absent; found by
+        the task's own id whatever it holds (stored under :func:`storable_id`)."""
         raw = cast("str | None", self.client.hget(self.keys.dead_letters,
-                                                  f"{task_id}:{attempt}"))
+                                                  f"{storable_id(task_id)}:{attempt}"))
         return DeadLetter.from_json(json.loads(raw)) if raw else None
 
     def entries(self, limit: int = 100) -> list[DeadLetter]:
@@ -220,6 +221,7 @@ class RedisDeadLetterSink:
     def of_task(self, task_id: str) -> list[DeadLetter]:
         """Every entry of ``task_id`` (one per dead attempt), newest attempt first: one
         ``HSCAN`` of the entries (no index by task id; for an operator's look-up)."""
+        task_id = storable_id(task_id)  # as the entries are stored
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", task_id) + ":*"
         found = [DeadLetter.from_json(json.loads(text)) for member, text
                  in self.client.hscan_iter(self.keys.dead_letters, match=pattern, count=1000)

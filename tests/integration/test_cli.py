@@ -293,7 +293,7 @@ def test_show_finds_any_id_and_every_command_prints_it_escaped(world: World) -> 
     runs = many(*[("show", t) for t in [*ids, named]],
                 ("show", named, "--json"), ("tasks", "--limit", "100"),
                 ("dlq", "list", "--task", "proj.boom", "--limit", "100"),
-                ("dlq", "show", ids[0]))
+                ("dlq", "show", ids[0]), ("dlq", "show", ids[-1]))  # 1,000: stored cut
     for run in runs:
         ok(run)
         assert _terminal_safe(run.out + run.err), (run.args, run.out)
