@@ -278,3 +278,40 @@ def test_any_celery_loggers_records_are_redacted_at_the_handlers_the_worker_sets
         root.removeHandler(handler)
     assert "hunter2-any" not in "\n".join(seen)
     assert "kept-2" in "\n".join(seen)  # not Celery's: left as it is
+
+
+@settings(max_examples=60)
+@given(secret=st.text(alphabet="abcXYZ019_-.~+/", min_size=6, max_size=30).map(
+           lambda s: "Zq7" + s + "Wk3"),
+       shape=st.lists(st.sampled_from(["group", "cause", "attr", "hidden", "arg", "note"]),
+                      min_size=1, max_size=6))
+def test_a_secret_argument_never_shows_in_any_exception_it_ends_up_in(secret, shape):
+    def make(kind: str) -> BaseException:
+        if kind == "attr":
+            return FetchError(f"https://svc:{secret}@api.example/v1")
+        if kind == "hidden":
+            return Hidden(secret)
+        if kind == "note":
+            exc = ValueError("see the note")
+            exc.add_note(f"the password was {secret}")
+            return exc
+        return KeyError(f"no row for {secret}")
+
+    exc: BaseException = make(shape[0])
+    every = [exc]
+    for kind in shape[1:]:
+        if kind == "group":
+            exc = ExceptionGroup("several", [exc, make("arg")])
+        elif kind == "cause":
+            outer = RuntimeError("wrapped")
+            outer.__cause__ = exc
+            exc = outer
+        else:
+            extra = make(kind)
+            extra.__context__ = exc
+            exc = extra
+        every.append(exc)
+    redact_exception(exc, None, [], {"password": secret}, R)
+    for one in every:
+        shown = str(one) + repr(one) + repr(getattr(one, "__notes__", ""))
+        assert secret not in shown
