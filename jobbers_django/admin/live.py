@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from jobbers_celery import TaskState
+from jobbers_celery import TaskState, printable
 from jobbers_django import permissions, services
 from jobbers_django.admin import charts
 from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
@@ -80,7 +80,7 @@ class LivePagesAdmin(ReadOnlyAdmin):
             raise PermissionDenied
         entry = DeadLetterEntry.objects.filter(task_id=task_id).first()
         context = self.admin_context(
-            request, f"Task {task_id}", task_id=task_id, lifecycle=lifecycle(task_id),
+            request, f"Task {printable(task_id)}", task_id=task_id, lifecycle=lifecycle(task_id),
             entry=entry, can_cancel=permissions.allowed(request.user, permissions.CANCEL))
         return TemplateResponse(request, "jobbers/admin/task.html", context)
 
@@ -97,18 +97,20 @@ class LivePagesAdmin(ReadOnlyAdmin):
                 self.message_user(request, f"Redis is unreachable: {exc}", messages.ERROR)
                 return HttpResponseRedirect(live_url)
             if done:
-                self.message_user(request, f"Task {task_id}: cancelled, or cancellation "
-                                  "requested (a running task stops at its next heartbeat"
+                self.message_user(request, f"Task {printable(task_id)}: cancelled, or "
+                                  "cancellation requested (a running task stops at its next "
+                                  "heartbeat"
                                   + (", or is terminated" if terminate else "") + ").")
             else:
-                self.message_user(request, f"Task {task_id} was not cancelled: it is unknown "
-                                  "or already finished.", messages.WARNING)
+                self.message_user(request, f"Task {printable(task_id)} was not cancelled: "
+                                  "it is unknown or already finished.", messages.WARNING)
             return HttpResponseRedirect(live_url)
         # the task's record only to who may view it; cancelling does not need it
         shown_record = (lifecycle(task_id) if self.has_view_permission(request)
                         else {"hidden": True})
-        context = self.admin_context(request, f"Cancel task {task_id}?", task_id=task_id,
-                                     lifecycle=shown_record, live_url=live_url)
+        context = self.admin_context(request, f"Cancel task {printable(task_id)}?",
+                                     task_id=task_id, lifecycle=shown_record,
+                                     live_url=live_url)
         return TemplateResponse(request, "jobbers/admin/cancel_confirmation.html", context)
 
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobbers_celery import TaskState, storable_id
+from jobbers_celery import TaskState, printable, storable_id
 from jobbers_django import runs
 from jobbers_django.converters import decode_task_id, encode_task_id
 from jobbers_django.fields import TaskIdField, TaskIdsField
@@ -153,6 +153,7 @@ def admin_pages(client: Any, jobbers: Any, task_id: str, live: str) -> None:
     page = client.get(task_url)
     assert page.status_code == 200
     assert page.context["task_id"] == task_id
+    assert f"<title>Task {html.escape(printable(task_id))} |" in page.content.decode()
     assert page.context["lifecycle"]["record"].task_id == task_id
     cancel_url = reverse("admin:jobbers_cancel", args=[task_id])
     assert f'href="{cancel_url}"' in page.content.decode()
@@ -163,7 +164,10 @@ def admin_pages(client: Any, jobbers: Any, task_id: str, live: str) -> None:
     assert html.escape(storable_id(task_id)) in detail.content.decode()
     confirm = client.get(cancel_url)
     assert confirm.status_code == 200
-    assert f"Cancel task <code>{html.escape(task_id)}</code>" in confirm.content.decode()
+    assert f"Cancel task <code>{html.escape(printable(task_id))}</code>" in confirm.content.decode()
+    for shown in (live, page.content.decode(), confirm.content.decode()):
+        # ids, names, workers shown escaped, as in the CLI: no ESC, no bidi override
+        assert not {"\x1b", "\u202e", "\x07", "\r"} & set(shown)
     done = client.post(cancel_url, {"terminate": "0"})
     assert done.status_code == 302
     assert jobbers.get(task_id).state is S.CANCELLED
