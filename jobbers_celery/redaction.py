@@ -61,8 +61,12 @@ TOO_DEEP = "[nested too deep to show]"
 #: A known secret value shorter than this is not searched for in text.
 MIN_KNOWN_CHARS = 4
 #: Known secret values searched for in one text (each also as JSON and ``repr()`` quote
-#: it): searching costs their number times the text's length.
-MAX_KNOWN = 64
+#: it; see :func:`_known_spans`).
+MAX_KNOWN = 1024
+#: Up to this many known values (forms) each is found by the string search.
+_FEW_KNOWN = 32
+#: Lengths of the known values that share their first characters checked at one place.
+_PER_HEAD = 6
 #: Levels of dicts and lists shown; deeper ones are replaced by :data:`TOO_DEEP`.
 MAX_DEPTH = 32
 #: A needle this short matches a whole word of a key only.
@@ -492,14 +496,36 @@ def _userinfo_spans(match: re.Match[str]) -> Iterator[tuple[int, int]]:
 
 
 def _known_spans(text: str, known: Iterable[str]) -> Iterator[tuple[int, int]]:
-    """Where ``text`` quotes the known secret values (longest first; the first
-    :data:`MAX_KNOWN` of them, each found by the string search, a linear scan)."""
-    values = [v for v in dict.fromkeys(known) if len(v) >= MIN_KNOWN_CHARS]
-    for value in sorted(values[:3 * MAX_KNOWN], key=len, reverse=True):
-        at = text.find(value)
-        while at >= 0:
-            yield at, at + len(value)
-            at = text.find(value, at + len(value))
+    """Where ``text`` quotes the known secret values (the first :data:`MAX_KNOWN` of them,
+    in their three forms): a few are each found by the string search; more, in one pass
+    over ``text`` with an index by their first characters (at most :data:`_PER_HEAD`
+    lengths checked at a place), so the cost is the text's length, not values times
+    length."""
+    values = [v for v in dict.fromkeys(known) if len(v) >= MIN_KNOWN_CHARS][:3 * MAX_KNOWN]
+    if len(values) <= _FEW_KNOWN:
+        for value in values:
+            at = text.find(value)
+            while at >= 0:
+                yield at, at + len(value)
+                at = text.find(value, at + len(value))
+        return
+    # first characters -> the lengths of the values starting so (longest first), and them
+    index: dict[str, tuple[list[int], set[str]]] = {}
+    for value in values:
+        lengths, found = index.setdefault(value[:MIN_KNOWN_CHARS], ([], set()))
+        if len(value) not in lengths:
+            if len(lengths) >= _PER_HEAD:
+                continue
+            lengths.append(len(value))
+            lengths.sort(reverse=True)
+        found.add(value)
+    for at in range(len(text) - MIN_KNOWN_CHARS + 1):
+        entry = index.get(text[at:at + MIN_KNOWN_CHARS])
+        if entry is not None:
+            for length in entry[0]:
+                if text[at:at + length] in entry[1]:
+                    yield at, at + length
+                    break
 
 
 def _merged(spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
