@@ -553,10 +553,11 @@ class CancelTaskView(JobbersAPIView):
 
 # ---------------------------------------------------------------------- schema
 def jobbers_endpoints_only(endpoints: list[tuple[Any, ...]], **_: Any) -> list[tuple[Any, ...]]:
-    """drf-spectacular preprocessing hook: this app's endpoints, whatever else the project
-    serves."""
+    """drf-spectacular preprocessing hook: this app's endpoints (any of its modules),
+    whatever else the project serves."""
     return [e for e in endpoints
-            if getattr(getattr(e[3], "cls", None), "__module__", "") == __name__]
+            if getattr(getattr(e[3], "cls", None), "__module__", "").partition(".")[0]
+            == __name__.partition(".")[0]]
 
 
 class SchemaView(_JobbersMixin, SpectacularAPIView):

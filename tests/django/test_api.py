@@ -416,6 +416,7 @@ ALL_PATHS = {
     "/jobbers/schema", "/jobbers/dead-letter-queue/resubmit-runs",
     "/jobbers/dead-letter-queue/resubmit-runs/{run_id}",
     "/jobbers/dead-letter-queue/resubmit-runs/{run_id}/{control}",
+    "/jobbers/dead-letter-queue/set-aside",
 }
 
 
