@@ -59,6 +59,34 @@ print(json.dumps({
 }))
 '''
 
+#: jobbers_payload_keys as a user sets it (the key from the docs' one-liner, argv[1]; the
+#: store's URL argv[2]): a bad key is refused at install(), and the installed codec seals a
+#: value that holds no plaintext and opens it again
+CODEC_CHECK = """
+import sys
+from celery import Celery
+from jobbers_celery import install
+from jobbers_celery.codec import PayloadCodec
+from jobbers_celery.errors import ConfigurationError
+app = Celery("sealed", broker="memory://")
+app.conf.jobbers_redis_url = sys.argv[2]
+app.conf.jobbers_payload_keys = ["k1:not-a-key"]
+try:
+    install(app)
+except ConfigurationError as exc:
+    assert "jobbers_payload_keys[0]" in str(exc), exc
+else:
+    raise AssertionError("a bad key was accepted")
+app = Celery("sealed", broker="memory://")
+app.conf.jobbers_redis_url = sys.argv[2]
+app.conf.jobbers_payload_keys = [sys.argv[1]]
+install(app)
+codec = PayloadCodec.of(app.conf.jobbers_payload_keys)
+sealed = codec.seal('{"password": "hunter2-bare"}')
+assert "hunter2" not in str(sealed), sealed
+assert codec.open(sealed) == '{"password": "hunter2-bare"}'
+print("sealed and opened")
+"""
 SETTINGS = '''
 SECRET_KEY = "bare-install-check"
 INSTALLED_APPS = [
@@ -145,11 +173,17 @@ def test_the_wheel_alone_runs_a_worker_then_its_extras_run_django(
     assert [t["state"] for t in tasks] == ["completed"]
     worked_at = time.monotonic()
 
-    # the extras, in the same venv: the Django app and metrics, with nothing else
-    venv.pip("install", f"{dist.wheel}[django,otel]", cwd=work, log=log)
+    # the extras, in the same venv: the Django app, metrics and the payload codec, with
+    # nothing else
+    venv.pip("install", f"{dist.wheel}[django,otel,crypto]", cwd=work, log=log)
     installed = venv.distributions(cwd=work, log=log)
     assert {"django", "djangorestframework", "django-filter", "drf-spectacular",
-            "opentelemetry-api"} <= installed
+            "opentelemetry-api", "cryptography"} <= installed
+    # docs/howto/encryption.md's key one-liner, and a value sealed and opened with its key
+    key = run([venv.python, "-c", "from jobbers_celery.codec import new_key; print(new_key())"],
+              cwd=work, log=log).strip().splitlines()[-1]
+    out = run([venv.python, "-c", CODEC_CHECK, key, own_redis.url(0)], cwd=work, log=log)
+    assert out.strip().splitlines()[-1] == "sealed and opened"
     assert not {"opentelemetry-sdk", "psycopg", "django-celery-beat", "pytest"} & installed
     run([venv.python, "-m", "pip", "check"], cwd=work, log=log)
     (work / "baresettings.py").write_text(SETTINGS)

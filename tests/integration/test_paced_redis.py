@@ -134,8 +134,9 @@ def test_pause_resume_cancel_through_the_command_line(world: World) -> None:
     j = world.proj.jobbers
     entries = _dead(world, "proj.boom", (), 3)
     ids = [f"{e.task_id}:{e.attempt}" for e in entries]
-    # one at once, then one every 20 s: the test ends long before a second is due
-    started = cli("dlq", "resubmit", *ids, "--rate", "0.05")
+    # one at once, then one every 10 s (the slowest pace): each step below takes one command,
+    # long before a second is due
+    started = cli("dlq", "resubmit", *ids, "--rate", "0.1")
     assert ok(started).out.startswith("Started paced resubmit #")
     run_id = int(started.out.split("#", 1)[1].split(":", 1)[0])
     assert f"celery -A tests.integration.proj jobbers dlq run {run_id}" in started.out

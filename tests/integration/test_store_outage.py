@@ -475,8 +475,10 @@ def test_a_given_back_message_takes_back_the_start_its_giver_recorded(proj: Any,
                                                                       worker_factory: Any) -> None:
     worker_factory()
     jobbers, task_id = _given_back(proj, "ghost:1:aaaaaa/0")
+    # its start entered ``ghost`` in the workers set: the take-back waits until it is gone
+    # (jobbers_worker_lost_after, 3 s here), the message put back meanwhile
     wait_for(lambda: (r := jobbers.get(task_id)) is not None and r.state is S.COMPLETED,
-             message="the given-back task to complete")
+             timeout=40, message="the given-back task to complete")
     record = jobbers.get(task_id)
     assert record is not None
     assert record.attempt == 2

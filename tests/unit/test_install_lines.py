@@ -22,7 +22,10 @@ TESTED = {
     "/path/to/jobbers": "tests/distribution/test_quickstart_celery.py (the page's line, from the checkout)",
     "/path/to/jobbers[django]": "tests/distribution/test_quickstart_django.py (the page's line, from the "
                                 "checkout); tests/distribution/test_bare_install.py (the wheel's extra)",
-    "/path/to/jobbers[otel]": "tests/distribution/test_bare_install.py (the wheel's [django,otel])",
+    "/path/to/jobbers[otel]": "tests/distribution/test_bare_install.py (the wheel's "
+                              "[django,otel,crypto])",
+    "/path/to/jobbers[crypto]": "tests/distribution/test_bare_install.py (the wheel's "
+                                "[django,otel,crypto]: a value sealed and opened)",
 }
 #: packages from PyPI that a page installs for a tool of its own, not jobbers
 THIRD_PARTY = {"selenium": "docs/howto/dlq-admin.md: scripts/admin_screenshots.py drives Chromium"}
@@ -63,7 +66,7 @@ def test_the_tested_forms_are_run() -> None:
         assert 'Substitution("/path/to/jobbers", str(ROOT)' in (dist / test).read_text()
     bare = (dist / "test_bare_install.py").read_text()
     assert '"install", str(dist.wheel)' in bare
-    assert '[django,otel]"' in bare
+    assert '[django,otel,crypto]"' in bare
     celery_page = (ROOT / "docs" / "quickstart-celery.md").read_text()
     django_page = (ROOT / "docs" / "quickstart-django.md").read_text()
     assert "\npip install /path/to/jobbers\n" in celery_page
