@@ -33,7 +33,7 @@ from jobbers_celery.options import (
 )
 from jobbers_celery.pacing import PaceError, ResubmitPace, ResubmitRunInfo, RunStatus
 from jobbers_celery.payload import readable_arguments, unopenable
-from jobbers_celery.printable import printable
+from jobbers_celery.printable import escaped_logger, printable
 from jobbers_celery.records import (
     ALTERED,
     UNPUBLISHABLE,
@@ -110,6 +110,7 @@ __all__ = [
     "WorkerInfo",
     "WorkerShuttingDown",
     "__version__",
+    "escaped_logger",
     "get_jobbers",
     "install",
     "parameters",

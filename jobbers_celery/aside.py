@@ -13,10 +13,10 @@ drops is logged. Read by ``Jobbers.set_aside()``: the admin, the API and both co
 from __future__ import annotations
 
 import json
-import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.records import DeadLetter, SetAside, SetAsideReport
 from jobbers_celery.storable import ID_LIMIT, storable_form
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KEEP", "SetAsideList"]
 
-log = logging.getLogger("jobbers.deadletter")
+log = escaped_logger("jobbers.deadletter")
 
 #: Items the list keeps (the newest); older ones are dropped, logged and still counted.
 KEEP = 1_000

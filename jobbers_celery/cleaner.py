@@ -10,13 +10,13 @@ cleaners at once, or a cleaner racing a completion, never both win.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from jobbers_celery import liveness, payload
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.publisher import UnpublishablePayload
 from jobbers_celery.records import from_ms
 from jobbers_celery.store import StallVerdict
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CleanReport", "Cleaner", "CleanerStatus"]
 
-log = logging.getLogger("jobbers.cleaner")
+log = escaped_logger("jobbers.cleaner")
 
 #: Most index entries one pass judges; the rest wait for the next pass.
 PASS_LIMIT = 1000

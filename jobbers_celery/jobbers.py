@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import logging
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from jobbers_celery.errors import ConfigurationError, StoreUnavailable
 from jobbers_celery.history import CountHistory, CountSample
 from jobbers_celery.options import ResubmitVersion, TaskOptions
 from jobbers_celery.pacing import Pacer, ResubmitPace, ResubmitRunInfo
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.publisher import Publisher
 from jobbers_celery.recorder import Recorder
 from jobbers_celery.records import (
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Jobbers", "PurgeReport"]
 
-log = logging.getLogger("jobbers")
+log = escaped_logger("jobbers")
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

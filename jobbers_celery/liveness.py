@@ -22,7 +22,6 @@ running task: the worker logs a warning once per such attempt, and the history s
 
 from __future__ import annotations
 
-import logging
 import os
 import secrets
 import signal
@@ -30,6 +29,8 @@ import socket
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from jobbers_celery.printable import escaped_logger
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HALTED", "HALT_GRACE_S", "Liveness", "gaps", "refresh_period", "set_worker_id", "worker_id"]
 
-log = logging.getLogger("jobbers.liveness")
+log = escaped_logger("jobbers.liveness")
 
 _wid: str | None = None
 

@@ -25,7 +25,6 @@ whatever worker restarts, and:
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any, ClassVar
 
 from jobbers_celery.errors import ResubmitRunConflict
 from jobbers_celery.options import ResubmitVersion
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.sinks import describe_error
 from jobbers_celery.states import RESUBMITTABLE, TaskState
@@ -58,7 +58,7 @@ __all__ = [
     "start",
 ]
 
-log = logging.getLogger("jobbers.pacing")
+log = escaped_logger("jobbers.pacing")
 
 #: Fastest pace, tasks per second (as the Django sink's paced resubmits).
 MAX_RATE = 500.0

@@ -12,7 +12,9 @@ different values never look alike. Linear in the text (one pass, no backtracking
 
 from __future__ import annotations
 
-__all__ = ["printable", "unprintable"]
+import logging
+
+__all__ = ["PrintableRecords", "escaped_logger", "printable", "unprintable"]
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
@@ -45,3 +47,32 @@ def printable(text: str, *, newlines: bool = False) -> str:
     # one translation table of the distinct characters needing it: C speed, whatever
     # the mix (a callback per match would cost a Python call per hostile character)
     return text.translate({ord(c): _escape(c) for c in unsafe}) if unsafe else text
+
+
+class PrintableRecords(logging.Filter):
+    """A log record's message shown through :func:`printable`: jobbers' log lines quote what
+    a publisher chose (task ids, names, queues, exception text), and a newline there would
+    forge a log line, an escape sequence reach the terminal that tails the log. The
+    message is formatted once here (its arguments left empty), only when it needs it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - logging reports its own formatting errors
+            return True
+        if "\\" in message or not message.isprintable():
+            record.msg, record.args = printable(message), ()
+        return True
+
+
+_RECORDS = PrintableRecords()
+
+
+def escaped_logger(name: str) -> logging.Logger:
+    """``logging.getLogger(name)`` with :class:`PrintableRecords` on it (a logger's filter
+    applies to every record made on that logger, whatever handlers the application
+    configures): how every jobbers module gets its logger."""
+    logger = logging.getLogger(name)
+    if _RECORDS not in logger.filters:
+        logger.addFilter(_RECORDS)
+    return logger

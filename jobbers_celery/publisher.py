@@ -12,13 +12,13 @@ confirmed (or left to expire, so that a scheduler publishes it again) by the cal
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobbers_celery import payload as pl
 from jobbers_celery import tracing
 from jobbers_celery.codec import PayloadCodec
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.recorder import internal_publish, unrecorded_publish
 from jobbers_celery.store import RedisStore
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Publisher", "UnpublishablePayload"]
 
-log = logging.getLogger("jobbers.publisher")
+log = escaped_logger("jobbers.publisher")
 
 
 class UnpublishablePayload(ValueError):

@@ -15,7 +15,6 @@ before or after, the per-attempt values kept on one :class:`Run` built at the st
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -24,6 +23,7 @@ from typing import Any
 from jobbers_celery import errortext, intake, metrics, tracing
 from jobbers_celery import payload as pl
 from jobbers_celery.codec import PayloadCodec
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.records import UNPUBLISHABLE, DeadLetter, from_ms
 from jobbers_celery.sinks import DeadLetterDispatcher
 from jobbers_celery.states import RESUBMITTABLE, TaskState
@@ -41,7 +41,7 @@ __all__ = [
     "unrecorded_publish",
 ]
 
-log = logging.getLogger("jobbers.lifecycle")
+log = escaped_logger("jobbers.lifecycle")
 
 S = TaskState
 _FROM_UNSUBMITTED = (S.UNSUBMITTED,)

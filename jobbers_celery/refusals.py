@@ -23,7 +23,6 @@ recorded as it is dropped, without arguments.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,13 +42,14 @@ from jobbers_celery.payload import (
     HEADER_VERSION,
 )
 from jobbers_celery.payload import dumps as _dumps
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.request import OverLimits
 from jobbers_celery.store import StepResult
 
 __all__ = ["MessageRefused", "RefusalStep", "connect_refusals", "on_task_rejected",
            "record_refusal", "refusal_reason"]
 
-log = logging.getLogger("jobbers.refusals")
+log = escaped_logger("jobbers.refusals")
 
 #: Characters of a decoder's error message kept in the reason (a decoder may quote the body).
 _DETAIL_MAX = 200

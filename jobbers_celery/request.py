@@ -27,7 +27,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal as signals
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +41,7 @@ from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.liveness import HALTED
 from jobbers_celery.options import DeadLetterPolicy
 from jobbers_celery.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.redaction import redactor
 from jobbers_celery.states import TERMINAL
 from jobbers_celery.task import Revoked
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobbersRequest", "OverLimits", "VersionMismatch"]
 
-log = logging.getLogger("jobbers.request")
+log = escaped_logger("jobbers.request")
 
 
 class VersionMismatch(Exception):

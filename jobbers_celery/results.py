@@ -15,7 +15,6 @@ task: a worker says so once, at start (:func:`check_layout`).
 
 from __future__ import annotations
 
-import logging
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from celery.backends.redis import RedisBackend
 from kombu.exceptions import EncodeError
 from redis.connection import SSLConnection, UnixDomainSocketConnection
 
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.store import ResultWrite
 from jobbers_celery.store.connect import is_cluster
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["check_layout", "folded_result", "mark_revoked", "not_folded"]
 
-log = logging.getLogger("jobbers.results")
+log = escaped_logger("jobbers.results")
 
 #: Celery's own rule (request option over task option) for whether a result is stored.
 _ignore_result: Callable[[Any, Any], bool] = celery_task.get_actual_ignore_result  # type: ignore[attr-defined]

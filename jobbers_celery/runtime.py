@@ -32,6 +32,7 @@ from celery import bootsteps, signals
 from jobbers_celery import liveness
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.options import ShutdownPolicy
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.scheduler import Scheduler
 from jobbers_celery.shutdown import WAKE_UP_S, drain, interrupt
 from jobbers_celery.store import is_outage
@@ -41,7 +42,7 @@ __all__ = ["OutageLog", "Periodic", "ShutdownStep", "WorkerStep", "liveness_thre
            "scheduler_thread"]
 
 #: The shutdown step logs as the rest of the shutdown policies do.
-log = logging.getLogger("jobbers.shutdown")
+log = escaped_logger("jobbers.shutdown")
 
 #: How long a fork waits for a running pass of a fork-safe thread to end before going ahead.
 FORK_WAIT_S = 5.0
@@ -132,7 +133,7 @@ def scheduler_thread(scheduler: Scheduler) -> Periodic:
     """The thread that runs ``scheduler``'s passes (fork-safe)."""
     interval = scheduler.config.scheduler_interval
     return Periodic("jobbers-scheduler", "jobbers scheduler pass",
-                    logging.getLogger("jobbers.scheduler"), scheduler.tick,
+                    escaped_logger("jobbers.scheduler"), scheduler.tick,
                     max(interval, 1.0), fork_safe=True)
 
 
@@ -146,7 +147,7 @@ def liveness_thread(refresher: liveness.Liveness) -> Periodic:
         return period if due is None else min(period, due)
 
     return Periodic("jobbers-liveness", "jobbers liveness refresh",
-                    logging.getLogger("jobbers.liveness"), tick, period)
+                    escaped_logger("jobbers.liveness"), tick, period)
 
 
 # ---------------------------------------------------------------------- forks

@@ -12,12 +12,12 @@ decides what one pass does; the thread that repeats it lives in the runtime.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING
 
 from jobbers_celery import metrics
 from jobbers_celery.codec import CannotOpen
+from jobbers_celery.printable import escaped_logger
 
 if TYPE_CHECKING:
     from jobbers_celery.cleaner import Cleaner
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Scheduler"]
 
-log = logging.getLogger("jobbers.scheduler")
+log = escaped_logger("jobbers.scheduler")
 
 _BATCH = 500
 HOUSEKEEPING_EVERY_S = 10.0

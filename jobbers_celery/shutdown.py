@@ -28,10 +28,11 @@ How, per pool:
 from __future__ import annotations
 
 import importlib
-import logging
 import signal
 import threading
 from typing import Any
+
+from jobbers_celery.printable import escaped_logger
 
 __all__ = [
     "WorkerShuttingDown",
@@ -40,7 +41,7 @@ __all__ = [
     "rearm_child_signals",
 ]
 
-log = logging.getLogger("jobbers.shutdown")
+log = escaped_logger("jobbers.shutdown")
 
 _draining = threading.Event()
 

@@ -21,7 +21,6 @@ that changes a task's outcome is made here (those live in :class:`JobbersTask`).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from celery import signals
@@ -40,12 +39,13 @@ from jobbers_celery.payload import (
     publishing_app,
     request_header,
 )
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.store import RedisStore
 from jobbers_celery.task import JobbersTask
 
 __all__ = ["connect"]
 
-log = logging.getLogger("jobbers.signals")
+log = escaped_logger("jobbers.signals")
 
 
 def _for_publish(name: str) -> tuple[Jobbers | None, JobbersTask | None]:

@@ -26,7 +26,6 @@ import atexit
 import collections
 import contextlib
 import json
-import logging
 import os
 import re
 import threading
@@ -40,6 +39,7 @@ import redis.exceptions
 from jobbers_celery import metrics
 from jobbers_celery.aside import SetAsideList
 from jobbers_celery.errors import DeadLetterRefused
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.redaction import redactor
 from jobbers_celery.spool import DeadLetterSpool
@@ -58,7 +58,7 @@ __all__ = [
     "SizedDeadLetterSink",
 ]
 
-log = logging.getLogger("jobbers.deadletter")
+log = escaped_logger("jobbers.deadletter")
 
 #: In-memory backlog bound (only used while the sink, Redis and the spool all refuse).
 _MAX_PENDING = 10_000

@@ -26,7 +26,6 @@ import errno
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import tempfile
 import time
@@ -36,12 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.records import DeadLetter
 from jobbers_celery.storable import parked_json
 
 __all__ = ["DeadLetterSpool", "SpoolFile", "default_spool_root", "spool_directory"]
 
-log = logging.getLogger("jobbers.deadletter")
+log = escaped_logger("jobbers.deadletter")
 
 _SUFFIX = ".jsonl"
 _TMP_PREFIX = ".tmp-"

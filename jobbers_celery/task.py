@@ -12,7 +12,6 @@ one to complete. ``retry()`` is replaced so that delays wait in Redis, not in ET
 from __future__ import annotations
 
 import functools
-import logging
 import random
 import time
 from collections.abc import Callable
@@ -56,6 +55,7 @@ from jobbers_celery.options import (
     TaskOptions,
     validate_options,
 )
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.recorder import Run, error_fields, publishing_unrecorded
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.states import TaskState
@@ -66,7 +66,7 @@ __all__ = ["CHECKPOINT_MAX_BYTES", "PROGRESS_MAX_BYTES", "JobbersTask", "Revoked
 #: The request reader ``heartbeat()`` uses (its tests reach it here).
 _request_getter = request_getter
 
-log = logging.getLogger("jobbers.task")
+log = escaped_logger("jobbers.task")
 S = TaskState
 
 #: Request attributes jobbers sets on a running task's context.

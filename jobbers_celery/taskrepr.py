@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,12 +29,13 @@ from celery import Celery, Task
 from celery.utils.saferepr import saferepr
 
 from jobbers_celery.config import JobbersConfig
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.redaction import REDACTED, Parameters, Redactor, parameters, redactor
 
 __all__ = ["redact_exception", "redact_headers", "redactor_of", "sent_reprs", "task_parameters",
            "worker_reprs"]
 
-log = logging.getLogger("jobbers.redaction")
+log = escaped_logger("jobbers.redaction")
 
 #: Exceptions visited in one redaction (along ``__cause__``/``__context__`` and into
 #: exception groups).

@@ -28,7 +28,6 @@ many steps, operators or restarts race.
 from __future__ import annotations
 
 import functools
-import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
-from jobbers_celery import PaceError, ResubmitPace
+from jobbers_celery import PaceError, ResubmitPace, escaped_logger
 from jobbers_django import services
 from jobbers_django.models import (
     FINAL_STATUSES,
@@ -71,7 +70,7 @@ __all__ = [
     "step",
 ]
 
-log = logging.getLogger("jobbers.django.runs")
+log = escaped_logger("jobbers.django.runs")
 
 #: The Celery task that drives runs (:mod:`jobbers_django.tasks`).
 STEP_TASK = "jobbers.resubmit_run_step"

@@ -14,7 +14,6 @@ a second guard against a double publish.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,6 +23,7 @@ from django.db import connection, transaction
 from django.db.models import Case, F, IntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
+from jobbers_celery import escaped_logger
 from jobbers_django import conf
 from jobbers_django.models import (
     Action,
@@ -70,7 +70,7 @@ __all__ = [
     "to_dead_letter",
 ]
 
-log = logging.getLogger("jobbers.django")
+log = escaped_logger("jobbers.django")
 
 SAMPLE_SIZE = 10
 

@@ -15,7 +15,6 @@ ones behind it, where an outage (``OperationalError``) keeps them all waiting.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,7 +29,7 @@ from django.db import (
 from django.db.models import F
 from django.db.models.functions import Greatest, Least
 
-from jobbers_celery import DeadLetterRefused, storable_form
+from jobbers_celery import DeadLetterRefused, escaped_logger, storable_form
 from jobbers_django.fingerprint import fingerprint
 
 if TYPE_CHECKING:
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DjangoDeadLetterSink", "write_entry"]
 
-log = logging.getLogger("jobbers.django.sink")
+log = escaped_logger("jobbers.django.sink")
 _T = TypeVar("_T")
 
 

@@ -9,7 +9,6 @@ cluster client, which follows the slot map and ``MOVED``/``ASK`` replies.
 
 from __future__ import annotations
 
-import logging
 import ssl
 import time
 from collections.abc import Mapping
@@ -23,10 +22,11 @@ from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from jobbers_celery.config import JobbersConfig
 from jobbers_celery.errors import ConfigurationError
+from jobbers_celery.printable import escaped_logger
 
 __all__ = ["is_cluster", "redis_client"]
 
-log = logging.getLogger("jobbers.store")
+log = escaped_logger("jobbers.store")
 
 #: Options every store connection gets: replies as ``str``; an idle connection is PINGed
 #: before use, so a server restart is noticed before a step is sent.

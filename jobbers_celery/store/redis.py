@@ -25,6 +25,7 @@ from redis.commands.core import Script
 
 from jobbers_celery.config import DEFAULT_SHARDS
 from jobbers_celery.errors import ConfigurationError
+from jobbers_celery.printable import escaped_logger
 from jobbers_celery.records import ErrorInfo, TaskRecord, Transition, from_ms
 from jobbers_celery.states import RESUBMITTABLE, TERMINAL, TaskState, allowed_from
 from jobbers_celery.store.base import (
@@ -48,7 +49,7 @@ from jobbers_celery.store.keys import STATE_ORDER, Keys, Shards
 
 __all__ = ["UNREACHABLE", "Giver", "RedisStore", "WritesRefused", "is_outage"]
 
-log = logging.getLogger("jobbers.store")
+log = escaped_logger("jobbers.store")
 
 #: Terminal records stay this much longer than the retention period so that the pruner,
 #: which needs their name to clean the indexes, always sees them first.

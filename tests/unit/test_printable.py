@@ -4,13 +4,16 @@ values apart, and costs time linear in the text."""
 
 from __future__ import annotations
 
+import logging
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobbers_celery import printable
+import jobbers_celery
+from jobbers_celery import escaped_logger, printable
 
 #: Every code point a strategy may draw: controls, surrogates, private use, unassigned.
 ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()))
@@ -71,3 +74,28 @@ def test_hostile_text_costs_time_linear_in_its_size() -> None:
         shown = printable(text)
         assert time.perf_counter() - started < 2.0  # quadratic would take minutes
         assert obeyed(shown) == []
+
+
+def test_jobbers_log_lines_show_what_a_publisher_chose_escaped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A task id with a newline forged a log line; a name with an escape sequence reached the
+    terminal tailing the worker's log."""
+    log = escaped_logger("jobbers.test-printable")
+    with caplog.at_level(logging.INFO, logger="jobbers.test-printable"):
+        log.warning("dead letter %s[%s] set aside: %s", "evil\x1b]0;pwned\x07",
+                    "id\nFORGED LINE", "\u202eecnalab")
+        log.info("plain %s[%d]", "proj.add", 3)
+    shown = [r.getMessage() for r in caplog.records]
+    assert shown == [("dead letter evil\\x1b]0;pwned\\x07[id\\nFORGED LINE] set aside: "
+                      "\\u202eecnalab"), "plain proj.add[3]"]
+    assert all(text.isprintable() for text in shown)
+
+
+def test_every_jobbers_module_logs_through_the_escaping_logger() -> None:
+    """metrics.py alone keeps a plain logger: it logs fixed text only, and imports nothing
+    but the standard library and OpenTelemetry (test_metrics)."""
+    root = Path(jobbers_celery.__file__).resolve().parents[1]
+    plain = [path.relative_to(root).as_posix() for package in ("jobbers_celery", "jobbers_django")
+             for path in (root / package).rglob("*.py")
+             if 'getLogger("jobbers' in path.read_text()]
+    assert plain == ["jobbers_celery/metrics.py"]
