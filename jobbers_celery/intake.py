@@ -14,7 +14,8 @@ one iterative walk that stops at the first limit passed) and ends a message over
 - :data:`MAX_ID_CHARS` characters of task id, :data:`MAX_NAME_CHARS` of task name,
   :data:`MAX_HEADER_CHARS` of a ``jobbers_*`` header string.
 
-No character is refused: any id within the lengths runs and is recorded as it is.
+No character is refused but a lone surrogate (a JSON ``"\\ud800"``), which has no UTF-8
+form, so no key can hold it: any other id within the lengths runs and is recorded as it is.
 """
 
 from __future__ import annotations
@@ -51,11 +52,19 @@ _CONTAINERS = (list, tuple, dict)
 
 
 def identity_over_limits(task_id: Any, name: Any) -> str | None:
-    """Why a task id and name cannot be recorded (too long), or ``None``."""
-    if isinstance(task_id, str) and len(task_id) > MAX_ID_CHARS:
-        return f"its task id has {len(task_id)} characters, over the limit of {MAX_ID_CHARS}"
-    if isinstance(name, str) and len(name) > MAX_NAME_CHARS:
-        return f"its task name has {len(name)} characters, over the limit of {MAX_NAME_CHARS}"
+    """Why a task id and name cannot be recorded (too long, or holding a lone surrogate,
+    which has no UTF-8 form: no key, no result backend can hold it), or ``None``."""
+    for what, value, limit in (("task id", task_id, MAX_ID_CHARS),
+                               ("task name", name, MAX_NAME_CHARS)):
+        if not isinstance(value, str):
+            continue
+        if len(value) > limit:
+            return f"its {what} has {len(value)} characters, over the limit of {limit}"
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"its {what} holds a lone surrogate (no UTF-8 form)"
     return None
 
 

@@ -99,8 +99,8 @@ def _record(consumer: Any, message: Any, exc: BaseException | None) -> None:
     name = headers.get("task") or headers.get(HEADER_TASK)
     if not isinstance(task_id, str) or not isinstance(name, str) or not task_id:
         return  # nothing names a task to end (protocol 1 keeps them in the body: not read)
-    # an over-long id or name is never made a key here (no late record, below); a record
-    # its publisher made still ends dropped
+    # an over-long id or name, or one with a lone surrogate, is never made a key (not at
+    # publish, nor late here)
     too_long = identity_over_limits(task_id, name)
     name = cut_head(name, MAX_NAME_CHARS)
     app = getattr(consumer, "app", None)
@@ -126,11 +126,11 @@ def _record(consumer: Any, message: Any, exc: BaseException | None) -> None:
             dead_letter=dead_letter,
         )
 
-    res = drop()
-    if too_long and not res.applied:
+    if too_long:  # recorder.publish never records such an id or name: no record to end
         log.error("refused message %s[%s] not recorded: %s", cut_head(name, 200),
                   cut_head(task_id, 200), too_long)
         return
+    res = drop()
     if not res.applied and res.previous == "missing" and isinstance(opts, TaskOptions) \
             and not _removed_on_purpose(jobbers, task_id, headers):
         # Published without a record (by a client without jobbers, or while the store was

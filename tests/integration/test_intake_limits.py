@@ -80,3 +80,28 @@ def test_an_over_long_task_id_is_never_made_a_key(proj: Any, worker_factory: Any
         assert not any(task_id in k for k in jobbers.store.client.scan_iter(count=1000))
     assert proj.add.delay(2, 3).get(timeout=20) == 5
     assert worker.proc.poll() is None
+
+
+def test_a_task_id_with_a_lone_surrogate_is_refused_and_the_worker_goes_on(
+        proj: Any, worker_factory: Any) -> None:
+    """A JSON ``"\\ud800"`` decodes to a str no key (and no result backend) can hold: the
+    worker's store step raised inside the task's own bookkeeping, nothing was recorded and
+    the refusal's recording raised again. Now it is refused at intake, said once, escaped."""
+    app = proj.app
+    worker = worker_factory(pool="prefork", concurrency=1)
+    task_id = "sur\ud800id"
+    msg = app.amqp.as_task_v2(task_id, "proj.boom", args=["x"], kwargs={})
+    queue = app.amqp.queues[app.conf.task_default_queue]
+    with app.producer_or_acquire() as producer:
+        producer.publish(json.dumps([["x"], {}, {}]), exchange=queue.exchange,
+                         routing_key=queue.routing_key, declare=[queue],
+                         content_type="application/json", content_encoding="utf-8",
+                         headers=msg.headers)
+    said = ("refused message proj.boom[sur\\ud800id] not recorded: its task id holds a lone "
+            "surrogate (no UTF-8 form)")
+    wait_for(lambda: said in worker.log, timeout=10,
+             message="the worker to say why it refused the message")
+    assert proj.add.delay(2, 3).get(timeout=20) == 5
+    assert worker.proc.poll() is None
+    assert "UnicodeEncodeError" not in worker.log
+    assert "could not record" not in worker.log

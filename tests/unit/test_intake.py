@@ -82,9 +82,14 @@ def test_lengths_of_what_becomes_a_key() -> None:
     assert identity_over_limits("x" * (MAX_ID_CHARS + 1), "n") == (
         f"its task id has {MAX_ID_CHARS + 1} characters, over the limit of {MAX_ID_CHARS}")
     assert identity_over_limits("x", "n" * (MAX_NAME_CHARS + 1)) is not None
-    # no character is refused
+    # no character is refused but a lone surrogate: no UTF-8 form, so no key holds it
     for odd in ("", "|", "a\nb", "\x1b]0;x\x07", "é😀", "../..", "%2F", "<script>"):
         assert message_over_limits(odd, odd, {"id": odd, "args": [odd], "kwargs": {}}) is None
+    assert identity_over_limits("a\ud800b", "n") == (
+        "its task id holds a lone surrogate (no UTF-8 form)")
+    assert identity_over_limits("id", "proj.\udc80") == (
+        "its task name holds a lone surrogate (no UTF-8 form)")
+    assert identity_over_limits("😀\U0010ffff", "\u2028") is None  # paired and odd: UTF-8
     headers = {"jobbers_epoch": "e" * (MAX_HEADER_CHARS + 1), "args": [], "kwargs": {}}
     assert message_over_limits("id", "n", headers) == (
         f"its jobbers_epoch header has {MAX_HEADER_CHARS + 1} characters, over the limit of "
