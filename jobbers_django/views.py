@@ -30,7 +30,7 @@ from drf_spectacular.utils import (
 )
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import exceptions, serializers, status
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.schemas.inspectors import ViewInspector
@@ -41,6 +41,7 @@ from rest_framework.views import APIView
 from jobbers_django import conf, querysets, runs, services
 from jobbers_django import serializers as s
 from jobbers_django.models import DeadLetterEntry, ResubmitRun, Source
+from jobbers_django.parsers import BoundedJSONParser
 from jobbers_django.permissions import CanCancel, CanRead, CanResubmit
 
 if TYPE_CHECKING:
@@ -209,7 +210,7 @@ class JobbersAPIView(_JobbersMixin, APIView):
     read_model: type[Model] = DeadLetterEntry
     #: paced resubmits: readable by who may read them or start them
     read_runs = False
-    parser_classes: Sequence[type[BaseParser]] = (JSONParser,)
+    parser_classes: Sequence[type[BaseParser]] = (BoundedJSONParser,)
 
 
 # ---------------------------------------------------------------------- dead letters

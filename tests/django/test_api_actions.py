@@ -413,3 +413,18 @@ def test_cancel_unknown_malformed_and_bad_bodies(djapp, jobbers, operator, staff
     assert post(Client(), "tasks/c-4/cancel", {}).status_code == 401
     assert jobbers.get("c-4").state is S.SUBMITTED
     assert not DeadLetterAudit.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["dead-letter-queue/resubmit", "dead-letter-queue/discard",
+                                  "dead-letter-queue/resubmit-runs"])
+def test_a_body_nested_too_deep_to_parse_is_a_400(make_entries, operator, published,
+                                                  redis_url, path):
+    """Python's JSON decoder raises RecursionError near 1,000 levels; DRF's parser let it
+    through as a 500."""
+    make_entries(2)
+    before = everything(redis_url, published)
+    response = login(operator).post(f"{API}/{path}", "[" * 5000 + "]" * 5000,
+                                    content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert "nested too deep" in response.json()["detail"]
+    assert everything(redis_url, published) == before
