@@ -9,7 +9,9 @@ configures) and on the handlers Celery's worker sets up (so a record of any othe
 or ``kombu.*`` logger, a task's own logger included, is redacted there too): the pool line's arguments are replaced by a note (the request's redacted reprs
 are in the ``Received task`` line and the task events), and every other record's message
 (formatted with its arguments), extra ``data`` and traceback text are redacted as text
-(credentials, values of secret keys). A record is never dropped.
+(credentials, values of secret keys), and shown with their control characters escaped (the
+arguments' strings wholly, newlines included: a task id or name is a publisher's; the rest
+keeps Celery's own line breaks). A record is never dropped.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from celery import signals
 
+from jobbers_celery.printable import printable, unprintable
 from jobbers_celery.redaction import Redactor, redactor
 
 __all__ = ["CELERY_LOGGERS", "HIDDEN", "RedactingFilter", "install"]
@@ -65,16 +68,37 @@ class RedactingFilter(logging.Filter):
             args = record.args if isinstance(record.args, tuple) else ()
             record.args = (args[0] if args else "?", HIDDEN, HIDDEN)
             return
-        # the message as it will read, redacted whole (an argument's repr included)
-        record.msg = red.text(record.getMessage())
+        # a publisher's values in the arguments (a task id with a newline forged a line, a
+        # name with ESC reached the terminal) shown escaped, then the message as it will
+        # read, redacted whole (an argument's repr included) and any control character left
+        # in it escaped (Celery's own text keeps its line breaks)
+        record.args = _escaped_args(record.args)
+        record.msg = _controls_escaped(red.text(record.getMessage()))
         record.args = ()
         data = getattr(record, "data", None)
         if isinstance(data, Mapping):
             record.data = {k: _shown(v, red) for k, v in data.items()}
         if record.exc_info and not record.exc_text:
-            record.exc_text = red.text(logging.Formatter().formatException(record.exc_info))
+            record.exc_text = _controls_escaped(
+                red.text(logging.Formatter().formatException(record.exc_info)))
         elif record.exc_text:
-            record.exc_text = red.text(record.exc_text)
+            record.exc_text = _controls_escaped(red.text(record.exc_text))
+
+
+def _escaped_args(args: Any) -> Any:
+    """A record's arguments with every string shown through :func:`printable`."""
+    if isinstance(args, Mapping):
+        return {k: printable(v) if isinstance(v, str) else v for k, v in args.items()}
+    if isinstance(args, tuple):
+        return tuple(printable(v) if isinstance(v, str) else v for v in args)
+    return args
+
+
+def _controls_escaped(text: str) -> str:
+    """``text`` with what a terminal could obey escaped, its line breaks and backslashes
+    kept (Celery's multi-line messages, tracebacks, and arguments escaped already)."""
+    unsafe = unprintable(text) - {"\n"}
+    return text.translate({ord(c): printable(c) for c in unsafe}) if unsafe else text
 
 
 def _shown(value: Any, red: Redactor) -> Any:

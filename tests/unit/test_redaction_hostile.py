@@ -206,6 +206,30 @@ def test_celerys_log_records_are_redacted_at_every_level(caplog):
     assert "Received task: t[1]" in text
 
 
+def test_celerys_log_records_show_a_publishers_values_escaped(caplog):
+    """A task id with a newline split Celery's "Received task" line in two; a name or an
+    exception message with ESC reached the terminal tailing the worker's log."""
+    from jobbers_celery import logfilter
+
+    logfilter.install()
+    with caplog.at_level(logging.INFO, logger="celery"):
+        logging.getLogger("celery.worker.strategy").info(
+            "Received task: %(name)s[%(id)s]",
+            {"name": "proj.\x1b]0;PWNED\x07x", "id": "nl\nFORGED: line"})
+        try:
+            raise ValueError("fail \x1b[31mred\r")
+        except ValueError as exc:
+            logging.getLogger("celery.app.trace").exception(
+                "Task %s raised unexpected: %r\nsecond line", "t", exc)
+    received, failed = caplog.records
+    assert received.getMessage() == "Received task: proj.\\x1b]0;PWNED\\x07x[nl\\nFORGED: line]"
+    assert failed.getMessage() == (
+        "Task t raised unexpected: ValueError('fail \\x1b[31mred\\r')\nsecond line")
+    assert "\x1b" not in (failed.exc_text or "")
+    assert "\r" not in (failed.exc_text or "")
+    assert "ValueError: fail \\x1b[31mred\\r" in (failed.exc_text or "")
+
+
 def test_the_worker_shows_reprs_it_made_never_the_headers_a_publisher_wrote():
     from celery import Celery
     from celery.contrib.testing.mocks import TaskMessage
