@@ -52,7 +52,8 @@ DEFAULT_REDACT_KEYS: tuple[str, ...] = (
     "password", "passwd", "passphrase", "pass", "pwd", "token", "secret", "api_key",
     "apikey", "access_key", "authorization", "auth", "credential", "private_key",
     "signing_key", "session_id", "session_key", "cookie", "csrf", "jwt", "dsn", "otp",
-    "cvv", "card_number",
+    "cvv", "card_number", "authentication", "oauth", "privkey", "passwort", "pin", "ssn",
+    "cvc",
 )
 #: What a secret is shown as.
 REDACTED = "********"

@@ -187,3 +187,16 @@ def test_a_big_value_is_redacted_as_far_as_its_repr_shows_it():
     rows = R.value({"rows": [{"id": n, "token": "t"} for n in range(10_000)]}, limit=200)
     assert 5 < len(rows["rows"]) < 100
     assert all(row["token"] == REDACTED for row in rows["rows"])
+
+
+def test_more_secret_key_names_by_default() -> None:
+    """Keys an outside check found passing in clear; a short one is a whole word only."""
+    from jobbers_celery.redaction import redactor
+
+    red = redactor()
+    for key in ("oauth", "Authentication", "privkey", "passwort", "pin", "pin_code", "ssn",
+                "cvc", "userSSN"):
+        assert red.is_secret_key(key), key
+        assert red.value({key: "v4lue-x"}) == {key: "********"}, key
+    for key in ("spinner", "pinned", "passenger", "mapping"):
+        assert not red.is_secret_key(key), key
