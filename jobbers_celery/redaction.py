@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from jobbers_celery.intake import MAX_DEPTH as INTAKE_DEPTH
+
 __all__ = ["DEFAULT_REDACT_KEYS", "REDACTED", "TOO_DEEP", "Parameters", "Redactor",
            "parameters", "redactor", "use_keys"]
 
@@ -417,8 +419,10 @@ class Redactor:
         return frozenset(forms)
 
     def _secret_leaves(self, value: Any, depth: int) -> Iterator[str]:
-        """The values under secret keys, and the credentials inside strings."""
-        if depth > MAX_DEPTH:
+        """The values under secret keys, and the credentials inside strings, as deep as a
+        worker takes a message (:data:`~jobbers_celery.intake.MAX_DEPTH`: deeper ones never
+        run), not only as deep as a display shows."""
+        if depth > INTAKE_DEPTH:
             return
         if isinstance(value, bytes | bytearray):
             value = bytes(value).decode("utf-8", "replace")
@@ -542,7 +546,7 @@ def _merged(spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
 
 
 def _leaves(value: Any, depth: int) -> Iterator[str]:
-    if depth > MAX_DEPTH or isinstance(value, bool) or value is None:
+    if depth > INTAKE_DEPTH or isinstance(value, bool) or value is None:
         return
     if isinstance(value, bytes | bytearray):
         yield bytes(value).decode("utf-8", "replace")

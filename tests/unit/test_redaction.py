@@ -200,3 +200,22 @@ def test_more_secret_key_names_by_default() -> None:
         assert red.value({key: "v4lue-x"}) == {key: "********"}, key
     for key in ("spinner", "pinned", "passenger", "mapping"):
         assert not red.is_secret_key(key), key
+
+
+def test_a_secret_nested_deeper_than_shown_is_still_known_to_the_text_redactor() -> None:
+    """The display stops at 32 levels; a worker takes 100: a message that quotes a secret
+    from level 40 must not show it (an outside check found it in clear)."""
+    from jobbers_celery.redaction import redactor
+
+    red = redactor()
+    cfg: object = {"password": "DEEPSECRET1"}
+    for _ in range(40):
+        cfg = {"x": cfg}
+    deep_list: object = {"token": "MIDSECRET2"}
+    for _ in range(31):
+        deep_list = [deep_list]
+    known = red.secrets([], {"cfg": cfg, "other": deep_list})
+    assert {"DEEPSECRET1", "MIDSECRET2"} <= known
+    shown = red.text("upstream said DEEPSECRET1 and MIDSECRET2 are wrong", known)
+    assert "DEEPSECRET1" not in shown
+    assert "MIDSECRET2" not in shown
