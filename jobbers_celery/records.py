@@ -134,6 +134,15 @@ class DeadLetter:
         fields = info.get("fields") if isinstance(info, dict) else None
         return tuple(str(f) for f in fields) if isinstance(fields, list) else ()
 
+    @property
+    def recorded_task_id(self) -> str:
+        """The id the task's record is kept under: the whole id when the stored one was cut
+        to fit (kept in ``options[ALTERED]["full"]``), else :attr:`task_id`."""
+        info = self.options.get(ALTERED) if isinstance(self.options, dict) else None
+        full = info.get("full") if isinstance(info, dict) else None
+        whole = full.get("task_id") if isinstance(full, dict) else None
+        return whole if isinstance(whole, str) else self.task_id
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (``failed_at`` as ISO 8601)."""
         return {

@@ -67,7 +67,7 @@ def _sink(e: Env) -> RedisDeadLetterSink:
 
 def _shown(e: Env, entries: Sequence[DeadLetter]) -> list[dict[str, Any]]:
     """Entries as shown, each with its task's state now (one round trip)."""
-    states = e.jobbers.store.fields([x.task_id for x in entries], ("state",))
+    states = e.jobbers.store.fields([x.recorded_task_id for x in entries], ("state",))
     return [out.dead_letter_json(e.jobbers.readable(x), e.redactor, e.parameters(x.name),
                                  row[0] or None)
             for x, row in zip(entries, states, strict=True)]

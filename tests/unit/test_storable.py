@@ -236,3 +236,14 @@ def test_property_storable_text_has_no_nul_or_surrogate(text: str) -> None:
     shown.encode("utf-8")
     assert "\x00" not in shown
     assert (shown == text) == (shown is text)
+
+
+def test_a_cut_id_still_names_the_record_it_came_from() -> None:
+    """``celery jobbers dlq list`` showed the task of a 1,000-character id as gone: it looked
+    the record up by the cut id."""
+    long_id = "L" * 1000
+    stored = storable_form(_entry(task_id=long_id))
+    assert len(stored.task_id) <= ID_LIMIT
+    assert stored.task_id != long_id
+    assert stored.recorded_task_id == long_id
+    assert _entry().recorded_task_id == "st-1"
