@@ -31,6 +31,7 @@ __all__ = [
     "cut_message",
     "cut_traceback",
     "exception_parts",
+    "safe_str",
 ]
 
 #: Characters of an exception message kept in the dead letter (the record keeps fewer,
@@ -63,6 +64,16 @@ def cut_message(text: str, redact: Callable[[str], str] = _same,
     if len(text) <= limit:
         return redact(text)
     return cut_head(redact(text[:limit + REDACT_MARGIN]), limit, len(text))
+
+
+def safe_str(exc: BaseException) -> str:
+    """``str(exc)``, or what :mod:`traceback` shows when its ``__str__`` raises (a
+    publisher's arguments can make it: a message formatted from them)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - whatever __str__ raised
+        return "<exception str() failed>"
+    return text if isinstance(text, str) else "<exception str() failed>"
 
 
 #: Notes of an exception (``add_note``) formatted, at most.

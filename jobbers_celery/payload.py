@@ -285,13 +285,19 @@ def describe_exception(exc: BaseException, message_max: int = errortext.MESSAGE_
     taken out by look (what the record and the dead letter store: a task's own exception
     was redacted further, with its arguments' secret values, before it got here). Both cut
     first (:mod:`jobbers_celery.errortext`): the message's head (``message_max``
-    characters), the traceback's end."""
+    characters), the traceback's end. Never raises: a ``__str__`` that raises is shown as
+    :mod:`traceback` shows it (``<exception str() failed>``)."""
     cls = type(exc)
     module = cls.__module__
     name = cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
     redact = redactor().text
-    return (name, errortext.cut_message(str(exc), redact, message_max),
-            errortext.cut_traceback(errortext.exception_parts(exc), redact))
+    message = errortext.safe_str(exc)
+    try:
+        parts = errortext.exception_parts(exc)
+    except Exception:  # noqa: BLE001 - an exception odd enough to break the formatter
+        parts = [f"{name}: {message}\n"]
+    return (name, errortext.cut_message(message, redact, message_max),
+            errortext.cut_traceback(parts, redact))
 
 
 def describe_traceback(text: str) -> str:

@@ -13,8 +13,10 @@
 - An exception a task raises with a secret in it is redacted in place before Celery and
   jobbers see it: its string arguments, its attributes (a message ``__str__`` builds from
   ``self.url``), its notes, the exceptions it chains and every member of an exception group
-  (recursively, up to :data:`_MAX_EXCEPTIONS`). So the worker's log line (which shows its
-  ``repr()``) and traceback, the ``task-failed``/``task-retried`` events, the result
+  (breadth-first, up to :data:`_MAX_EXCEPTIONS`; any further one is blanked), and the
+  fields ``str()`` reads (an OSError's ``strerror`` and file names, a UnicodeError's
+  ``reason``). So the worker's log line (which shows its ``repr()``) and traceback, the
+  ``task-failed``/``task-retried`` events, the result
   backend, the record and the dead letter all carry the redacted text.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,6 +45,12 @@ log = escaped_logger("jobbers.redaction")
 _MAX_EXCEPTIONS = 256
 #: Levels of exception groups visited.
 _MAX_GROUP_DEPTH = 16
+#: What an exception past those limits shows instead of its arguments and attributes.
+PAST_LIMIT = "[not shown: past the exceptions jobbers redacts]"
+#: What a value the redactor refuses (cyclic, nested too deep, too big) shows instead.
+REFUSED = "[not shown: cyclic, nested too deep or too big to redact]"
+#: Containers looked into, at most, in one argument or attribute of an exception.
+_MAX_NODES = 10_000
 #: Characters of Celery's repr compared to tell it from a caller's own.
 _PROBE = 96
 #: The parameters of each task object, read once (``inspect.signature`` is not free).
@@ -157,19 +166,23 @@ def redact_exception(exc: BaseException, task: Task[Any, Any] | None, args: Any,
                                kwargs if isinstance(kwargs, Mapping) else {},
                                task_parameters(task))
         seen: set[int] = set()
-        todo: list[tuple[BaseException, int]] = [(exc, 0)]
-        while todo and len(seen) < _MAX_EXCEPTIONS:
-            current, depth = todo.pop()
+        todo: deque[tuple[BaseException, int]] = deque([(exc, 0)])
+        done = 0
+        while todo:  # breadth-first: the ones a log line and a traceback show first
+            current, depth = todo.popleft()
             if id(current) in seen:
                 continue
             seen.add(id(current))
-            _redact_one(current, redact, known)
+            if done < _MAX_EXCEPTIONS and depth < _MAX_GROUP_DEPTH:
+                _redact_one(current, redact, known)
+            else:  # past the limit: nothing of it shown, at no cost per character
+                _blank(current)
+            done += 1
             for chained in (current.__cause__, current.__context__):
                 if chained is not None:
                     todo.append((chained, depth))
             members = getattr(current, "exceptions", None)
-            if (isinstance(current, BaseExceptionGroup) and isinstance(members, tuple)
-                    and depth < _MAX_GROUP_DEPTH):
+            if isinstance(current, BaseExceptionGroup) and isinstance(members, tuple):
                 todo.extend((m, depth + 1) for m in members if isinstance(m, BaseException))
     except Exception:  # an odd exception: shown as it is rather than lost
         log.debug("could not redact the message of %r", type(exc), exc_info=True)
@@ -185,6 +198,13 @@ def _redact_one(exc: BaseException, redact: Redactor, known: frozenset[str]) -> 
         args = tuple(_redacted(a, redact, known) for a in exc.args)
         if args != exc.args:
             exc.args = args
+    for name in _fields(exc):  # str() reads these, not args
+        value = getattr(exc, name, None)
+        if value is not None:
+            shown = _redacted(value, redact, known)
+            if shown is not value and shown != value:
+                with contextlib.suppress(Exception):
+                    setattr(exc, name, shown)
     attrs = getattr(exc, "__dict__", None)
     if isinstance(attrs, dict):
         for name, value in list(attrs.items()):
@@ -196,9 +216,41 @@ def _redact_one(exc: BaseException, redact: Redactor, known: frozenset[str]) -> 
                 with contextlib.suppress(Exception):  # a read-only property, a slot
                     setattr(exc, name, shown)
     for text in (_safe(str, exc), _safe(repr, exc)):
+        text = text[:4096] if text is not None else None  # a group's repr holds its members'
         if text is not None and redact.text(text, known) != text:
             log.debug("%s keeps a secret in its own message text", type(exc).__name__)
             break
+
+
+def _fields(exc: BaseException) -> tuple[str, ...]:
+    """The C-level fields ``str()`` of ``exc`` shows (writable, and not in ``__dict__``)."""
+    if isinstance(exc, OSError):
+        return ("strerror", "filename", "filename2")
+    if isinstance(exc, UnicodeError) and hasattr(exc, "reason"):
+        return ("reason", "object")
+    return ()
+
+
+def _blank(exc: BaseException) -> None:
+    """``exc``'s arguments, attributes, fields and notes replaced by :data:`PAST_LIMIT`
+    (a group keeps its message, which cannot be set: its members are blanked)."""
+    with contextlib.suppress(Exception):
+        if not isinstance(exc, BaseExceptionGroup):
+            exc.args = (PAST_LIMIT,)
+        if isinstance(exc, OSError):
+            exc.strerror, exc.filename, exc.filename2 = PAST_LIMIT, None, None
+        elif isinstance(exc, UnicodeError) and hasattr(exc, "reason"):
+            obj = getattr(exc, "object", "")
+            setattr(exc, "object", b"" if isinstance(obj, bytes) else "")  # noqa: B010
+            setattr(exc, "reason", PAST_LIMIT)  # noqa: B010
+        if isinstance(getattr(exc, "__notes__", None), list):
+            exc.__notes__ = [PAST_LIMIT]
+        attrs = getattr(exc, "__dict__", None)
+        for name, value in list(attrs.items()) if isinstance(attrs, dict) else ():
+            if not name.startswith("__") and isinstance(value, str | bytes | Mapping | list
+                                                        | tuple):
+                with contextlib.suppress(Exception):
+                    setattr(exc, name, PAST_LIMIT)
 
 
 def _redacted(value: Any, redact: Redactor, known: frozenset[str]) -> Any:
@@ -210,7 +262,12 @@ def _redacted(value: Any, redact: Redactor, known: frozenset[str]) -> Any:
         text = value.decode("utf-8", "replace")
         shown = redact.text(text, known)
         return value if shown == text else shown.encode("utf-8")
-    if isinstance(value, Mapping | list | tuple) and _plain(value, 0):
+    if not isinstance(value, Mapping | list | tuple):
+        return value
+    shape = _shape(value, 0, set(), [_MAX_NODES])
+    if shape == "refused":
+        return REFUSED
+    if shape == "plain":
         data = _known_out(redact.value(value), redact, known)
         if data == (list(value) if isinstance(value, list | tuple) else dict(value)):
             return value
@@ -230,15 +287,27 @@ def _known_out(value: Any, redact: Redactor, known: frozenset[str]) -> Any:
     return value
 
 
-def _plain(value: Any, depth: int) -> bool:
-    """Whether ``value`` is small plain data (what an exception's argument or attribute may
-    be redacted as: never an object, which would be replaced by its text)."""
+def _shape(value: Any, depth: int, path: set[int], budget: list[int]) -> str:
+    """``"plain"`` when ``value`` is small plain data (what an exception's argument or
+    attribute may be redacted as), ``"object"`` when it holds an object (kept: shown by its
+    own repr), ``"refused"`` when it is cyclic, nested too deep or too big (replaced)."""
     if value is None or isinstance(value, str | bytes | bool | int | float):
-        return True
-    if depth > 8 or not isinstance(value, Mapping | list | tuple) or len(value) > 1000:
-        return False
-    items = value.values() if isinstance(value, Mapping) else value
-    return all(_plain(v, depth + 1) for v in items)
+        return "plain"
+    if not isinstance(value, Mapping | list | tuple):
+        return "object"
+    budget[0] -= 1
+    if depth > 8 or id(value) in path or len(value) > 1000 or budget[0] < 0:
+        return "refused"
+    path.add(id(value))
+    found = "plain"
+    for item in value.values() if isinstance(value, Mapping) else value:
+        one = _shape(item, depth + 1, path, budget)
+        if one == "refused":
+            return one
+        if one == "object":
+            found = one
+    path.discard(id(value))
+    return found
 
 
 def _safe(render: Any, exc: BaseException) -> str | None:

@@ -6,6 +6,7 @@ args, repr, attributes and the members of exception groups; Celery's log records
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -220,7 +221,7 @@ def test_celerys_log_records_show_a_publishers_values_escaped(caplog):
             raise ValueError("fail \x1b[31mred\r")
         except ValueError as exc:
             logging.getLogger("celery.app.trace").exception(
-                "Task %s raised unexpected: %r\nsecond line", "t", exc)
+                "Task %s raised unexpected: %r\nsecond line", "t", exc)  # noqa: TRY401
     received, failed = caplog.records
     assert received.getMessage() == "Received task: proj.\\x1b]0;PWNED\\x07x[nl\\nFORGED: line]"
     assert failed.getMessage() == (
@@ -340,3 +341,71 @@ def test_a_secret_argument_never_shows_in_any_exception_it_ends_up_in(secret, sh
     for one in every:
         shown = str(one) + repr(one) + repr(getattr(one, "__notes__", ""))
         assert secret not in shown
+
+
+PW = "Zq7hunter2-oserrWk3"
+
+
+def test_a_secret_in_an_oserrors_or_unicodeerrors_own_fields_never_shows():
+    """``str()`` of an OSError reads ``strerror``/``filename``/``filename2``, of a
+    UnicodeError ``reason`` and ``object``: not its args."""
+    os_err = OSError(13, f"login to db refused for {PW}", f"/etc/{PW}", None, f"/x/{PW}")
+    not_found = FileNotFoundError(2, "no such file", f"/srv/{PW}.txt")
+    decode = UnicodeDecodeError("utf-8", f"ab {PW} \xff".encode("latin-1"), 3, 4,
+                                f"bad byte after {PW}")
+    encode = UnicodeEncodeError("ascii", f"{PW} \u20ac", 20, 21, f"no euro for {PW}")
+    translate = UnicodeTranslateError(f"{PW}\u20ac", 19, 20, f"cannot map {PW}")
+    for exc in (os_err, not_found, decode, encode, translate):
+        redact_exception(exc, None, [], {"password": PW}, R)
+        assert PW not in str(exc), type(exc)
+        assert PW not in repr(exc), type(exc)
+    assert isinstance(os_err, PermissionError)
+    assert os_err.errno == 13
+    assert "login to db refused" in str(os_err)
+
+
+def test_describing_an_exception_whose_str_raises_names_its_type():
+    from jobbers_celery.payload import describe_exception
+
+    class BadStr(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("str boom")
+
+        def __repr__(self) -> str:
+            raise RuntimeError("repr boom")
+
+    try:
+        raise BadStr("x")
+    except BadStr as caught:
+        exc = caught
+    redact_exception(exc, None, [], {"password": PW}, R)
+    name, message, trace = describe_exception(exc)
+    assert name.endswith("BadStr")
+    assert message == "<exception str() failed>"
+    assert "raise BadStr" in trace
+
+
+def test_no_member_of_a_huge_group_or_chain_keeps_a_secret():
+    members = [KeyError(f"m{i} {PW}") for i in range(2000)]
+    group = ExceptionGroup("many", members)
+    redact_exception(group, None, [], {"password": PW}, R)
+    assert not [m for m in members if PW in str(m) or PW in repr(m)]
+    chain = [ValueError(f"link {i}: {PW}") for i in range(2000)]
+    for outer, inner in itertools.pairwise(chain):
+        outer.__cause__ = inner
+    redact_exception(chain[0], None, [], {"password": PW}, R)
+    assert not [c for c in chain if PW in str(c) or PW in repr(c)]
+    assert "link 0" in str(chain[0])  # the first ones, those shown first, redacted as text
+
+
+def test_a_value_the_redactor_refuses_is_replaced_never_kept_raw():
+    cyclic: dict[str, Any] = {"password": PW}
+    cyclic["self"] = cyclic
+    deep: Any = {"password": PW}
+    for _ in range(20):
+        deep = [deep]
+    big = [{"password": PW}, *range(5000)]
+    exc = ValueError(cyclic, [cyclic], deep, big, "plain text")
+    redact_exception(exc, None, [], {}, R)
+    assert all(PW not in repr(a)[:100_000] for a in exc.args)
+    assert exc.args[4] == "plain text"
