@@ -20,6 +20,7 @@ from kombu.utils.json import loads as _kombu_loads
 from jobbers_celery import errortext
 from jobbers_celery.codec import ENCRYPTED, CannotOpen, PayloadCodec, is_sealed
 from jobbers_celery.redaction import redactor
+from jobbers_celery.storable import storable_value
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -272,11 +273,17 @@ def unopenable(args: Any, kwargs: Any, codec: PayloadCodec | None) -> str | None
 def readable_arguments(args: Any, kwargs: Any,
                        codec: PayloadCodec | None) -> tuple[Any, Any]:
     """``args`` and ``kwargs`` for a reader (redact them after): opened where ``codec``
-    holds the key, else ``[ENCRYPTED]`` and ``{}``. Never raises."""
+    holds the key, else ``[ENCRYPTED]`` and ``{}``. Never raises. Opened values are shown
+    in their storable form (``NaN`` as ``"NaN"``, NUL and lone surrogates escaped): sealed
+    raw, they never went through it, and pages and ``--json`` need strict JSON and UTF-8;
+    a republish opens the real values (:func:`open_arguments`)."""
     try:
-        return open_arguments(args, kwargs, codec)
+        opened = open_arguments(args, kwargs, codec)
     except CannotOpen:
         return [ENCRYPTED], {}
+    if opened[0] is args and opened[1] is kwargs:  # in clear: shown as stored
+        return args, kwargs
+    return storable_value(opened[0]), storable_value(opened[1])
 
 
 def describe_exception(exc: BaseException, message_max: int = errortext.MESSAGE_MAX_CHARS

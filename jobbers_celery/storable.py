@@ -38,7 +38,7 @@ from typing import Any
 from jobbers_celery.records import ALTERED, UNPUBLISHABLE, DeadLetter
 
 __all__ = ["ID_LIMIT", "MAX_DEPTH", "MAX_VALUES", "TOO_DEEP", "TOO_MANY", "is_storable",
-           "parked_json", "storable_form", "storable_id", "storable_text"]
+           "parked_json", "storable_form", "storable_id", "storable_text", "storable_value"]
 
 #: The longest id, name, queue, worker or exception type stored as is (the columns' size).
 ID_LIMIT = 255
@@ -68,6 +68,14 @@ def storable_text(text: str) -> str:
     if _UNSTORABLE_CHARS.search(text) is None:
         return text
     return text.translate(_ESCAPES)
+
+
+def storable_value(value: Any) -> Any:
+    """``value`` (an argument, a checkpoint) as :func:`storable_form` stores it: itself when
+    every sink takes it, else a copy with each value altered as the module docstring says.
+    Also what people are shown of values opened from a seal (sealed raw, they never went
+    through the storable form): strict JSON, UTF-8."""
+    return _clean(value) if _needs_change(value) else value
 
 
 def storable_id(task_id: str) -> str:
@@ -101,8 +109,8 @@ def storable_form(entry: DeadLetter) -> DeadLetter:
             changes[name] = text
     for name in _VALUES:
         value = getattr(entry, name)
-        if _needs_change(value):
-            changes[name] = _clean(value)
+        if (clean := storable_value(value)) is not value:
+            changes[name] = clean
     for name in ("attempt", "retry_attempt"):
         value = getattr(entry, name)
         if not _count_ok(value):

@@ -187,3 +187,52 @@ def test_an_altered_row_is_not_claimed_even_where_its_key_is_held(sealed_id, com
     assert "altered" in skipped["why"]
     assert DeadLetterEntry.objects.get(task_id=sealed_id).status == Status.DEAD
     assert sent == []
+
+
+@pytest.fixture
+def unstorable_id(jobbers: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A dead letter sealed by a worker holding the key, its arguments holding what no store
+    takes (NaN, Infinity, NUL, a lone surrogate): sealed raw, so only the seal is stored."""
+    with monkeypatch.context() as m:
+        codec = _hold(jobbers, m, [KEY])
+        msg = pl.dumps({"args": [float("nan"), float("inf"), float("-inf"), "nul\x00x",
+                                 "\ud800"],
+                        "kwargs": {"k": float("nan")}, "options": {"queue": "celery"}})
+        entry = dead_letter_entry(
+            task_id="sealed-nan", name="djproj.flaky_import", reason="failed",
+            result=StepResult(applied=True, previous="started", now_ms=1_790_000_000_000,
+                              attempt=1),
+            raw={"msg": msg, "ver": "1", "queue": "celery"}, codec=codec)
+        jobbers.sink.write(entry)
+    return "sealed-nan"
+
+
+def test_opened_values_no_store_takes_are_shown_in_the_storable_form(
+        unstorable_id, operator, jobbers, monkeypatch):
+    from tests.django.api_helpers import post
+
+    _hold(jobbers, monkeypatch, [KEY])
+    client = login(operator)
+    # the second positional parameter is the task's ``password``: redacted after opening
+    shown_args = ["NaN", REDACTED, "-Infinity", "nul\\u0000x", "\\ud800"]
+    listed = client.get(f"{API}/dead-letter-queue")
+    assert listed.status_code == 200, listed.content
+    [entry] = [e for e in listed.json()["results"] if e["task_id"] == unstorable_id]
+    assert (entry["args"], entry["kwargs"]) == (shown_args, {"k": "NaN"})
+    detail = client.get(f"{API}/tasks/{unstorable_id}")
+    assert detail.status_code == 200, detail.content
+    assert detail.json()["dead_letter"]["args"] == shown_args
+    row = DeadLetterEntry.objects.get(task_id=unstorable_id)
+    admin = client.get(reverse("admin:jobbers_deadletterentry_change", args=[row.pk]))
+    assert admin.status_code == 200
+    page = admin.content.decode()
+    assert "&quot;NaN&quot;" in page
+    assert "&quot;nul\\\\u0000x&quot;" in page  # the storable form, as JSON
+    for live in (reverse("admin:jobbers_live"),
+                 reverse("admin:jobbers_task", args=[unstorable_id])):
+        assert client.get(live).status_code == 200
+    dry = post(client, "dead-letter-queue/resubmit",
+               {"task_ids": [unstorable_id], "dry_run": True})
+    assert dry.status_code == 200, dry.content
+    [sample] = dry.json()["sample"]
+    assert (sample["args"], sample["kwargs"]) == (shown_args, {"k": "NaN"})

@@ -269,6 +269,27 @@ def test_the_spool_file_of_a_dead_letter_holds_no_plaintext(tmp_path):
     assert SECRET not in path.read_text()
 
 
+UNSTORABLE = ([float("nan"), float("inf"), float("-inf"), "nul\x00x", "\ud800"],
+              {"k": float("nan"), "\x00key": [float("inf")]})
+
+
+def test_opened_arguments_are_shown_in_the_storable_form_and_published_as_they_are():
+    """NaN, Infinity, NUL and lone surrogates sealed raw: what a key holder shows (the
+    command line's ``--json``, the pages) is the storable form, valid JSON; a republish
+    still gets the real values."""
+    args, kwargs = UNSTORABLE
+    sealed = pl.seal_arguments({"args": args, "kwargs": kwargs, "options": {}}, codec(NEW))
+    shown = readable_arguments(sealed["args"], sealed["kwargs"], codec(NEW))
+    assert shown == (["NaN", "Infinity", "-Infinity", "nul\\u0000x", "\\ud800"],
+                     {"k": "NaN", "\\u0000key": ["Infinity"]})
+    json.dumps(shown, allow_nan=False).encode()  # strict JSON, encodable as UTF-8
+    sent: list[dict[str, Any]] = []
+    app = SimpleNamespace(send_task=lambda name, **kw: sent.append(kw))
+    Publisher(app, SimpleNamespace(), codec(NEW)).republish(  # type: ignore[arg-type]
+        "t-1", "proj.login", sealed, 0, 1_000)
+    assert json.dumps([sent[0]["args"], sent[0]["kwargs"]]) == json.dumps([args, kwargs])
+
+
 def test_a_republish_opens_the_arguments_and_refuses_without_the_key():
     sent: list[dict[str, Any]] = []
     app = SimpleNamespace(send_task=lambda name, **kw: sent.append(kw))
