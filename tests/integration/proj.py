@@ -480,3 +480,22 @@ def freezes(self: JobbersTask, key: str, seconds: float, deaf: bool = False) -> 
 def fails_with(self: JobbersTask, unit: str, size: int) -> None:
     """Fails with a message of ``size`` characters, ``unit`` repeated (hostile text)."""
     raise ValueError((unit * (size // len(unit) + 1))[:size])
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.oserror_with", dead_letter_policy="save")
+def oserror_with(self: JobbersTask, host: str, password: str) -> None:
+    """Fails with an OSError whose message and file name hold ``password`` (``str()`` of an
+    OSError reads its ``strerror`` and ``filename``, not its args)."""
+    raise OSError(13, f"login to {host} refused for {password}", f"/etc/{password}")
+
+
+class BadStr(Exception):
+    """An exception whose ``__str__`` raises (one formatting its args can)."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str boom")
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.bad_str", dead_letter_policy="save")
+def bad_str(self: JobbersTask) -> None:
+    raise BadStr("x")
