@@ -56,7 +56,7 @@ from jobbers_celery.redaction import (
 from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
 from jobbers_celery.states import TaskState
-from jobbers_celery.storable import storable_form, storable_id
+from jobbers_celery.storable import storable_form, storable_id, storable_value
 from jobbers_celery.task import JobbersTask
 from jobbers_celery.taskrepr import task_parameters
 
@@ -119,6 +119,7 @@ __all__ = [
     "redactor",
     "storable_form",
     "storable_id",
+    "storable_value",
     "task_parameters",
     "unopenable",
 ]

@@ -33,6 +33,7 @@ from jobbers_celery import (
     TaskRecord,
     Transition,
     redactor,
+    storable_value,
     task_parameters,
 )
 from jobbers_django import conf
@@ -104,13 +105,20 @@ def text(value: str | None, task_name: str | None = None, args: Any = None,
 
 def shown(read: _Read) -> _Read:
     """A record (its error message) or a transition (its reason) as shown: credentials taken
-    out by look (the worker took out the secret values of the task's arguments already)."""
+    out by look (the worker took out the secret values of the task's arguments already),
+    and what a task put in it (its error, progress, checkpoint) in a form every page
+    renders: NUL and lone surrogates escaped, NaN as a string (``storable_value``; a lone
+    surrogate made the task page answer 500)."""
     if isinstance(read, TaskRecord):
-        if read.error is None or not read.error.message:
-            return read
-        return dataclasses.replace(read, error=dataclasses.replace(
-            read.error, message=text(read.error.message)))
-    return dataclasses.replace(read, reason=text(read.reason)) if read.reason else read
+        error = read.error
+        if error is not None:
+            error = dataclasses.replace(
+                error, type=storable_value(error.type),
+                message=text(storable_value(error.message)) if error.message else error.message)
+        return dataclasses.replace(read, error=error, progress=storable_value(read.progress),
+                                   checkpoint=storable_value(read.checkpoint))
+    return dataclasses.replace(read, reason=text(storable_value(read.reason))) \
+        if read.reason else read
 
 
 def display(value: Any, limit: int | None = None, *,

@@ -14,6 +14,7 @@ says so) and pages follow a keyset cursor, so a page costs the same at any depth
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -43,6 +44,7 @@ from jobbers_django import serializers as s
 from jobbers_django.models import DeadLetterEntry, ResubmitRun, Source
 from jobbers_django.parsers import BoundedJSONParser
 from jobbers_django.permissions import CanCancel, CanRead, CanResubmit
+from jobbers_django.redaction import shown
 
 if TYPE_CHECKING:
     from rest_framework.permissions import _PermissionClass
@@ -511,6 +513,10 @@ class TaskDetailView(JobbersAPIView):
         detail = services.task_detail(task_id)
         if detail.record is None and detail.entry is None:
             raise exceptions.NotFound(f"no task {task_id}: no record and no dead-letter entry")
+        # what the task put in its record (error, progress) in a form JSON renders, as pages
+        detail = dataclasses.replace(
+            detail, record=shown(detail.record) if detail.record else None,
+            transitions=[shown(t) for t in detail.transitions])
         return Response(s.TaskDetailSerializer(detail).data)
 
 

@@ -277,3 +277,26 @@ def test_the_dlq_list_is_one_escaped_line_per_entry(hostile: Any) -> None:
     assert terminal_safe(table), table
     assert len(table.splitlines()) == 1 + len(HOSTILE) + 1  # header, rows, the count
     assert "boom\\x1b[2J\\rforged\\nline" in table
+
+
+def test_a_record_holding_what_no_page_renders_is_shown_escaped(jobbers: Any, db: None,
+                                                                client: Any,
+                                                                operator: Any) -> None:
+    """An exception message or a progress value built from a publisher's arguments may hold a
+    lone surrogate or NaN: the task page and the API answered 500."""
+    task_id = "odd-values"
+    put_in_state(jobbers.store, task_id, S.FAILED)
+    key = jobbers.store.keys_of(task_id).task(task_id)
+    jobbers.store.client.hset(key, mapping={
+        "err": json.dumps({"type": "ValueError", "message": "bad \ud800 and \x00 here"}),
+        "progress": json.dumps({"item": "p\ud800", "ratio": float("nan")}),
+    })
+    client.force_login(operator)
+    for url in (reverse("admin:jobbers_live"), reverse("admin:jobbers_task", args=[task_id]),
+                reverse("admin:jobbers_cancel", args=[task_id])):
+        assert client.get(url).status_code == 200, url
+    answer = client.get(f"{API}/tasks/{task_id}")
+    assert answer.status_code == 200
+    record = answer.json()["record"]
+    assert record["error"]["message"] == "bad \\ud800 and \\u0000 here"
+    assert record["progress"] == {"item": "p\\ud800", "ratio": "NaN"}
