@@ -120,9 +120,19 @@ def browser(request: pytest.FixtureRequest, driver: Any, live_server: Any,
 
 def wait_for_page(driver: Any, check: Callable[[], bool], timeout: float = 15,
                   what: str = "the page") -> None:
-    """Poll ``check`` until it holds (a deadline, never a fixed sleep)."""
+    """Poll ``check`` until it holds (a deadline, never a fixed sleep). An element the page
+    replaced between finding and reading it (a live page refreshing its parts) is a
+    check that does not hold yet, read again at the next poll."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def holds() -> bool:
+        try:
+            return check()
+        except StaleElementReferenceException:
+            return False
+
     deadline = time.monotonic() + timeout
-    while not check():
+    while not holds():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what} ({driver.current_url})")
         time.sleep(0.1)
