@@ -202,13 +202,13 @@ def _sentinel_client(url: str, transport: Mapping[str, Any],
     kwargs["connection_class"] = MasterCheckedSSLConnection if tls else MasterCheckedConnection
     # (without sentinel_kwargs the sentinels get the socket_* options, as in redis-py)
     extra = transport.get("sentinel_kwargs")
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
         sentinels,
         min_other_sentinels=int(transport.get("min_other_sentinels") or 0),
         sentinel_kwargs=dict(extra) if extra is not None else None,
         **kwargs,
     )
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call,unused-ignore]
         str(transport["master_name"]))
     return client
 
@@ -230,17 +230,17 @@ class MasterCheckedConnection(SentinelManagedConnection):
 
     def connect_to(self, address: Any) -> None:
         self._checked_at = time.monotonic()
-        super().connect_to(address)  # type: ignore[no-untyped-call]
+        super().connect_to(address)  # type: ignore[no-untyped-call,unused-ignore]
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         if getattr(self, "_sock", None) is None:
-            self.connect()  # type: ignore[no-untyped-call]
+            self.connect()  # type: ignore[no-untyped-call,unused-ignore]
         elif time.monotonic() - self._checked_at >= MASTER_CHECK_S:
             self._checked_at = time.monotonic()
             if (self.host, self.port) != tuple(self.connection_pool.get_master_address()):
-                self.disconnect()  # type: ignore[no-untyped-call]
-                self.connect()  # type: ignore[no-untyped-call]
-        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+                self.disconnect()  # type: ignore[no-untyped-call,unused-ignore]
+                self.connect()  # type: ignore[no-untyped-call,unused-ignore]
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call,unused-ignore]
 
 
 class MasterCheckedSSLConnection(MasterCheckedConnection, SSLConnection):
