@@ -77,7 +77,7 @@ def _fake_reply(args: list[Any]) -> list[Any]:
 
 
 if STORE_MODE == "noop":
-    from jobbers_celery import results as _results
+    from jobbers_celery.lifecycle import results as _results
 
     def _noop_transition(keys: list[str], args: list[Any]) -> list[Any]:
         return _fake_reply(args)

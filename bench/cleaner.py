@@ -194,7 +194,7 @@ class Ticker:
     """
 
     def __init__(self, jobbers: Any, workers: list[LiveWorker]) -> None:
-        from jobbers_celery import liveness
+        from jobbers_celery.lifecycle import liveness
 
         self.jobbers = jobbers
         self.wids = [w.wid for w in workers]
@@ -336,7 +336,7 @@ class Bench:
     @contextlib.contextmanager
     def _as_worker(self, name: str, task_id: str, w: LiveWorker) -> Iterator[Any]:
         """``JobbersTask``'s own methods, as they run in worker ``w`` for ``task_id``."""
-        from jobbers_celery import liveness
+        from jobbers_celery.lifecycle import liveness
 
         task = self.tasks[name]
         saved = liveness._wid
@@ -676,7 +676,7 @@ class Bench:
         """One real pass, with the time of each part (store calls wrapped on the instance)."""
         import copy
 
-        from jobbers_celery.cleaner import Cleaner
+        from jobbers_celery.lifecycle.cleaner import Cleaner
 
         j = self.jobbers
         cleaner = Cleaner(j.store, j.config, j.recorder, j.publisher)
@@ -841,7 +841,7 @@ class Bench:
               + (" (the library default for a new dataset)" if args.shards is None else ""))
         res["code"] = code = code_version("jobbers_celery")
         print(f"jobbers_celery at {code}")
-        from jobbers_celery.sinks import DeadLetterDispatcher
+        from jobbers_celery.deadletter.sinks import DeadLetterDispatcher
 
         # the cleaner writes a pass's dead letters in one batch when the dispatcher can
         res["dead_letters_batched"] = hasattr(DeadLetterDispatcher, "send_many")
@@ -1030,7 +1030,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--stalled must be 1 .. min(1000, running/4)")
     if args.workers < 1 or args.passes < 1 or args.reps < 1 or args.batch < 1:
         ap.error("--workers, --passes, --reps and --batch must be positive")
-    from jobbers_celery.config import MAX_SHARDS
+    from jobbers_celery.core.config import MAX_SHARDS
 
     if args.shards is not None and not 1 <= args.shards <= MAX_SHARDS:
         ap.error(f"--shards must be 1 .. {MAX_SHARDS}")

@@ -125,7 +125,7 @@ OTHER_KINDS = (
                      "since 2026-11-{n}T{n}:{n}:{n}Z (jobbers_worker_lost_after 60s); last "
                      "heartbeat 2026-11-{n}T{n}:{n}:{n}Z")),
     ("stalled", "", "the worker shut down (on_shutdown=stop)"),
-    ("dropped", "jobbers_celery.request.VersionMismatch",
+    ("dropped", "jobbers_celery.worker.request.VersionMismatch",
      "message version {n} differs from worker version {n}"),
 )
 GROUPS_PER_TASK = 40
@@ -157,7 +157,7 @@ def traceback_text(module: str, func: str, helper: str, exc_type: str,
         f'  File "{site}/celery/app/trace.py", line 453, in trace_task',
         "    R = retval = fun(*args, **kwargs)",
         "                 ^^^^^^^^^^^^^^^^^^^^",
-        f'  File "{site}/jobbers_celery/task.py", line 212, in __call__',
+        f'  File "{site}/jobbers_celery/worker/task.py", line 212, in __call__',
         "    return super().__call__(*args, **kwargs)",
         f'  File "{path}", line 88, in {func}',
         f"    rows = {helper}(client, page, **options)",
@@ -972,7 +972,7 @@ class Bench:
     def breakdown(self, kind: str, task_name: str) -> None:
         """One more resubmit of each kind (not counted above), instrumented: time in SQL,
         in the jobbers step (one EVALSHA per task), in Celery's publish, and the rest."""
-        from jobbers_celery import payload
+        from jobbers_celery.lifecycle import payload
 
         jobbers = self.jobbers
         spent = {"step": 0.0, "publish": 0.0}

@@ -38,7 +38,7 @@ from _common import (  # bench/ is on sys.path
     wait_for,
 )
 
-from jobbers_celery.states import TaskState
+from jobbers_celery.core.states import TaskState
 from jobbers_celery.store import RedisStore, ResultWrite
 
 S = TaskState

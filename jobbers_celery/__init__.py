@@ -5,11 +5,10 @@ Everything a user imports is here; ``jobbers_django`` uses only these names.
 
 from __future__ import annotations
 
-from jobbers_celery.backoff import BackoffStrategy
-from jobbers_celery.cleaner import CleanerStatus, CleanReport
-from jobbers_celery.codec import ENCRYPTED, PayloadCodec
-from jobbers_celery.config import JobbersConfig
-from jobbers_celery.errors import (
+from jobbers_celery.core.backoff import BackoffStrategy
+from jobbers_celery.core.codec import ENCRYPTED, PayloadCodec
+from jobbers_celery.core.config import JobbersConfig
+from jobbers_celery.core.errors import (
     AttemptSuperseded,
     CheckpointTooLarge,
     ConfigurationError,
@@ -22,19 +21,14 @@ from jobbers_celery.errors import (
     TaskCancelled,
     TaskTimeout,
 )
-from jobbers_celery.history import CountSample
-from jobbers_celery.install import get_jobbers, install
-from jobbers_celery.jobbers import Jobbers, PurgeReport
-from jobbers_celery.options import (
+from jobbers_celery.core.options import (
     DeadLetterPolicy,
     ResubmitVersion,
     ShutdownPolicy,
     TaskOptions,
 )
-from jobbers_celery.pacing import PaceError, ResubmitPace, ResubmitRunInfo, RunStatus
-from jobbers_celery.payload import readable_arguments, unopenable
-from jobbers_celery.printable import escaped_logger, printable
-from jobbers_celery.records import (
+from jobbers_celery.core.printable import escaped_logger, printable
+from jobbers_celery.core.records import (
     ALTERED,
     UNPUBLISHABLE,
     DeadLetter,
@@ -45,7 +39,7 @@ from jobbers_celery.records import (
     Transition,
     WorkerInfo,
 )
-from jobbers_celery.redaction import (
+from jobbers_celery.core.redaction import (
     DEFAULT_REDACT_KEYS,
     REDACTED,
     Parameters,
@@ -53,12 +47,18 @@ from jobbers_celery.redaction import (
     parameters,
     redactor,
 )
-from jobbers_celery.shutdown import WorkerShuttingDown
-from jobbers_celery.sinks import DeadLetterSink, RedisDeadLetterSink
-from jobbers_celery.states import TaskState
-from jobbers_celery.storable import storable_form, storable_id, storable_value
-from jobbers_celery.task import JobbersTask
-from jobbers_celery.taskrepr import task_parameters
+from jobbers_celery.core.states import TaskState
+from jobbers_celery.core.storable import storable_form, storable_id, storable_value
+from jobbers_celery.deadletter.sinks import DeadLetterSink, RedisDeadLetterSink
+from jobbers_celery.install import get_jobbers, install
+from jobbers_celery.jobbers import Jobbers, PurgeReport
+from jobbers_celery.lifecycle.cleaner import CleanerStatus, CleanReport
+from jobbers_celery.lifecycle.payload import readable_arguments, unopenable
+from jobbers_celery.resubmit.pacing import PaceError, ResubmitPace, ResubmitRunInfo, RunStatus
+from jobbers_celery.telemetry.history import CountSample
+from jobbers_celery.worker.shutdown import WorkerShuttingDown
+from jobbers_celery.worker.task import JobbersTask
+from jobbers_celery.worker.taskrepr import task_parameters
 
 __version__ = "0.1.0.dev0"
 

@@ -13,12 +13,15 @@ from typing import Any
 
 from celery import Celery
 
-from jobbers_celery import logfilter, metrics, payload, redaction, signals
-from jobbers_celery.config import JobbersConfig
+from jobbers_celery.core import redaction
+from jobbers_celery.core.config import JobbersConfig
+from jobbers_celery.core.options import OPTION_NAMES, validate_options
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.options import OPTION_NAMES, validate_options
-from jobbers_celery.refusals import RefusalStep, connect_refusals
-from jobbers_celery.runtime import ShutdownStep, WorkerStep
+from jobbers_celery.lifecycle import payload
+from jobbers_celery.telemetry import metrics
+from jobbers_celery.worker import logfilter, signals
+from jobbers_celery.worker.refusals import RefusalStep, connect_refusals
+from jobbers_celery.worker.runtime import ShutdownStep, WorkerStep
 
 __all__ = ["get_jobbers", "install"]
 
@@ -104,7 +107,7 @@ def _add_cleaner(app: Celery, config: JobbersConfig) -> None:
 
 def _validate_on_declaration(app: Celery) -> None:
     """Celery creates task classes lazily; check jobbers options when the decorator runs."""
-    from jobbers_celery.task import JobbersTask
+    from jobbers_celery.worker.task import JobbersTask
 
     original = app.task
 

@@ -22,30 +22,35 @@ from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, cast
 import redis
 from kombu.utils.imports import symbol_by_name
 
-from jobbers_celery import pacing, payload, results
-from jobbers_celery.cleaner import Cleaner, CleanerStatus, CleanReport
-from jobbers_celery.codec import CannotOpen, PayloadCodec
-from jobbers_celery.config import JobbersConfig
-from jobbers_celery.errors import ConfigurationError, StoreUnavailable
-from jobbers_celery.history import CountHistory, CountSample
-from jobbers_celery.options import ResubmitVersion, TaskOptions
-from jobbers_celery.pacing import Pacer, ResubmitPace, ResubmitRunInfo
-from jobbers_celery.printable import escaped_logger
-from jobbers_celery.publisher import Publisher
-from jobbers_celery.recorder import Recorder
-from jobbers_celery.records import (
+from jobbers_celery.core.codec import CannotOpen, PayloadCodec
+from jobbers_celery.core.config import JobbersConfig
+from jobbers_celery.core.errors import ConfigurationError, StoreUnavailable
+from jobbers_celery.core.options import ResubmitVersion, TaskOptions
+from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.core.records import (
     DeadLetter,
     SetAsideReport,
     TaskRecord,
     Transition,
     WorkerInfo,
 )
-from jobbers_celery.scheduler import Scheduler
-from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, PayloadDeadLetterSink
-from jobbers_celery.spool import DeadLetterSpool, spool_directory
-from jobbers_celery.states import RESUBMITTABLE, TaskState
+from jobbers_celery.core.states import RESUBMITTABLE, TaskState
+from jobbers_celery.deadletter.sinks import (
+    DeadLetterDispatcher,
+    DeadLetterSink,
+    PayloadDeadLetterSink,
+)
+from jobbers_celery.deadletter.spool import DeadLetterSpool, spool_directory
+from jobbers_celery.lifecycle import payload, results
+from jobbers_celery.lifecycle.cleaner import Cleaner, CleanerStatus, CleanReport
+from jobbers_celery.lifecycle.publisher import Publisher
+from jobbers_celery.lifecycle.recorder import Recorder
+from jobbers_celery.lifecycle.scheduler import Scheduler
+from jobbers_celery.resubmit import pacing
+from jobbers_celery.resubmit.pacing import Pacer, ResubmitPace, ResubmitRunInfo
 from jobbers_celery.store import RedisStore
 from jobbers_celery.store.connect import redis_client
+from jobbers_celery.telemetry.history import CountHistory, CountSample
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -271,7 +276,7 @@ class Jobbers:
         saying why.
 
         A dead-lettered task whose record no longer holds its payload (the dead-letter sink
-        keeps it, see :class:`~jobbers_celery.sinks.PayloadDeadLetterSink`) is published
+        keeps it, see :class:`~jobbers_celery.deadletter.sinks.PayloadDeadLetterSink`) is published
         with the payload of its dead-letter entry.
         """
         published: list[str] = []
@@ -454,7 +459,7 @@ class Jobbers:
         more than ``halt_after`` of the last ``of_last`` settled tasks failed again.
 
         Each entry is published at most once per run, whatever races. Raises ``ValueError``
-        (:class:`~jobbers_celery.pacing.PaceError`, naming the field) for a pace out of
+        (:class:`~jobbers_celery.resubmit.pacing.PaceError`, naming the field) for a pace out of
         bounds (``0.1 <= rate <= 500``, ``0 <= halt_after <= of_last <= 1000``, at most
         10,000 entries: ``ResubmitPace``), and, with
         ``version="current"``, for a task not registered here, before anything changes.
@@ -541,7 +546,7 @@ class Jobbers:
     def set_aside(self, limit: int = 100) -> SetAsideReport:
         """The newest ``limit`` dead letters set aside (the sink refused them for a reason of
         their own, or they could not be read back), how many the list keeps and how many
-        were ever set aside: see :mod:`jobbers_celery.aside`."""
+        were ever set aside: see :mod:`jobbers_celery.deadletter.aside`."""
         return self.dead_letters.aside.report(limit)
 
     @_store_call

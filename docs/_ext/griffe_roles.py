@@ -1,7 +1,7 @@
 """Griffe extension for the docs site: reST roles in docstrings become inline code.
 
 jobbers' docstrings name other objects with Sphinx roles (``:class:`Jobbers```,
-``:meth:`cancel```, ``:class:`~jobbers_celery.shutdown.WorkerShuttingDown```), which
+``:meth:`cancel```, ``:class:`~jobbers_celery.worker.shutdown.WorkerShuttingDown```), which
 Markdown would print as typed. When griffe loads a docstring this turns each role into the
 name in code font (``~`` keeps the last component, as in Sphinx). The source is untouched.
 """

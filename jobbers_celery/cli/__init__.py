@@ -25,9 +25,9 @@ from jobbers_celery.cli.base import (
     json_option,
 )
 from jobbers_celery.cli.dlq import dlq
-from jobbers_celery.options import ResubmitVersion
-from jobbers_celery.printable import printable
-from jobbers_celery.states import TaskState
+from jobbers_celery.core.options import ResubmitVersion
+from jobbers_celery.core.printable import printable
+from jobbers_celery.core.states import TaskState
 
 __all__ = ["jobbers"]
 

@@ -1,6 +1,6 @@
 """``celery jobbers dlq set-aside``: the dead letters the sink refused for a reason of their
 own (also in their storable form) or that could not be read back, set aside in a bounded
-Redis list so the entries behind them were written (:mod:`jobbers_celery.aside`). Whatever the
+Redis list so the entries behind them were written (:mod:`jobbers_celery.deadletter.aside`). Whatever the
 sink (Redis or Django): the list is in the jobbers Redis. Never their arguments."""
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ import redis
 from celery.bin.base import CeleryCommand, CeleryOption
 from kombu.exceptions import OperationalError
 
-from jobbers_celery.errors import StoreUnavailable
+from jobbers_celery.core.errors import StoreUnavailable
+from jobbers_celery.core.redaction import Parameters, Redactor
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.redaction import Parameters, Redactor
-from jobbers_celery.taskrepr import redactor_of, task_parameters
+from jobbers_celery.worker.taskrepr import redactor_of, task_parameters
 
 __all__ = ["EXIT_FAILURE", "EXIT_NOT_FOUND", "Command", "Env", "Failure", "NotFound",
            "confirm", "env", "json_option"]

@@ -4,7 +4,7 @@ The same command shape as the Django sink's ``manage.py`` command: ``list``, ``s
 ``resubmit`` and ``discard``, by ids (``TASK_ID`` or ``TASK_ID:ATTEMPT``) or by filters
 (``--queue``, ``--task``, ``--version``); no ids and no filter is a usage error, never
 "everything". ``resubmit --rate R [--halt-after X --of-last N]`` starts a paced resubmit
-that the workers' scheduler passes drive (:mod:`jobbers_celery.pacing`), not this process;
+that the workers' scheduler passes drive (:mod:`jobbers_celery.resubmit.pacing`), not this process;
 ``run ID [--pause|--resume|--cancel]`` shows and controls it.
 """
 
@@ -20,13 +20,13 @@ from celery.bin.base import CeleryOption
 from jobbers_celery.cli import output as out
 from jobbers_celery.cli.aside import set_aside
 from jobbers_celery.cli.base import Command, Env, NotFound, confirm, env, json_option
-from jobbers_celery.errors import ResubmitRunConflict
-from jobbers_celery.options import ResubmitVersion
-from jobbers_celery.pacing import PaceError, ResubmitPace, ResubmitRunInfo
-from jobbers_celery.printable import printable
-from jobbers_celery.records import DeadLetter
-from jobbers_celery.sinks import RedisDeadLetterSink
-from jobbers_celery.states import RESUBMITTABLE
+from jobbers_celery.core.errors import ResubmitRunConflict
+from jobbers_celery.core.options import ResubmitVersion
+from jobbers_celery.core.printable import printable
+from jobbers_celery.core.records import DeadLetter
+from jobbers_celery.core.states import RESUBMITTABLE
+from jobbers_celery.deadletter.sinks import RedisDeadLetterSink
+from jobbers_celery.resubmit.pacing import PaceError, ResubmitPace, ResubmitRunInfo
 
 __all__ = ["dlq"]
 

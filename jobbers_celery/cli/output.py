@@ -6,7 +6,7 @@ dates). Both show values as the admin does: redacted by :class:`~jobbers_celery.
 (arguments by key and parameter name, credentials by look, messages and tracebacks).
 
 Whoever publishes a message chooses its id, name, queue and much of its error message: the
-human form shows every such value through :func:`~jobbers_celery.printable` (a terminal
+human form shows every such value through :func:`~jobbers_celery.core.printable` (a terminal
 escape, a carriage return or a bidi override is shown escaped, never obeyed; a newline too,
 except inside a traceback's block), and ``--json`` escapes the characters JSON leaves raw
 (C1 controls, bidi overrides, lone surrogates), so neither form can drive the terminal.
@@ -23,11 +23,11 @@ from typing import Any
 
 import click
 
-from jobbers_celery.cleaner import CleanerStatus, CleanReport
-from jobbers_celery.printable import printable, unprintable
-from jobbers_celery.records import DeadLetter, TaskRecord, Transition, WorkerInfo
-from jobbers_celery.redaction import Parameters, Redactor
-from jobbers_celery.states import TaskState
+from jobbers_celery.core.printable import printable, unprintable
+from jobbers_celery.core.records import DeadLetter, TaskRecord, Transition, WorkerInfo
+from jobbers_celery.core.redaction import Parameters, Redactor
+from jobbers_celery.core.states import TaskState
+from jobbers_celery.lifecycle.cleaner import CleanerStatus, CleanReport
 
 __all__ = [
     "TASK_ID_MAX",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jobbers_celery.states import TaskState
+from jobbers_celery.core.states import TaskState
 
 __all__ = ["CancelOutcome", "Claimed", "CleanerScan", "Heartbeat", "ResultWrite", "StallVerdict",
            "StepResult"]

@@ -20,9 +20,9 @@ from redis.cluster import RedisCluster
 from redis.connection import SSLConnection
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
-from jobbers_celery.config import JobbersConfig
-from jobbers_celery.errors import ConfigurationError
-from jobbers_celery.printable import escaped_logger
+from jobbers_celery.core.config import JobbersConfig
+from jobbers_celery.core.errors import ConfigurationError
+from jobbers_celery.core.printable import escaped_logger
 
 __all__ = ["is_cluster", "redis_client"]
 

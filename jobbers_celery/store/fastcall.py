@@ -60,7 +60,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from jobbers_celery.errors import ConfigurationError
+from jobbers_celery.core.errors import ConfigurationError
 from jobbers_celery.store.connect import is_cluster
 
 if TYPE_CHECKING:

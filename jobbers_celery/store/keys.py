@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from jobbers_celery.states import TaskState
+from jobbers_celery.core.states import TaskState
 
 __all__ = ["STATE_ORDER", "Keys", "Shards", "shard_tags"]
 
@@ -127,7 +127,7 @@ class Keys:
     def dead_letter_set_aside(self) -> str:
         """List of dead letters set aside (JSON, newest first, bounded): the sink refused
         them for a reason of their own, or they could not be read back (see
-        :mod:`jobbers_celery.aside`)."""
+        :mod:`jobbers_celery.deadletter.aside`)."""
         return f"{self._ns}:dlq:aside"
 
     @property
@@ -191,7 +191,7 @@ class Keys:
     def count_history(self) -> str:
         """Sorted set of per-state counts sampled at most once a minute, scored by the
         minute (ms): JSON ``{"at": ms, "counts": {state: n}}``, trimmed to the newest
-        ``history.KEEP`` (see :mod:`jobbers_celery.history`)."""
+        ``history.KEEP`` (see :mod:`jobbers_celery.telemetry.history`)."""
         return f"{self._ns}:counts:history"
 
     @property
@@ -212,7 +212,7 @@ class Keys:
 
     def resubmit_run(self, run_id: int) -> str:
         """Hash: a run's selection, pace, rule, version choice, status, counters, halt
-        reason and times (fields in :mod:`jobbers_celery.pacing`)."""
+        reason and times (fields in :mod:`jobbers_celery.resubmit.pacing`)."""
         return f"{self._ns}:run:{run_id}"
 
     def resubmit_run_part(self, run_id: int, part: str) -> str:
@@ -229,7 +229,7 @@ class Keys:
     @property
     def metrics_lease(self) -> str:
         """String: the token of the one process that reports the cluster-wide metric gauges
-        (expires unless that process renews it; see ``jobbers_celery.metrics``)."""
+        (expires unless that process renews it; see ``jobbers_celery.telemetry.metrics``)."""
         return f"{self._ns}:metrics:lease"
 
 

@@ -1,6 +1,6 @@
 """RedisStore: every lifecycle step is one Lua call; every read walks an index.
 
-The allowed source states of each step come from :mod:`jobbers_celery.states`, so the
+The allowed source states of each step come from :mod:`jobbers_celery.core.states`, so the
 scripts compare-and-set against the same table that the Python code documents.
 """
 
@@ -23,11 +23,11 @@ from typing import Any, NamedTuple, cast
 import redis
 from redis.commands.core import Script
 
-from jobbers_celery.config import DEFAULT_SHARDS
-from jobbers_celery.errors import ConfigurationError
-from jobbers_celery.printable import escaped_logger
-from jobbers_celery.records import ErrorInfo, TaskRecord, Transition, from_ms
-from jobbers_celery.states import RESUBMITTABLE, TERMINAL, TaskState, allowed_from
+from jobbers_celery.core.config import DEFAULT_SHARDS
+from jobbers_celery.core.errors import ConfigurationError
+from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.core.records import ErrorInfo, TaskRecord, Transition, from_ms
+from jobbers_celery.core.states import RESUBMITTABLE, TERMINAL, TaskState, allowed_from
 from jobbers_celery.store.base import (
     CancelOutcome,
     Claimed,

@@ -1,5 +1,5 @@
 """``{% load jobbers_text %}``: ``{{ value|printable }}`` shows a publisher-chosen id, name,
-queue or worker with its control characters escaped (:func:`jobbers_celery.printable`), as
+queue or worker with its control characters escaped (:func:`jobbers_celery.core.printable`), as
 the command lines do: in a page too, a newline would read as a space (``a\\nb`` like ``a b``)
 and a bidi override (U+202E) would reorder the text after it. HTML escaping still follows."""
 

@@ -66,8 +66,8 @@ CODEC_CHECK = """
 import sys
 from celery import Celery
 from jobbers_celery import install
-from jobbers_celery.codec import PayloadCodec
-from jobbers_celery.errors import ConfigurationError
+from jobbers_celery.core.codec import PayloadCodec
+from jobbers_celery.core.errors import ConfigurationError
 app = Celery("sealed", broker="memory://")
 app.conf.jobbers_redis_url = sys.argv[2]
 app.conf.jobbers_payload_keys = ["k1:not-a-key"]
@@ -122,7 +122,7 @@ import django
 django.setup()
 from django.contrib.auth.models import User
 from django.test import Client
-from jobbers_celery import metrics
+from jobbers_celery.telemetry import metrics
 
 User.objects.create_superuser("admin", "admin@example.com", "pw")
 client = Client()

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from jobbers_celery.records import DeadLetter
+from jobbers_celery.core.records import DeadLetter
 from tests.conftest import ROOT, subprocess_env, wait_for
 
 _clock = itertools.count()

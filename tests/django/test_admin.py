@@ -509,7 +509,7 @@ def test_secrets_never_reach_a_page(client, operator, make_entries, live_tasks,
 def test_a_big_payload_is_cut_on_its_page_and_resubmitted_whole(
         client, operator, make_entries, published, jobbers,
         django_capture_on_commit_callbacks):
-    from jobbers_celery import payload
+    from jobbers_celery.lifecycle import payload
 
     big = "x" * 2_000_000
     # big_import(key, data): the second parameter is no secret (flaky_import's is: password)

@@ -19,7 +19,8 @@ import pytest
 from django.middleware.csrf import _get_new_csrf_string
 from django.test import Client
 
-from jobbers_celery import TaskState, payload
+from jobbers_celery import TaskState
+from jobbers_celery.lifecycle import payload
 from jobbers_django import views
 from jobbers_django.models import DeadLetterEntry, Status
 from jobbers_django.sink import write_entry

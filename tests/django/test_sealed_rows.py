@@ -16,9 +16,9 @@ from django.db import connection
 from django.urls import reverse
 
 from jobbers_celery import ENCRYPTED, REDACTED, PayloadCodec
-from jobbers_celery import payload as pl
-from jobbers_celery.codec import new_key
-from jobbers_celery.recorder import dead_letter_entry
+from jobbers_celery.core.codec import new_key
+from jobbers_celery.lifecycle import payload as pl
+from jobbers_celery.lifecycle.recorder import dead_letter_entry
 from jobbers_celery.store import StepResult
 from jobbers_django import services
 from jobbers_django.models import DeadLetterEntry, Status

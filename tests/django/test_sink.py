@@ -115,7 +115,7 @@ def test_a_written_entry_drops_the_records_copy_and_resubmit_takes_it_back(jobbe
     """The record of a dead-lettered task keeps no payload once the database has it;
     ``jobbers.resubmit`` publishes the task with the entry's arguments."""
     from jobbers_celery import TaskState
-    from jobbers_celery import payload as pl
+    from jobbers_celery.lifecycle import payload as pl
 
     S = TaskState
     store = jobbers.store

@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Any, Self
 
-from jobbers_celery.cleaner import CleanReport
+from jobbers_celery.lifecycle.cleaner import CleanReport
 
 
 class Beat:

@@ -25,7 +25,7 @@ from pathlib import Path
 from celery import Celery, signals
 
 from jobbers_celery import JobbersTask, install
-from jobbers_celery.task import HEADER_GIVEN_BACK
+from jobbers_celery.worker.task import HEADER_GIVEN_BACK
 from tests.integration.plain_fault_proj import restore_options
 
 #: Seconds without a liveness refresh before a worker is lost: a 6 s outage gap

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from jobbers_celery import TaskState
-from jobbers_celery.refusals import MessageRefused
+from jobbers_celery.worker.refusals import MessageRefused
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import (
     PUBLISH,

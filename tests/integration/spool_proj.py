@@ -17,7 +17,7 @@ from typing import Any
 from celery import Celery
 
 from jobbers_celery import JobbersTask, install
-from jobbers_celery.records import DeadLetter
+from jobbers_celery.core.records import DeadLetter
 
 
 class GateSink:

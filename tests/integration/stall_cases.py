@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from jobbers_celery import TaskState
-from jobbers_celery.liveness import HALT_GRACE_S
+from jobbers_celery.lifecycle.liveness import HALT_GRACE_S
 from tests.conftest import wait_for
 from tests.integration import shutdown_cases
 from tests.integration.beat_helpers import Beat

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from jobbers_celery import TaskState
-from jobbers_celery.config import JobbersConfig
-from jobbers_celery.liveness import gaps
+from jobbers_celery.core.config import JobbersConfig
+from jobbers_celery.lifecycle.liveness import gaps
 from jobbers_celery.store import RedisStore
 
 S = TaskState

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from jobbers_celery.states import TERMINAL, TaskState
+from jobbers_celery.core.states import TERMINAL, TaskState
 from jobbers_celery.store import RedisStore, StepResult
 
 S = TaskState

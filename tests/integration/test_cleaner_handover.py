@@ -4,7 +4,7 @@ workers' schedulers: the pass stays short, and every recovered task still runs o
 from __future__ import annotations
 
 from jobbers_celery import TaskState
-from jobbers_celery.cleaner import Cleaner
+from jobbers_celery.lifecycle.cleaner import Cleaner
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import wait_state
 from tests.integration.stall_helpers import fabricate, ticking

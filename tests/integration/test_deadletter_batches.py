@@ -25,11 +25,16 @@ from redis.backoff import NoBackoff
 from redis.connection import AbstractConnection
 from redis.retry import Retry
 
-from jobbers_celery import TaskState, sinks
-from jobbers_celery.cleaner import Cleaner, CleanReport
+from jobbers_celery import TaskState
+from jobbers_celery.core.records import DeadLetter
+from jobbers_celery.deadletter import sinks
+from jobbers_celery.deadletter.sinks import (
+    DeadLetterDispatcher,
+    DeadLetterSink,
+    RedisDeadLetterSink,
+)
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.records import DeadLetter
-from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, RedisDeadLetterSink
+from jobbers_celery.lifecycle.cleaner import Cleaner, CleanReport
 from jobbers_celery.store import RedisStore
 from tests.conftest import free_port, wait_for
 from tests.integration.stall_helpers import last_seen, resumed_at, ticking

@@ -26,10 +26,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from jobbers_celery import DeadLetterRefused
-from jobbers_celery.aside import KEEP
-from jobbers_celery.records import DeadLetter
-from jobbers_celery.sinks import DeadLetterDispatcher, RedisDeadLetterSink
-from jobbers_celery.spool import DeadLetterSpool
+from jobbers_celery.core.records import DeadLetter
+from jobbers_celery.deadletter.aside import KEEP
+from jobbers_celery.deadletter.sinks import DeadLetterDispatcher, RedisDeadLetterSink
+from jobbers_celery.deadletter.spool import DeadLetterSpool
 from tests.conftest import ROOT, free_port, subprocess_env
 
 pytestmark = pytest.mark.redis
@@ -264,7 +264,7 @@ def test_an_outage_of_the_set_aside_keeps_the_entry_waiting(make_store) -> None:
 
 def test_the_set_aside_list_is_bounded_and_counts_every_item(make_store, caplog,
                                                              monkeypatch) -> None:
-    from jobbers_celery import aside
+    from jobbers_celery.deadletter import aside
 
     monkeypatch.setattr(aside, "KEEP", 3)
     store = make_store()

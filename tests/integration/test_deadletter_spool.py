@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from jobbers_celery.spool import DeadLetterSpool, spool_directory
+from jobbers_celery.deadletter.spool import DeadLetterSpool, spool_directory
 from tests.conftest import start_worker, wait_for
 from tests.integration import spool_proj
 from tests.integration.topology_servers import restartable_redis

@@ -13,10 +13,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from jobbers_celery import sinks
-from jobbers_celery.records import DeadLetter
-from jobbers_celery.sinks import DeadLetterDispatcher, DeadLetterSink, RedisDeadLetterSink
-from jobbers_celery.spool import DeadLetterSpool
+from jobbers_celery.core.records import DeadLetter
+from jobbers_celery.deadletter import sinks
+from jobbers_celery.deadletter.sinks import (
+    DeadLetterDispatcher,
+    DeadLetterSink,
+    RedisDeadLetterSink,
+)
+from jobbers_celery.deadletter.spool import DeadLetterSpool
 from tests.conftest import free_port, wait_for
 
 pytestmark = pytest.mark.redis

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from jobbers_celery import TaskState
-from jobbers_celery.errortext import MESSAGE_MAX_CHARS, TRACEBACK_MAX_CHARS
-from jobbers_celery.recorder import ERROR_MESSAGE_MAX_CHARS
+from jobbers_celery.core.errortext import MESSAGE_MAX_CHARS, TRACEBACK_MAX_CHARS
+from jobbers_celery.lifecycle.recorder import ERROR_MESSAGE_MAX_CHARS
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import dead_letters, wait_state
 

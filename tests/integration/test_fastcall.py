@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from jobbers_celery.states import TaskState as S
+from jobbers_celery.core.states import TaskState as S
 from jobbers_celery.store import RedisStore
 
 pytestmark = pytest.mark.redis

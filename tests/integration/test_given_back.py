@@ -11,9 +11,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from jobbers_celery import TaskState, get_jobbers, recorder
+from jobbers_celery import TaskState, get_jobbers
+from jobbers_celery.lifecycle import recorder
 from jobbers_celery.store import Giver
-from jobbers_celery.task import HEADER_GIVEN_BACK
+from jobbers_celery.worker.task import HEADER_GIVEN_BACK
 from tests.conftest import wait_for
 
 S = TaskState

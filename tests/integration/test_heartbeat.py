@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from jobbers_celery import CheckpointTooLarge, TaskState
-from jobbers_celery.task import CHECKPOINT_MAX_BYTES, HEARTBEAT_MIN_GAP_S
+from jobbers_celery.worker.task import CHECKPOINT_MAX_BYTES, HEARTBEAT_MIN_GAP_S
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import (
     COMPLETE,
@@ -151,7 +151,7 @@ def test_checkpoint_over_the_limit_fails_the_task(proj, worker_factory):
     fits = proj.big_checkpoint.delay(CHECKPOINT_MAX_BYTES - 2)
     record = wait_state(jobbers, too_big.id, S.FAILED, worker=worker)
     assert record.error is not None
-    assert record.error.type == "jobbers_celery.errors.CheckpointTooLarge"
+    assert record.error.type == "jobbers_celery.core.errors.CheckpointTooLarge"
     assert record.error.message == (
         f"heartbeat checkpoint is {CHECKPOINT_MAX_BYTES + 2} bytes as JSON; the limit is "
         f"{CHECKPOINT_MAX_BYTES} bytes: store large state elsewhere and checkpoint a "
@@ -159,7 +159,7 @@ def test_checkpoint_over_the_limit_fails_the_task(proj, worker_factory):
     assert record.checkpoint is None
     assert path(jobbers, too_big.id) == PUBLISH + START + FAIL
     [entry] = wait_for(lambda: dead_letters(jobbers, too_big.id), message="dead letter")
-    assert entry.exception_type == "jobbers_celery.errors.CheckpointTooLarge"
+    assert entry.exception_type == "jobbers_celery.core.errors.CheckpointTooLarge"
 
     assert fits.get(timeout=20) == "saved"
     record = wait_state(jobbers, fits.id, S.COMPLETED, worker=worker)

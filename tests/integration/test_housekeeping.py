@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from jobbers_celery.scheduler import Scheduler
-from jobbers_celery.states import TaskState as S
+from jobbers_celery.core.states import TaskState as S
+from jobbers_celery.lifecycle.scheduler import Scheduler
 from jobbers_celery.store import RedisStore
 from tests.conftest import wait_for
 
@@ -72,7 +72,7 @@ def test_an_unsubmitted_record_whose_publisher_died_is_published_by_a_scheduler(
 
 def test_housekeeping_samples_the_counts_once_a_minute_into_a_capped_history(redis_url):
     from jobbers_celery import CountSample
-    from jobbers_celery.history import CountHistory
+    from jobbers_celery.telemetry.history import CountHistory
 
     store = RedisStore.from_url(redis_url)
     _completed(store, "done-1")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from jobbers_celery import TaskState
-from jobbers_celery.intake import MAX_DEPTH, MAX_ID_CHARS
+from jobbers_celery.core.intake import MAX_DEPTH, MAX_ID_CHARS
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import (
     PUBLISH,

@@ -249,7 +249,7 @@ def test_timeout_counts_as_expected_exception(proj, worker_factory):
     assert record.attempt == 2
     assert record.retry_attempt == 1
     assert record.error is not None
-    assert record.error.type == "jobbers_celery.errors.TaskTimeout"
+    assert record.error.type == "jobbers_celery.core.errors.TaskTimeout"
     assert record.error.message == "ran longer than timeout=0.5s"
     assert [t.reason for t in jobbers.history(result.id)][2] == "retry 1 of 1"
     assert transitions(jobbers, result.id, S.FAILED)[0].reason == "retries exhausted"
@@ -260,7 +260,7 @@ def test_timeout_counts_as_expected_exception(proj, worker_factory):
         assert (history[ended].at - history[started].at).total_seconds() < 3
     [entry] = wait_for(lambda: dead_letters(jobbers, result.id), timeout=5,
                        message="dead letter")
-    assert entry.exception_type == "jobbers_celery.errors.TaskTimeout"
+    assert entry.exception_type == "jobbers_celery.core.errors.TaskTimeout"
     assert entry.attempt == 2
 
 
@@ -311,14 +311,14 @@ def test_version_mismatch_is_dropped_with_dead_letter(proj, worker_factory, pool
     assert dropped.reason == reason
     assert dropped.worker == worker.name
     assert record.error is not None
-    assert record.error.type == "jobbers_celery.request.VersionMismatch"
+    assert record.error.type == "jobbers_celery.worker.request.VersionMismatch"
     assert record.error.message == reason
     [entry] = wait_for(lambda: dead_letters(jobbers, result.id), timeout=5,
                        message="dead letter")
     assert entry.reason == "dropped"
     assert entry.name == "proj.versioned"
     assert entry.version == 1
-    assert entry.exception_type == "jobbers_celery.request.VersionMismatch"
+    assert entry.exception_type == "jobbers_celery.worker.request.VersionMismatch"
     assert entry.exception_message == reason
     assert entry.worker == worker.name
     # The worker keeps processing the next task.

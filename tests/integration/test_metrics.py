@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from jobbers_celery import TaskState, metrics
+from jobbers_celery import TaskState
+from jobbers_celery.telemetry import metrics
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import unique, wait_state
 

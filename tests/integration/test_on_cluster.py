@@ -101,7 +101,7 @@ def test_a_plain_client_on_a_cluster_node_is_a_clear_error(cluster: ClusterSet) 
     says what happened and what to do, instead of failing obscurely."""
     import redis
 
-    from jobbers_celery.errors import ConfigurationError
+    from jobbers_celery.core.errors import ConfigurationError
     from jobbers_celery.store import RedisStore
 
     keys_slot = RedisCluster(host="127.0.0.1", port=cluster.servers[0].port).keyslot(

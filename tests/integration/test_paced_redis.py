@@ -18,8 +18,8 @@ import pytest
 import redis
 
 from jobbers_celery import ResubmitRunInfo, RunStatus, TaskState
-from jobbers_celery.records import DeadLetter
-from jobbers_celery.sinks import RedisDeadLetterSink
+from jobbers_celery.core.records import DeadLetter
+from jobbers_celery.deadletter.sinks import RedisDeadLetterSink
 from tests.conftest import RedisServer, start_worker, wait_for
 from tests.integration.test_cli import World, cli, ok
 

@@ -19,10 +19,10 @@ import pytest
 import redis
 
 from jobbers_celery import ENCRYPTED, PayloadCodec, ResubmitVersion, TaskState, get_jobbers
-from jobbers_celery import payload as pl
-from jobbers_celery.codec import new_key
-from jobbers_celery.pacing import Pacer, ResubmitPace, RunStatus, read, start
-from jobbers_celery.records import DeadLetter
+from jobbers_celery.core.codec import new_key
+from jobbers_celery.core.records import DeadLetter
+from jobbers_celery.lifecycle import payload as pl
+from jobbers_celery.resubmit.pacing import Pacer, ResubmitPace, RunStatus, read, start
 from tests.conftest import ROOT, start_worker, subprocess_env, wait_for
 from tests.integration import sealed_proj
 from tests.integration.lifecycle_helpers import dead_letters, wait_state

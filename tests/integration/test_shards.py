@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jobbers_celery import TaskState
-from jobbers_celery.errors import ConfigurationError
+from jobbers_celery.core.errors import ConfigurationError
 from jobbers_celery.store import RedisStore
 from tests.conftest import start_worker
 from tests.integration.lifecycle_helpers import wait_state

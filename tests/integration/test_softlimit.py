@@ -16,7 +16,7 @@ import pytest
 from celery.exceptions import Retry, SoftTimeLimitExceeded
 
 from jobbers_celery import JobbersTask, TaskState
-from jobbers_celery.states import TaskState as S
+from jobbers_celery.core.states import TaskState as S
 
 pytestmark = pytest.mark.redis
 
@@ -91,7 +91,7 @@ def test_limit_during_the_start_step_interrupts_the_body_and_retries(
     assert [t.to_state for t in history] == [
         S.SUBMITTED, S.STARTED, S.UNSUBMITTED, S.SUBMITTED]  # retried, published again
     assert records[0].error is not None
-    assert records[0].error.type == "jobbers_celery.errors.TaskTimeout"
+    assert records[0].error.type == "jobbers_celery.core.errors.TaskTimeout"
 
 
 def test_limit_during_the_completed_step_is_dropped_after_the_body_finished(

@@ -29,10 +29,10 @@ from typing import Any, TypeVar
 import pytest
 
 from jobbers_celery import TaskState
-from jobbers_celery.cleaner import Cleaner, CleanReport
-from jobbers_celery.config import JobbersConfig
+from jobbers_celery.core.config import JobbersConfig
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.liveness import gaps
+from jobbers_celery.lifecycle.cleaner import Cleaner, CleanReport
+from jobbers_celery.lifecycle.liveness import gaps
 from tests.conftest import ROOT, subprocess_env, wait_for
 from tests.integration import stall_cases
 from tests.integration.beat_helpers import Beat

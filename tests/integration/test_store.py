@@ -7,8 +7,14 @@ import itertools
 
 import pytest
 
-from jobbers_celery.records import from_ms
-from jobbers_celery.states import TERMINAL, TRANSITIONS, TaskState, allowed_from, can_transition
+from jobbers_celery.core.records import from_ms
+from jobbers_celery.core.states import (
+    TERMINAL,
+    TRANSITIONS,
+    TaskState,
+    allowed_from,
+    can_transition,
+)
 from jobbers_celery.store.redis import _EXPIRY_SLACK_S
 from tests.conftest import wait_for
 from tests.integration.store_helpers import (

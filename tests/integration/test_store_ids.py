@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobbers_celery.states import TaskState
+from jobbers_celery.core.states import TaskState
 from tests.conftest import wait_for
 from tests.integration.store_helpers import put_in_state, store_factory
 

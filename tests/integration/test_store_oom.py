@@ -21,9 +21,9 @@ import pytest
 import redis
 
 from jobbers_celery import TaskState, install
-from jobbers_celery.signals import check_eviction
-from jobbers_celery.states import TERMINAL
+from jobbers_celery.core.states import TERMINAL
 from jobbers_celery.store import UNREACHABLE, RedisStore, WritesRefused, is_outage
+from jobbers_celery.worker.signals import check_eviction
 from tests.conftest import RedisServer, start_worker, wait_for
 from tests.integration import fault_proj
 from tests.integration.beat_helpers import Beat

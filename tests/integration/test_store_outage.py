@@ -41,9 +41,10 @@ import pytest
 import redis
 from celery import Celery
 
-from jobbers_celery import TaskState, get_jobbers, install, recorder
-from jobbers_celery.states import TERMINAL
-from jobbers_celery.task import HEADER_GIVEN_BACK
+from jobbers_celery import TaskState, get_jobbers, install
+from jobbers_celery.core.states import TERMINAL
+from jobbers_celery.lifecycle import recorder
+from jobbers_celery.worker.task import HEADER_GIVEN_BACK
 from tests.conftest import Worker, start_worker, wait_for
 from tests.integration import fault_proj, plain_fault_proj
 from tests.integration.beat_helpers import Beat

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobbers_celery.states import TaskState
+from jobbers_celery.core.states import TaskState
 from tests.integration.store_helpers import put_in_state
 
 pytestmark = pytest.mark.redis

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from jobbers_celery.scheduler import Scheduler
-from jobbers_celery.states import TERMINAL, TaskState
+from jobbers_celery.core.states import TERMINAL, TaskState
+from jobbers_celery.lifecycle.scheduler import Scheduler
 from jobbers_celery.store import Claimed, RedisStore, StepResult
 from tests.conftest import wait_for
 from tests.integration.store_helpers import (

@@ -21,7 +21,7 @@ from celery import Celery
 from redis.sentinel import SentinelConnectionPool
 
 from jobbers_celery import TaskState, install
-from jobbers_celery.states import TERMINAL
+from jobbers_celery.core.states import TERMINAL
 from tests.conftest import start_worker, wait_for
 from tests.integration import fault_proj
 from tests.integration.beat_helpers import Beat

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from jobbers_celery import TaskState
-from jobbers_celery.runtime import scheduler_thread
-from jobbers_celery.scheduler import Scheduler
+from jobbers_celery.lifecycle.scheduler import Scheduler
+from jobbers_celery.worker.runtime import scheduler_thread
 from tests.conftest import wait_for
 from tests.integration.lifecycle_helpers import (
     FAIL,

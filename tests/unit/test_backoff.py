@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from jobbers_celery.backoff import BackoffStrategy, compute_delay
+from jobbers_celery.core.backoff import BackoffStrategy, compute_delay
 
 B = BackoffStrategy
 

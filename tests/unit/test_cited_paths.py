@@ -70,7 +70,7 @@ def missing_in(source: Path) -> list[str]:
 def test_the_sources_are_found() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in SOURCES}
     assert {"README.md", "CHANGELOG.md", "docs/quickstart-celery.md",
-            "jobbers_celery/backoff.py", "tests/conftest.py"} <= names
+            "jobbers_celery/core/backoff.py", "tests/conftest.py"} <= names
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.relative_to(ROOT).as_posix())

@@ -22,13 +22,13 @@ from jobbers_celery import (
     PayloadCodec,
     TaskState,
     readable_arguments,
-    recorder,
     unopenable,
 )
-from jobbers_celery import payload as pl
-from jobbers_celery.codec import SEALED, CannotOpen, is_sealed, new_key, parse_keys
-from jobbers_celery.publisher import Publisher
-from jobbers_celery.scheduler import Scheduler
+from jobbers_celery.core.codec import SEALED, CannotOpen, is_sealed, new_key, parse_keys
+from jobbers_celery.lifecycle import payload as pl
+from jobbers_celery.lifecycle import recorder
+from jobbers_celery.lifecycle.publisher import Publisher
+from jobbers_celery.lifecycle.scheduler import Scheduler
 from jobbers_celery.store import Claimed, StepResult
 
 OLD = new_key("old")
@@ -262,7 +262,7 @@ def test_a_dead_letter_keeps_the_sealed_form_and_seals_arguments_recorded_in_cle
 
 
 def test_the_spool_file_of_a_dead_letter_holds_no_plaintext(tmp_path):
-    from jobbers_celery.spool import DeadLetterSpool
+    from jobbers_celery.deadletter.spool import DeadLetterSpool
 
     clear = pl.dumps({"args": [SECRET], "kwargs": {"k": SECRET}, "options": {}})
     path = DeadLetterSpool(tmp_path).write([_dead_letter(clear, codec(NEW))])

@@ -89,12 +89,12 @@ def test_jobbers_django_imports_only_public_names() -> None:
 
 
 @pytest.mark.parametrize("source", [
-    "from jobbers_celery.records import from_ms",
-    "def f():\n    from jobbers_celery.cleaner import CleanerStatus",
+    "from jobbers_celery.core.records import from_ms",
+    "def f():\n    from jobbers_celery.lifecycle.cleaner import CleanerStatus",
     ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-     "    from jobbers_celery.records import DeadLetter"),
+     "    from jobbers_celery.core.records import DeadLetter"),
     "import jobbers_celery",
-    "import jobbers_celery.records as records",
+    "import jobbers_celery.core.records as records",
     "from jobbers_celery import records",
     "from jobbers_celery import TaskState, install, RedisStore",
     "from jobbers_celery import *",

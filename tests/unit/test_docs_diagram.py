@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from jobbers_celery.states import TERMINAL, TRANSITIONS, TaskState
+from jobbers_celery.core.states import TERMINAL, TRANSITIONS, TaskState
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "lifecycle.md"
 START = "[*]"

@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobbers_celery import errortext, recorder
-from jobbers_celery import payload as pl
-from jobbers_celery.errortext import (
+from jobbers_celery.core import errortext
+from jobbers_celery.core.errortext import (
     MESSAGE_MAX_CHARS,
     REDACT_MARGIN,
     TRACEBACK_MAX_CHARS,
@@ -20,6 +19,8 @@ from jobbers_celery.errortext import (
     cut_message,
     cut_traceback,
 )
+from jobbers_celery.lifecycle import payload as pl
+from jobbers_celery.lifecycle import recorder
 from jobbers_celery.store import StepResult
 
 MB = 1 << 20

@@ -17,10 +17,10 @@ import pytest
 from celery import Celery
 
 from jobbers_celery import AttemptSuperseded, CheckpointTooLarge, JobbersTask, TaskCancelled
-from jobbers_celery import task as task_module
-from jobbers_celery.shutdown import WorkerShuttingDown
 from jobbers_celery.store.base import Heartbeat
-from jobbers_celery.task import (
+from jobbers_celery.worker import task as task_module
+from jobbers_celery.worker.shutdown import WorkerShuttingDown
+from jobbers_celery.worker.task import (
     CHECKPOINT_MAX_BYTES,
     HEARTBEAT_MIN_GAP_S,
     PROGRESS_MAX_BYTES,

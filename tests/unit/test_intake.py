@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobbers_celery import intake
-from jobbers_celery.intake import (
+from jobbers_celery.core import intake
+from jobbers_celery.core.intake import (
     MAX_DEPTH,
     MAX_HEADER_CHARS,
     MAX_ID_CHARS,

@@ -1,5 +1,5 @@
 """The liveness refresh ends the attempts the cleaner declared stalled while this worker runs
-them (see ``jobbers_celery.liveness``): SIGTERM to the pool child, SIGKILL after the grace,
+them (see ``jobbers_celery.lifecycle.liveness``): SIGTERM to the pool child, SIGKILL after the grace,
 a note on the stall once the request has ended, nothing for a later attempt of the same task;
 a pool that cannot stop a task warns once per attempt. End to end (real workers, Redis):
 tests/integration/test_stalls.py."""
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from celery.worker import state
 
-from jobbers_celery import liveness
-from jobbers_celery.config import JobbersConfig
-from jobbers_celery.liveness import HALT_GRACE_S, Liveness
+from jobbers_celery.core.config import JobbersConfig
+from jobbers_celery.lifecycle import liveness
+from jobbers_celery.lifecycle.liveness import HALT_GRACE_S, Liveness
 from jobbers_celery.store.redis import Alive, Halt
 
 

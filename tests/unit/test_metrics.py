@@ -1,4 +1,4 @@
-"""jobbers_celery.metrics without Redis or workers: instruments, attributes, the gauge lease
+"""jobbers_celery.telemetry.metrics without Redis or workers: instruments, attributes, the gauge lease
 logic (against a fake store), and the no-op paths (no SDK; no opentelemetry-api at all)."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from jobbers_celery import DeadLetter, JobbersConfig, TaskState, metrics
-from jobbers_celery.records import from_ms
-from jobbers_celery.sinks import RedisDeadLetterSink, SizedDeadLetterSink
+from jobbers_celery import DeadLetter, JobbersConfig, TaskState
+from jobbers_celery.core.records import from_ms
+from jobbers_celery.deadletter.sinks import RedisDeadLetterSink, SizedDeadLetterSink
 from jobbers_celery.store.keys import Keys
+from jobbers_celery.telemetry import metrics
 
 PACKAGE = Path(__file__).resolve().parents[2] / "jobbers_celery"
 
@@ -245,7 +246,8 @@ def blocking(prefix: str) -> str:
 
 _EXERCISE = """
 from celery import Celery
-from jobbers_celery import install, metrics
+from jobbers_celery import install
+from jobbers_celery.telemetry import metrics
 app = Celery("x", broker="redis://127.0.0.1:1/0")
 install(app)  # creates the instruments and watches the gauges; no Redis call
 metrics.selected("t", "q", metrics.ROLE_WORKER, 1.0)
@@ -293,7 +295,7 @@ def test_the_library_imports_the_opentelemetry_api_only():
                 elif name.startswith("opentelemetry"):
                     assert path.name == "metrics.py", (path, name)
                     assert name in ("opentelemetry", "opentelemetry.metrics"), (path, name)
-    tree = ast.parse((PACKAGE / "metrics.py").read_text())
+    tree = ast.parse((PACKAGE / "telemetry" / "metrics.py").read_text())
     runtime = []
     for node in tree.body:  # module level, outside ``if TYPE_CHECKING``
         if isinstance(node, ast.Import):

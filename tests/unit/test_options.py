@@ -15,7 +15,7 @@ from jobbers_celery import (
     ShutdownPolicy,
     install,
 )
-from jobbers_celery.options import TaskOptions, validate_options
+from jobbers_celery.core.options import TaskOptions, validate_options
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ import redis
 from celery.exceptions import Ignore
 from kombu.exceptions import OperationalError
 
-from jobbers_celery import task as task_module
-from jobbers_celery.publisher import Publisher
-from jobbers_celery.recorder import Recorder
-from jobbers_celery.task import (
+from jobbers_celery.lifecycle.publisher import Publisher
+from jobbers_celery.lifecycle.recorder import Recorder
+from jobbers_celery.worker import task as task_module
+from jobbers_celery.worker.task import (
     OUTAGE_RESEND_FIRST_PAUSE_S,
     OUTAGE_RESEND_MAX_PAUSE_S,
     JobbersTask,

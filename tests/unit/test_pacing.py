@@ -1,4 +1,4 @@
-"""Paced resubmits on the Redis sink (:mod:`jobbers_celery.pacing`): the pace's bounds, and
+"""Paced resubmits on the Redis sink (:mod:`jobbers_celery.resubmit.pacing`): the pace's bounds, and
 how a claimed entry's outcome is read from its task's record. No network."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobbers_celery import PaceError, ResubmitPace
-from jobbers_celery.pacing import (
+from jobbers_celery.resubmit.pacing import (
     MAX_RATE,
     MAX_RUN_ENTRIES,
     MAX_RUN_SECONDS,
@@ -128,9 +128,9 @@ def test_the_bounds_are_stated() -> None:
 
 
 def test_a_run_of_more_entries_than_the_largest_is_refused_before_the_store() -> None:
-    from jobbers_celery.options import ResubmitVersion
-    from jobbers_celery.pacing import start
-    from jobbers_celery.records import DeadLetter
+    from jobbers_celery.core.options import ResubmitVersion
+    from jobbers_celery.core.records import DeadLetter
+    from jobbers_celery.resubmit.pacing import start
 
     entry = DeadLetter(task_id="t", name="n", version=None, queue="q", reason="failed",
                        args=[], kwargs={}, exception_type="E", exception_message="",

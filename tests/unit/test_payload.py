@@ -3,7 +3,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from jobbers_celery import payload
+from jobbers_celery.lifecycle import payload
 
 
 def test_from_publish_keeps_what_a_republish_needs():

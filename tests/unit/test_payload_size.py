@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from jobbers_celery import ConfigurationError, JobbersConfig, TaskState, recorder
+from jobbers_celery import ConfigurationError, JobbersConfig, TaskState
+from jobbers_celery.lifecycle import recorder
 from jobbers_celery.store import StepResult
 
 NAME = "proj.import_catalog"

@@ -1,4 +1,4 @@
-"""``jobbers_celery.printable``: what the command lines print of a publisher's values obeys
+"""``jobbers_celery.core.printable``: what the command lines print of a publisher's values obeys
 no terminal (controls, DEL, C1, bidi overrides, separators shown escaped), tells different
 values apart, and costs time linear in the text."""
 
@@ -98,4 +98,4 @@ def test_every_jobbers_module_logs_through_the_escaping_logger() -> None:
     plain = [path.relative_to(root).as_posix() for package in ("jobbers_celery", "jobbers_django")
              for path in (root / package).rglob("*.py")
              if 'getLogger("jobbers' in path.read_text()]
-    assert plain == ["jobbers_celery/metrics.py"]
+    assert plain == ["jobbers_celery/telemetry/metrics.py"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from celery import Celery
 from celery._state import get_current_app
 
-from jobbers_celery import install, signals
+from jobbers_celery import install
+from jobbers_celery.worker import signals
 
 
 def test_a_name_no_app_knows_is_recorded_by_the_current_app():
@@ -26,7 +27,8 @@ def test_a_name_no_app_knows_is_recorded_by_the_current_app():
 def test_a_name_two_apps_register_is_recorded_by_the_app_that_publishes_it(monkeypatch):
     """A test suite or a process with two apps: each publish lands in its own app's store,
     not in that of the oldest app that registers the name."""
-    from jobbers_celery import JobbersTask, payload
+    from jobbers_celery import JobbersTask
+    from jobbers_celery.lifecycle import payload
 
     seen = []
 

@@ -1,5 +1,5 @@
-"""The one redaction (jobbers_celery.redaction) and how Celery's reprs and a task's exception
-get it (jobbers_celery.taskrepr). No network: a Celery app object that never connects."""
+"""The one redaction (jobbers_celery.core.redaction) and how Celery's reprs and a task's exception
+get it (jobbers_celery.worker.taskrepr). No network: a Celery app object that never connects."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from celery import Celery
 from celery.utils.saferepr import saferepr
 
 from jobbers_celery import JobbersTask
-from jobbers_celery.config import JobbersConfig
-from jobbers_celery.errors import ConfigurationError
-from jobbers_celery.redaction import REDACTED, Parameters, Redactor, parameters, redactor
-from jobbers_celery.taskrepr import redact_exception, redact_headers, task_parameters
+from jobbers_celery.core.config import JobbersConfig
+from jobbers_celery.core.errors import ConfigurationError
+from jobbers_celery.core.redaction import REDACTED, Parameters, Redactor, parameters, redactor
+from jobbers_celery.worker.taskrepr import redact_exception, redact_headers, task_parameters
 
 R = redactor()
 
@@ -134,8 +134,8 @@ def test_the_key_list_is_a_setting():
 def test_a_sink_error_loses_the_entrys_values_and_any_credential():
     from datetime import UTC, datetime
 
-    from jobbers_celery.records import DeadLetter
-    from jobbers_celery.sinks import describe_error
+    from jobbers_celery.core.records import DeadLetter
+    from jobbers_celery.deadletter.sinks import describe_error
 
     entry = DeadLetter(task_id="t1", name="n", version=None, queue=None, reason="failed",
                        args=["hunter2-pos"], kwargs={}, exception_type=None,
@@ -149,7 +149,7 @@ def test_a_sink_error_loses_the_entrys_values_and_any_credential():
 def test_celery_inspect_shows_the_redacted_reprs_never_the_arguments():
     from celery.contrib.testing.mocks import TaskMessage
 
-    from jobbers_celery.request import JobbersRequest
+    from jobbers_celery.worker.request import JobbersRequest
 
     app = Celery("redaction-unit", set_as_current=False)
 
@@ -165,7 +165,7 @@ def test_celery_inspect_shows_the_redacted_reprs_never_the_arguments():
 
 
 def test_what_the_record_and_the_dead_letter_store_of_any_exception_has_no_credential():
-    from jobbers_celery.payload import describe_exception
+    from jobbers_celery.lifecycle.payload import describe_exception
 
     try:
         raise OSError("cannot reach https://svc:k3y-55@api.example/v1 (Bearer abc.987)")
@@ -191,7 +191,7 @@ def test_a_big_value_is_redacted_as_far_as_its_repr_shows_it():
 
 def test_more_secret_key_names_by_default() -> None:
     """Keys an outside check found passing in clear; a short one is a whole word only."""
-    from jobbers_celery.redaction import redactor
+    from jobbers_celery.core.redaction import redactor
 
     red = redactor()
     for key in ("oauth", "Authentication", "privkey", "passwort", "pin", "pin_code", "ssn",
@@ -205,7 +205,7 @@ def test_more_secret_key_names_by_default() -> None:
 def test_a_secret_nested_deeper_than_shown_is_still_known_to_the_text_redactor() -> None:
     """The display stops at 32 levels; a worker takes 100: a message that quotes a secret
     from level 40 must not show it (an outside check found it in clear)."""
-    from jobbers_celery.redaction import redactor
+    from jobbers_celery.core.redaction import redactor
 
     red = redactor()
     cfg: object = {"password": "DEEPSECRET1"}

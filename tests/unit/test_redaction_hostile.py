@@ -15,8 +15,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobbers_celery.redaction import REDACTED, TOO_DEEP, redactor
-from jobbers_celery.taskrepr import redact_exception
+from jobbers_celery.core.redaction import REDACTED, TOO_DEEP, redactor
+from jobbers_celery.worker.taskrepr import redact_exception
 
 R = redactor()
 NOTE = "[cut for display: {}]"
@@ -186,7 +186,7 @@ def test_exceptions_through_args_repr_attributes_and_group_members():
 
 
 def test_celerys_log_records_are_redacted_at_every_level(caplog):
-    from jobbers_celery import logfilter
+    from jobbers_celery.worker import logfilter
 
     logfilter.install()
     pool = logging.getLogger("celery.pool")
@@ -210,7 +210,7 @@ def test_celerys_log_records_are_redacted_at_every_level(caplog):
 def test_celerys_log_records_show_a_publishers_values_escaped(caplog):
     """A task id with a newline split Celery's "Received task" line in two; a name or an
     exception message with ESC reached the terminal tailing the worker's log."""
-    from jobbers_celery import logfilter
+    from jobbers_celery.worker import logfilter
 
     logfilter.install()
     with caplog.at_level(logging.INFO, logger="celery"):
@@ -236,7 +236,7 @@ def test_the_worker_shows_reprs_it_made_never_the_headers_a_publisher_wrote():
     from celery.contrib.testing.mocks import TaskMessage
 
     from jobbers_celery import JobbersTask
-    from jobbers_celery.request import JobbersRequest
+    from jobbers_celery.worker.request import JobbersRequest
 
     app = Celery("redaction-hostile", set_as_current=False)
 
@@ -261,8 +261,9 @@ def test_the_worker_shows_reprs_it_made_never_the_headers_a_publisher_wrote():
 def test_the_apps_key_list_redacts_what_the_record_and_dead_letter_store(monkeypatch):
     from celery import Celery
 
-    from jobbers_celery import install, redaction
-    from jobbers_celery.payload import describe_exception
+    from jobbers_celery import install
+    from jobbers_celery.core import redaction
+    from jobbers_celery.lifecycle.payload import describe_exception
 
     monkeypatch.setattr(redaction, "_PROCESS_KEYS", [])
     app = Celery("redaction-keys", set_as_current=False)
@@ -279,7 +280,7 @@ def test_the_apps_key_list_redacts_what_the_record_and_dead_letter_store(monkeyp
 def test_any_celery_loggers_records_are_redacted_at_the_handlers_the_worker_sets_up():
     from celery import signals
 
-    from jobbers_celery import logfilter
+    from jobbers_celery.worker import logfilter
 
     logfilter.install()
     seen: list[str] = []
@@ -365,7 +366,7 @@ def test_a_secret_in_an_oserrors_or_unicodeerrors_own_fields_never_shows():
 
 
 def test_describing_an_exception_whose_str_raises_names_its_type():
-    from jobbers_celery.payload import describe_exception
+    from jobbers_celery.lifecycle.payload import describe_exception
 
     class BadStr(Exception):
         def __str__(self) -> str:

@@ -14,11 +14,11 @@ from kombu.exceptions import ContentDisallowed, DecodeError
 from kombu.message import Message
 
 from jobbers_celery import UNPUBLISHABLE, DeadLetter, JobbersTask
-from jobbers_celery import payload as pl
-from jobbers_celery.recorder import dead_letter_entry
-from jobbers_celery.refusals import record_refusal, refusal_reason
-from jobbers_celery.request import JobbersRequest
+from jobbers_celery.lifecycle import payload as pl
+from jobbers_celery.lifecycle.recorder import dead_letter_entry
 from jobbers_celery.store import StepResult
+from jobbers_celery.worker.refusals import record_refusal, refusal_reason
+from jobbers_celery.worker.request import JobbersRequest
 
 PICKLE = "application/x-python-serialize"
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from jobbers_celery import results
+from jobbers_celery.lifecycle import results
 from jobbers_celery.store import RedisStore
 
 STORE_URL = "redis://127.0.0.1:6390/1"

@@ -7,8 +7,8 @@ import signal
 
 from celery.exceptions import Ignore
 
-from jobbers_celery.request import revoke_reason
-from jobbers_celery.task import Revoked
+from jobbers_celery.worker.request import revoke_reason
+from jobbers_celery.worker.task import Revoked
 
 
 def test_the_revoke_reason_names_the_signal_however_celery_passes_it() -> None:

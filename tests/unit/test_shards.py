@@ -8,8 +8,8 @@ import pytest
 import redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from jobbers_celery.config import MAX_SHARDS, JobbersConfig
-from jobbers_celery.errors import ConfigurationError
+from jobbers_celery.core.config import MAX_SHARDS, JobbersConfig
+from jobbers_celery.core.errors import ConfigurationError
 from jobbers_celery.store.keys import Keys, Shards, shard_tags
 
 

@@ -15,9 +15,10 @@ import pytest
 from celery.worker import state
 from kombu.asynchronous import Hub
 
-from jobbers_celery import JobbersTask, shutdown
-from jobbers_celery.runtime import ShutdownStep
-from jobbers_celery.shutdown import WAKE_UP_S
+from jobbers_celery import JobbersTask
+from jobbers_celery.worker import shutdown
+from jobbers_celery.worker.runtime import ShutdownStep
+from jobbers_celery.worker.shutdown import WAKE_UP_S
 
 
 def test_the_step_keeps_a_wake_up_timer_in_the_event_loop_while_it_runs() -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from jobbers_celery.records import DeadLetter
-from jobbers_celery.spool import DeadLetterSpool, default_spool_root, spool_directory
+from jobbers_celery.core.records import DeadLetter
+from jobbers_celery.deadletter.spool import DeadLetterSpool, default_spool_root, spool_directory
 
 SECRET = "tok-51d0e2a9"
 
@@ -126,7 +126,7 @@ def test_a_drainer_that_opened_a_file_just_drained_skips_it(tmp_path: Path,
         path.unlink()
         real_flock(fd, operation)
 
-    monkeypatch.setattr("jobbers_celery.spool.fcntl.flock", flock_after_another_drained)
+    monkeypatch.setattr("jobbers_celery.deadletter.spool.fcntl.flock", flock_after_another_drained)
     with spool.claim(path) as claimed:
         assert claimed is None
 

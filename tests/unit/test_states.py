@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobbers_celery.errors import InvalidTransition
-from jobbers_celery.states import (
+from jobbers_celery.core.errors import InvalidTransition
+from jobbers_celery.core.states import (
     RESUBMITTABLE,
     TERMINAL,
     TRANSITIONS,

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobbers_celery import storable as storable_module
-from jobbers_celery.records import ALTERED, UNPUBLISHABLE, DeadLetter
-from jobbers_celery.storable import (
+from jobbers_celery.core import storable as storable_module
+from jobbers_celery.core.records import ALTERED, UNPUBLISHABLE, DeadLetter
+from jobbers_celery.core.storable import (
     ID_LIMIT,
     MAX_DEPTH,
     TOO_DEEP,

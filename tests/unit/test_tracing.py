@@ -1,5 +1,5 @@
 """The trace context a task's payload carries, and the republishes run inside it
-(jobbers_celery.tracing). The SDK's tracer is a private one: the process's global provider
+(jobbers_celery.telemetry.tracing). The SDK's tracer is a private one: the process's global provider
 is left alone."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from jobbers_celery import tracing
+from jobbers_celery.telemetry import tracing
 from tests.unit.test_metrics import blocking, run_python
 
 TRACER = TracerProvider().get_tracer("tests")
@@ -62,7 +62,7 @@ def test_headers_without_a_context_change_nothing():
 
 def test_without_opentelemetry_api_headers_pass_through():
     out = run_python(blocking("opentelemetry") + (
-        "from jobbers_celery import tracing\n"
+        "from jobbers_celery.telemetry import tracing\n"
         "h = {'traceparent': '00-' + '1' * 32 + '-' + '2' * 16 + '-01'}\n"
         "before = dict(h)\n"
         "tracing.stamp(h)\n"

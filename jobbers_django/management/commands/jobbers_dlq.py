@@ -15,7 +15,7 @@ Everything goes through :mod:`jobbers_django.services` and :mod:`jobbers_django.
 admin and the API do (audited, source ``code``), and is shown redacted as the API shows it
 (``--json`` prints the API's answers). No ids and no filter is an error, never "everything".
 An id is any string Celery ran (at most ``TASK_ID_MAX_LENGTH`` characters); every value a
-publisher chose is printed through :func:`jobbers_celery.printable` (control characters,
+publisher chose is printed through :func:`jobbers_celery.core.printable` (control characters,
 newlines and bidi overrides shown escaped, never obeyed by the terminal).
 Exit codes: 0 ok, 1 a runtime failure (Redis or the database unreachable), 2 bad input,
 3 not found.

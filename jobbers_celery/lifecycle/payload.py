@@ -1,0 +1,313 @@
+"""What it takes to publish a task again, captured as JSON.
+
+A payload is ``{"args": [...], "kwargs": {...}, "options": {...}}`` where ``options`` are
+``send_task`` keyword arguments (routing, headers, callbacks, limits). It is built from a
+message being published, or from a running task's request for a delayed retry, and stored
+on the record so the scheduler, resubmits and the dead-letter queue can republish the task
+with everything it had, without ETA messages and without pickle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextvars import ContextVar, Token
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from kombu.utils.json import JSONEncoder as _KombuEncoder
+from kombu.utils.json import loads as _kombu_loads
+
+from jobbers_celery.core import errortext
+from jobbers_celery.core.codec import ENCRYPTED, CannotOpen, PayloadCodec, is_sealed
+from jobbers_celery.core.redaction import redactor
+from jobbers_celery.core.storable import storable_value
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+__all__ = [
+    "HEADER_DEAD_LETTER",
+    "HEADER_ENQUEUED_AT",
+    "HEADER_EPOCH",
+    "HEADER_PUBLISHED_AT",
+    "HEADER_TASK",
+    "HEADER_VERSION",
+    "deferred",
+    "describe_exception",
+    "describe_traceback",
+    "dumps",
+    "from_publish",
+    "from_signature_options",
+    "loads",
+    "mark_publishing",
+    "open_arguments",
+    "publishing_app",
+    "queue_of",
+    "readable_arguments",
+    "republish",
+    "request_header",
+    "seal_arguments",
+    "sealed_arguments",
+    "unmark_publishing",
+    "unopenable",
+]
+
+HEADER_TASK = "jobbers_task"
+HEADER_VERSION = "jobbers_version"
+HEADER_ENQUEUED_AT = "jobbers_enqueued_at"  # first enqueue, Redis clock ms; kept across retries
+HEADER_PUBLISHED_AT = "jobbers_published_at"  # this publish, Redis clock ms
+HEADER_EPOCH = "jobbers_epoch"  # the jobbers dataset the submission was recorded in
+HEADER_DEAD_LETTER = "jobbers_dlq"  # 1 when the publisher knew the task saves dead letters
+
+#: Celery protocol-2 headers: not user headers, rebuilt by Celery on every publish.
+_PROTOCOL_HEADERS = frozenset({
+    "lang", "task", "id", "shadow", "eta", "expires", "group", "group_index", "retries",
+    "timelimit", "root_id", "parent_id", "argsrepr", "kwargsrepr", "origin", "ignore_result",
+    "replaced_task_nesting", "stamped_headers", "stamps",
+})
+
+#: ``send_task`` options a payload may carry.
+_OPTIONS = frozenset({
+    "queue", "exchange", "routing_key", "priority", "headers", "link", "link_error", "chain",
+    "chord", "root_id", "parent_id", "group_id", "group_index", "expires", "time_limit",
+    "soft_time_limit", "reply_to", "ignore_result", "shadow", "replaced_task_nesting",
+})
+
+
+#: kombu's encoder, made once (``kombu.utils.json.dumps`` makes one per call, on every publish).
+_ENCODER = _KombuEncoder()
+
+
+def dumps(value: Any) -> str:
+    """JSON with kombu's extra types (datetime, UUID, Decimal), as the json serializer does."""
+    return _ENCODER.encode(value)
+
+
+def loads(raw: str) -> Any:
+    return _kombu_loads(raw)
+
+
+def _clean(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if k in _OPTIONS and v not in (None, [], {})}
+
+
+def from_publish(
+    headers: Mapping[str, Any],
+    body: Any,
+    exchange: str | None,
+    routing_key: str | None,
+    properties: Mapping[str, Any],
+) -> dict[str, Any] | None:
+    """Payload of a protocol-2 message about to be published (``None`` for other formats)."""
+    if not (isinstance(body, tuple | list) and len(body) == 3):
+        return None
+    args, kwargs, embed = body
+    embed = embed or {}
+    hard, soft = (headers.get("timelimit") or (None, None))[:2]
+    user_headers = {
+        k: v for k, v in headers.items()
+        if k not in _PROTOCOL_HEADERS and not k.startswith("jobbers_")
+    }
+    options: dict[str, Any] = {
+        "headers": user_headers,
+        "link": embed.get("callbacks"),
+        "link_error": embed.get("errbacks"),
+        "chain": embed.get("chain"),
+        "chord": embed.get("chord"),
+        "root_id": headers.get("root_id"),
+        "parent_id": headers.get("parent_id"),
+        "group_id": headers.get("group"),
+        "group_index": headers.get("group_index"),
+        "expires": headers.get("expires"),
+        "time_limit": hard,
+        "soft_time_limit": soft,
+        "shadow": headers.get("shadow"),
+        "ignore_result": headers.get("ignore_result"),
+        "replaced_task_nesting": headers.get("replaced_task_nesting"),
+        "priority": properties.get("priority"),
+        "reply_to": properties.get("reply_to"),
+    }
+    if exchange:
+        options["exchange"] = exchange
+        options["routing_key"] = routing_key
+    else:
+        options["queue"] = routing_key
+    return {"args": list(args or ()), "kwargs": dict(kwargs or {}), "options": _clean(options)}
+
+
+def from_signature_options(
+    args: Any, kwargs: Any, options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Payload from a signature's options (``Task.signature_from_request``)."""
+    return {"args": list(args or ()), "kwargs": dict(kwargs or {}), "options": _clean(options)}
+
+
+def deferred(args: Any, kwargs: Any, options: Mapping[str, Any], queue: str,
+             now: datetime) -> dict[str, Any]:
+    """Payload of a first publish that waits in the store (``countdown``/``eta``) until the
+    scheduler publishes it: ``expires`` made absolute ``now``, as Celery does when it
+    publishes (it counts from the call, not from the later publish), and ``queue``, the
+    one the router chose, named unless the options route it themselves."""
+    opts = dict(options)
+    expires = opts.get("expires")
+    if isinstance(expires, int | float) and not isinstance(expires, bool):
+        opts["expires"] = (now + timedelta(seconds=expires)).isoformat()
+    elif isinstance(expires, datetime):
+        opts["expires"] = expires.isoformat()
+    named = opts.get("queue")
+    if named is not None and not isinstance(named, str):
+        opts["queue"] = queue  # a kombu Queue: its name
+    elif not (named or opts.get("exchange") or opts.get("routing_key")):
+        opts["queue"] = queue
+    return from_signature_options(args, kwargs, opts)
+
+
+def request_header(request: Any, name: str) -> Any:
+    """A custom message header as a task request (Celery ``Context``) carries it: as an
+    attribute, or in its ``headers`` dict; ``None`` when absent."""
+    value = getattr(request, name, None)
+    if value is None:
+        value = (getattr(request, "headers", None) or {}).get(name)
+    return value
+
+
+def queue_of(options: Mapping[str, Any]) -> str:
+    return str(options.get("queue") or options.get("routing_key") or "")
+
+
+#: The app publishing right now, for ``before_task_publish`` (which names only the task): two
+#: apps of one process may both register a task name, and the record belongs in the store of
+#: the app that sends it.
+_publishing: ContextVar[Celery | None] = ContextVar("jobbers_publishing_app", default=None)
+
+
+def mark_publishing(app: Celery) -> Token[Celery | None]:
+    """Publishes from here on are ``app``'s, until :func:`unmark_publishing` with the token."""
+    return _publishing.set(app)
+
+
+def unmark_publishing(token: Token[Celery | None]) -> None:
+    _publishing.reset(token)
+
+
+def publishing_app() -> Celery | None:
+    return _publishing.get()
+
+
+def republish(
+    app: Celery, name: str, task_id: str, payload: Mapping[str, Any], retries: int,
+    extra_headers: Mapping[str, Any] | None = None, producer: Any = None,
+) -> None:
+    """Publish ``task_id`` again through Celery (signals, routing and queue declaration).
+
+    ``producer``: one to reuse across many publishes (``app.producer_or_acquire()``).
+    """
+    options = dict(payload.get("options") or {})
+    if producer is not None:
+        options["producer"] = producer
+    if extra_headers:
+        options["headers"] = {**(options.get("headers") or {}), **extra_headers}
+    app.send_task(
+        name,
+        args=payload.get("args") or [],
+        kwargs=payload.get("kwargs") or {},
+        task_id=task_id,
+        retries=retries,
+        **options,
+    )
+
+
+# ---------------------------------------------------------------------- secrets at rest
+# Sealed, a payload's (or a dead letter's) ``args`` is ``[]`` and its ``kwargs`` is one
+# envelope (see :mod:`jobbers_celery.core.codec`) of ``{"args": [...], "kwargs": {...}}``: both
+# keep their JSON types, so every store (record, outbox, sinks, spool, DLQ rows) keeps the
+# sealed form as it is, and ``options`` (routing, headers) stay readable for the publish.
+
+def sealed_arguments(args: Any, kwargs: Any) -> bool:
+    """Whether ``args``/``kwargs`` are the sealed form."""
+    return not args and is_sealed(kwargs)
+
+
+def seal_arguments(payload: Mapping[str, Any], codec: PayloadCodec | None, *,
+                   stored: bool = False) -> dict[str, Any]:
+    """``payload`` with its ``args`` and ``kwargs`` sealed (as it is without keys). A
+    message's arguments are always sealed, even those shaped like a sealed value (a
+    publisher's own ``kwargs``); ``stored``: arguments jobbers stored (a record's, a dead
+    letter's) already sealed are kept as they are. Raises ``TypeError`` if not JSON."""
+    args, kwargs = payload.get("args"), payload.get("kwargs")
+    if (codec is None or not codec.enabled
+            or (stored and sealed_arguments(args, kwargs))):
+        return dict(payload)
+    return {**payload, "args": [],
+            "kwargs": codec.seal(dumps({"args": args, "kwargs": kwargs}))}
+
+
+def open_arguments(args: Any, kwargs: Any,
+                   codec: PayloadCodec | None) -> tuple[Any, Any]:
+    """The real ``args`` and ``kwargs`` (as given when they are not sealed); raises
+    :class:`~jobbers_celery.core.codec.CannotOpen` when this process cannot open them."""
+    if not sealed_arguments(args, kwargs):
+        return args, kwargs
+    if codec is None:
+        raise CannotOpen(str(kwargs["kid"]), "this process holds no payload key (set "
+                                             "jobbers_payload_keys)")
+    try:
+        data = loads(codec.open(kwargs))
+    except ValueError:
+        raise CannotOpen(str(kwargs["kid"]), "what it holds is not JSON") from None
+    if not isinstance(data, dict):
+        raise CannotOpen(str(kwargs["kid"]), "what it holds is not arguments")
+    return data.get("args"), data.get("kwargs")
+
+
+def unopenable(args: Any, kwargs: Any, codec: PayloadCodec | None) -> str | None:
+    """Why this process cannot publish ``args``/``kwargs`` (sealed with a key it does not
+    hold, or altered); ``None`` when it can (in clear, or opened here)."""
+    try:
+        open_arguments(args, kwargs, codec)
+    except CannotOpen as exc:
+        return str(exc)
+    return None
+
+
+def readable_arguments(args: Any, kwargs: Any,
+                       codec: PayloadCodec | None) -> tuple[Any, Any]:
+    """``args`` and ``kwargs`` for a reader (redact them after): opened where ``codec``
+    holds the key, else ``[ENCRYPTED]`` and ``{}``. Never raises. Opened values are shown
+    in their storable form (``NaN`` as ``"NaN"``, NUL and lone surrogates escaped): sealed
+    raw, they never went through it, and pages and ``--json`` need strict JSON and UTF-8;
+    a republish opens the real values (:func:`open_arguments`)."""
+    try:
+        opened = open_arguments(args, kwargs, codec)
+    except CannotOpen:
+        return [ENCRYPTED], {}
+    if opened[0] is args and opened[1] is kwargs:  # in clear: shown as stored
+        return args, kwargs
+    return storable_value(opened[0]), storable_value(opened[1])
+
+
+def describe_exception(exc: BaseException, message_max: int = errortext.MESSAGE_MAX_CHARS
+                       ) -> tuple[str, str, str]:
+    """(qualified type name, message, formatted traceback) of an exception, credentials
+    taken out by look (what the record and the dead letter store: a task's own exception
+    was redacted further, with its arguments' secret values, before it got here). Both cut
+    first (:mod:`jobbers_celery.core.errortext`): the message's head (``message_max``
+    characters), the traceback's end. Never raises: a ``__str__`` that raises is shown as
+    :mod:`traceback` shows it (``<exception str() failed>``)."""
+    cls = type(exc)
+    module = cls.__module__
+    name = cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+    redact = redactor().text
+    message = errortext.safe_str(exc)
+    try:
+        parts = errortext.exception_parts(exc)
+    except Exception:  # noqa: BLE001 - an exception odd enough to break the formatter
+        parts = [f"{name}: {message}\n"]
+    return (name, errortext.cut_message(message, redact, message_max),
+            errortext.cut_traceback(parts, redact))
+
+
+def describe_traceback(text: str) -> str:
+    """A traceback formatted elsewhere (Celery's, of a lost pool child), cut and redacted as
+    :func:`describe_exception` does."""
+    return errortext.cut_traceback(text, redactor().text)

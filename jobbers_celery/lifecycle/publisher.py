@@ -1,0 +1,103 @@
+"""The publisher: sends a recorded task to the broker again.
+
+The scheduler (delayed retries when due), the cleaner (stalled tasks it resubmits), the
+resubmits of ``Jobbers`` and the worker's shutdown and outage paths all republish a task
+whose ``submitted`` step the recorder already took. They do it here, one way: the payload
+recorded on the task, the headers that name its version and dead-letter policy, inside
+:func:`~jobbers_celery.lifecycle.recorder.internal_publish` so that the publish signal does not record
+the submission twice, inside the trace context the payload carries (see
+:mod:`~jobbers_celery.telemetry.tracing`: all attempts of a task are one trace), and the publish lease
+confirmed (or left to expire, so that a scheduler publishes it again) by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from jobbers_celery.core.codec import PayloadCodec
+from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.lifecycle import payload as pl
+from jobbers_celery.lifecycle.recorder import internal_publish, unrecorded_publish
+from jobbers_celery.store import RedisStore
+from jobbers_celery.telemetry import tracing
+
+if TYPE_CHECKING:
+    from celery import Celery
+    from celery.canvas import Signature
+
+__all__ = ["Publisher", "UnpublishablePayload"]
+
+log = escaped_logger("jobbers.publisher")
+
+
+class UnpublishablePayload(ValueError):
+    """The record holds no payload jobbers can publish (not JSON when it was recorded)."""
+
+
+class Publisher:
+    """Republishes recorded tasks through one Celery app."""
+
+    def __init__(self, app: Celery, store: RedisStore,
+                 codec: PayloadCodec | None = None) -> None:
+        self.app = app
+        self.store = store
+        self.codec = codec  # opens sealed arguments: the broker gets the real values
+
+    @staticmethod
+    def payload_of(msg: str | None) -> dict[str, Any]:
+        """The recorded payload ``msg``; raises :class:`UnpublishablePayload` if it cannot
+        be published."""
+        data: Any = pl.loads(msg) if msg else {}
+        if data.get("unserializable"):
+            raise UnpublishablePayload("its arguments were not JSON-serializable when it "
+                                       "was recorded")
+        return dict(data)
+
+    def republish(self, task_id: str, name: str, data: Mapping[str, Any], retries: int,
+                  now_ms: int, *, resubmit: bool = False, version: str | None = None,
+                  dead_letter: bool = False, producer: Any = None) -> None:
+        """Publish ``task_id`` whose ``submitted`` step (at Redis time ``now_ms``) applied.
+
+        ``resubmit``: a new run (its first enqueue is now), whose message says the
+        ``version`` the task failed with and that it saves dead letters (``dead_letter``),
+        as its record does. Raises :class:`~jobbers_celery.core.codec.CannotOpen` (nothing
+        published) when ``data``'s arguments are sealed with a key this process does not
+        hold: a process that holds it publishes them (the lease expires), never the sealed
+        form as arguments.
+        """
+        args, kwargs = pl.open_arguments(data.get("args"), data.get("kwargs"), self.codec)
+        data = {**data, "args": args, "kwargs": kwargs}
+        if resubmit:
+            headers = dict(data.get("options", {}).get("headers") or {})
+            headers.pop(pl.HEADER_ENQUEUED_AT, None)
+            if version:
+                headers[pl.HEADER_VERSION] = int(version)
+            if dead_letter:
+                headers[pl.HEADER_DEAD_LETTER] = 1
+            data = {**data, "options": {**data.get("options", {}), "headers": headers}}
+        with internal_publish(now_ms), tracing.inside(data.get("options", {}).get("headers")):
+            pl.republish(self.app, name, task_id, data, retries, producer=producer)
+
+    def republish_signature(self, sig: Signature[Any], *, leased: str | None) -> None:
+        """Publish a running task's message again: ``leased`` (the task id whose
+        ``unsubmitted`` step took a publish lease: the publish records the submission and
+        the lease is confirmed), or ``None`` (already ``submitted``: the publish records
+        nothing new)."""
+        with tracing.inside(sig.options.get("headers")):
+            if leased is not None:
+                sig.apply_async()
+                self.store.confirm_published([leased])
+            else:
+                with internal_publish(self.store.now_ms()):
+                    sig.apply_async()
+
+    @staticmethod
+    def give_back(sig: Signature[Any]) -> None:
+        """Publish a message again without asking the store (it cannot be reached)."""
+        with unrecorded_publish(), tracing.inside(sig.options.get("headers")):
+            sig.apply_async()
+
+    def confirm(self, ids: Iterable[str]) -> None:
+        """Drop the publish leases of the tasks now with the broker."""
+        self.store.confirm_published(ids)
