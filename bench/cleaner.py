@@ -841,7 +841,7 @@ class Bench:
               + (" (the library default for a new dataset)" if args.shards is None else ""))
         res["code"] = code = code_version("jobbers_celery")
         print(f"jobbers_celery at {code}")
-        from jobbers_celery.deadletter.sinks import DeadLetterDispatcher
+        from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
 
         # the cleaner writes a pass's dead letters in one batch when the dispatcher can
         res["dead_letters_batched"] = hasattr(DeadLetterDispatcher, "send_many")

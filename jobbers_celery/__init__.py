@@ -49,7 +49,8 @@ from jobbers_celery.core.redaction import (
 )
 from jobbers_celery.core.states import TaskState
 from jobbers_celery.core.storable import storable_form, storable_id, storable_value
-from jobbers_celery.deadletter.sinks import DeadLetterSink, RedisDeadLetterSink
+from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
+from jobbers_celery.deadletter.sink import DeadLetterSink
 from jobbers_celery.install import get_jobbers, install
 from jobbers_celery.jobbers import Jobbers, PurgeReport
 from jobbers_celery.lifecycle.cleaner import CleanerStatus, CleanReport

@@ -35,11 +35,8 @@ from jobbers_celery.core.records import (
     WorkerInfo,
 )
 from jobbers_celery.core.states import RESUBMITTABLE, TaskState
-from jobbers_celery.deadletter.sinks import (
-    DeadLetterDispatcher,
-    DeadLetterSink,
-    PayloadDeadLetterSink,
-)
+from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
+from jobbers_celery.deadletter.sink import DeadLetterSink, PayloadDeadLetterSink
 from jobbers_celery.deadletter.spool import DeadLetterSpool, spool_directory
 from jobbers_celery.lifecycle import payload, results
 from jobbers_celery.lifecycle.cleaner import Cleaner, CleanerStatus, CleanReport
@@ -276,7 +273,7 @@ class Jobbers:
         saying why.
 
         A dead-lettered task whose record no longer holds its payload (the dead-letter sink
-        keeps it, see :class:`~jobbers_celery.deadletter.sinks.PayloadDeadLetterSink`) is published
+        keeps it, see :class:`~jobbers_celery.deadletter.sink.PayloadDeadLetterSink`) is published
         with the payload of its dead-letter entry.
         """
         published: list[str] = []

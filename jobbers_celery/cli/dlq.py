@@ -25,7 +25,7 @@ from jobbers_celery.core.options import ResubmitVersion
 from jobbers_celery.core.printable import printable
 from jobbers_celery.core.records import DeadLetter
 from jobbers_celery.core.states import RESUBMITTABLE
-from jobbers_celery.deadletter.sinks import RedisDeadLetterSink
+from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
 from jobbers_celery.resubmit.pacing import PaceError, ResubmitPace, ResubmitRunInfo
 
 __all__ = ["dlq"]

@@ -25,7 +25,7 @@ from jobbers_celery.core.codec import PayloadCodec
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.records import UNPUBLISHABLE, DeadLetter, from_ms
 from jobbers_celery.core.states import RESUBMITTABLE, TaskState
-from jobbers_celery.deadletter.sinks import DeadLetterDispatcher
+from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
 from jobbers_celery.lifecycle import payload as pl
 from jobbers_celery.store import CancelOutcome, Giver, RedisStore, ResultWrite, StepResult
 from jobbers_celery.telemetry import metrics, tracing

@@ -21,7 +21,7 @@ from jobbers_celery.telemetry import metrics
 
 if TYPE_CHECKING:
     from jobbers_celery.core.config import JobbersConfig
-    from jobbers_celery.deadletter.sinks import DeadLetterDispatcher
+    from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
     from jobbers_celery.lifecycle.cleaner import Cleaner
     from jobbers_celery.lifecycle.publisher import Publisher
     from jobbers_celery.resubmit.pacing import Pacer

@@ -37,7 +37,7 @@ from jobbers_celery.core.options import ResubmitVersion
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.records import DeadLetter
 from jobbers_celery.core.states import RESUBMITTABLE, TaskState
-from jobbers_celery.deadletter.sinks import describe_error
+from jobbers_celery.deadletter.errors import describe_error
 from jobbers_celery.store import RedisStore
 
 __all__ = [

@@ -13,10 +13,11 @@ that changes a task's outcome is made here (those live in :class:`JobbersTask`).
   recorded itself (see :mod:`jobbers_celery.worker.request`).
 - ``worker_init`` (main process, before the pool forks): make the worker incarnation id;
   the worker's lifecycle steps wait out a store outage (up to ``jobbers_worker_lost_after``).
-- ``worker_shutting_down`` (signal-handler context): set the draining flag (see shutdown).
+- ``worker_shutting_down`` (signal-handler context): set the draining flag (see shutdown);
+  ``worker_init`` clears it (a process may start another worker after one stopped).
 - ``worker_shutdown`` (main process) and ``worker_process_shutdown`` (pool children, which
   exit without running ``atexit``): dead letters kept only in memory go to the sink or
-  somewhere durable if they can (:func:`jobbers_celery.deadletter.sinks.close_all`).
+  somewhere durable if they can (:func:`jobbers_celery.deadletter.dispatcher.close_all`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from jobbers_celery.core.errortext import cut_head
 from jobbers_celery.core.intake import MAX_NAME_CHARS
 from jobbers_celery.core.options import DeadLetterPolicy
 from jobbers_celery.core.printable import escaped_logger
-from jobbers_celery.deadletter import sinks
+from jobbers_celery.deadletter import dispatcher
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.lifecycle import liveness, results
 from jobbers_celery.lifecycle.payload import (
@@ -222,7 +223,7 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
 
 
 def on_process_exit(**_: Any) -> None:
-    sinks.close_all()
+    dispatcher.close_all()
 
 
 def on_worker_after_setup(sender: Any = None, instance: Any = None, **_: Any) -> None:
@@ -271,6 +272,8 @@ def connect() -> None:
                                         dispatch_uid="jobbers.celeryd_after_setup")
     signals.worker_shutting_down.connect(shutdown.on_worker_shutting_down, weak=False,
                                          dispatch_uid="jobbers.worker_shutting_down")
+    signals.worker_init.connect(shutdown.on_worker_init, weak=False,
+                                dispatch_uid="jobbers.shutdown.worker_init")
     signals.worker_shutdown.connect(on_process_exit, weak=False,
                                     dispatch_uid="jobbers.dead_letters.worker_shutdown")
     signals.worker_process_shutdown.connect(

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from jobbers_celery import ALTERED, DeadLetter
-from jobbers_celery.deadletter.sinks import DeadLetterDispatcher
+from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
 from jobbers_django.models import DeadLetterEntry, DeadLetterFailure, FailureGroup
 from jobbers_django.services import to_dead_letter
 from jobbers_django.sink import DjangoDeadLetterSink

@@ -27,12 +27,10 @@ from redis.retry import Retry
 
 from jobbers_celery import TaskState
 from jobbers_celery.core.records import DeadLetter
-from jobbers_celery.deadletter import sinks
-from jobbers_celery.deadletter.sinks import (
-    DeadLetterDispatcher,
-    DeadLetterSink,
-    RedisDeadLetterSink,
-)
+from jobbers_celery.deadletter import dispatcher as dispatching
+from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
+from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
+from jobbers_celery.deadletter.sink import DeadLetterSink
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.lifecycle.cleaner import Cleaner, CleanReport
 from jobbers_celery.store import RedisStore
@@ -259,7 +257,7 @@ def test_failing_write_many_falls_back_and_parks_every_entry(make_store, caplog,
         assert dispatcher.send_many(entries) == [False] * 20
     assert sink.batches == 1
     # the sink is down: tried entry by entry a few times, not once per entry
-    assert sink.writes == sinks._GIVE_UP_AFTER
+    assert sink.writes == dispatching._GIVE_UP_AFTER
     # every entry is logged (task id, attempt, where it waits), never its payload
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     for entry in entries:

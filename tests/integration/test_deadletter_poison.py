@@ -28,7 +28,8 @@ from redis.retry import Retry
 from jobbers_celery import DeadLetterRefused
 from jobbers_celery.core.records import DeadLetter
 from jobbers_celery.deadletter.aside import KEEP
-from jobbers_celery.deadletter.sinks import DeadLetterDispatcher, RedisDeadLetterSink
+from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
+from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
 from jobbers_celery.deadletter.spool import DeadLetterSpool
 from tests.conftest import ROOT, free_port, subprocess_env
 

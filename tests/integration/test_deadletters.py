@@ -14,12 +14,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from jobbers_celery.core.records import DeadLetter
-from jobbers_celery.deadletter import sinks
-from jobbers_celery.deadletter.sinks import (
-    DeadLetterDispatcher,
-    DeadLetterSink,
-    RedisDeadLetterSink,
-)
+from jobbers_celery.deadletter import dispatcher as dispatching
+from jobbers_celery.deadletter import errors
+from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
+from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
+from jobbers_celery.deadletter.sink import DeadLetterSink
 from jobbers_celery.deadletter.spool import DeadLetterSpool
 from tests.conftest import free_port, wait_for
 
@@ -364,7 +363,7 @@ def test_a_spool_left_by_a_dead_process_is_delivered_by_another(make_store, tmp_
     assert len(DeadLetterSpool(tmp_path).paths()) == 2
 
     # a new process on the machine: its first successful write starts the drain
-    monkeypatch.setattr(sinks, "_RETRY_EVERY_S", 0.05)
+    monkeypatch.setattr(dispatching, "_RETRY_EVERY_S", 0.05)
     after = DeadLetterDispatcher(real, store.client, store.keys,
                                  spool=DeadLetterSpool(tmp_path))
     assert after.send(_entry("dl-new")) is True
@@ -481,12 +480,12 @@ def test_describe_error_takes_out_every_value_form() -> None:
                    checkpoint={"cursor": "ckpt-xyz"}, options={"headers": {"auth": "hdr-tok"}})
     exc = RuntimeError('row: ["s3cr3t \\"quoted\\"", 123456] {"nested": "deep-value"} '
                        "'s3cr3t \"quoted\"' ckpt-xyz hdr-tok id 12")
-    text = sinks.describe_error(exc, [entry])
+    text = errors.describe_error(exc, [entry])
     for secret in ("s3cr3t", "123456", "deep-value", "ckpt-xyz", "hdr-tok"):
         assert secret not in text, text
     assert text.startswith("RuntimeError: row:")
     assert "id 12" in text  # short values are left alone
-    long = sinks.describe_error(RuntimeError("x" * 5000), [entry])
+    long = errors.describe_error(RuntimeError("x" * 5000), [entry])
     assert len(long) < 600
 
 

@@ -19,7 +19,7 @@ import redis
 
 from jobbers_celery import ResubmitRunInfo, RunStatus, TaskState
 from jobbers_celery.core.records import DeadLetter
-from jobbers_celery.deadletter.sinks import RedisDeadLetterSink
+from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
 from tests.conftest import RedisServer, start_worker, wait_for
 from tests.integration.test_cli import World, cli, ok
 

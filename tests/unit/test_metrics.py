@@ -17,7 +17,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from jobbers_celery import DeadLetter, JobbersConfig, TaskState
 from jobbers_celery.core.records import from_ms
-from jobbers_celery.deadletter.sinks import RedisDeadLetterSink, SizedDeadLetterSink
+from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
+from jobbers_celery.deadletter.sink import SizedDeadLetterSink
 from jobbers_celery.store.keys import Keys
 from jobbers_celery.telemetry import metrics
 

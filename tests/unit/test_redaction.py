@@ -135,7 +135,7 @@ def test_a_sink_error_loses_the_entrys_values_and_any_credential():
     from datetime import UTC, datetime
 
     from jobbers_celery.core.records import DeadLetter
-    from jobbers_celery.deadletter.sinks import describe_error
+    from jobbers_celery.deadletter.errors import describe_error
 
     entry = DeadLetter(task_id="t1", name="n", version=None, queue=None, reason="failed",
                        args=["hunter2-pos"], kwargs={}, exception_type=None,

@@ -1,23 +1,16 @@
-"""Dead-letter sinks: where failed, stalled and dropped tasks are written.
+"""The dead-letter dispatcher: every entry reaches the sink, however long that takes.
 
-A sink is anything with ``write(entry)``; ``jobbers_dead_letter_sink`` names a factory that
-receives the ``Jobbers`` instance. Writing must be idempotent per ``(task_id, attempt)``.
-A sink may also have ``write_many(entries)`` (optional, see :class:`BatchDeadLetterSink`),
-which the cleaner uses to write all the dead letters of a pass at once, and ``size()``
-(optional, see :class:`SizedDeadLetterSink`), which the ``dead_letter_queue_size`` metric
-gauge reports, and ``entry(task_id, attempt)`` (optional, see :class:`PayloadDeadLetterSink`):
-a sink that can hand an entry back keeps the one stored copy of a dead task's payload, and
-the task's record drops its own.
-The dispatcher in front of it makes sure an entry is not lost: one the sink did not take is
-parked in the Redis outbox, or, when Redis is unreachable too, in the local spool (a directory,
-see :mod:`jobbers_celery.deadletter.spool`), in memory only when the disk refuses as well, and written
-again later, also by another process. An entry the sink refuses for a reason of its own (see
-:func:`refused_for_itself`) is tried again in its storable form
-(:func:`jobbers_celery.core.storable.storable`), and set aside when still refused (see
-:mod:`jobbers_celery.deadletter.aside`): the entries behind it are written, nothing waits on it. What it logs of an entry is its task id, name, attempt
-and reason, and where it was kept: never its arguments, checkpoint or exception message, and
-the sink's error with any of those values, and any credential (a URL's password, a token),
-taken out.
+One the sink did not take is parked in the Redis outbox, or, when Redis is unreachable too,
+in the local spool (a directory, see :mod:`jobbers_celery.deadletter.spool`), in memory only
+when the disk refuses as well, and written again later, also by another process. An entry
+the sink refuses for a reason of its own (see
+:func:`~jobbers_celery.deadletter.errors.refused_for_itself`) is tried again in its storable
+form (:func:`jobbers_celery.core.storable.storable`), and set aside when still refused (see
+:mod:`jobbers_celery.deadletter.aside`): the entries behind it are written, nothing waits on
+it. What it logs of an entry is its task id, name, attempt and reason, and where it was kept:
+never its arguments, checkpoint or exception message, and the sink's error with any of those
+values, and any credential (a URL's password, a token), taken out
+(:func:`~jobbers_celery.deadletter.errors.describe_error`).
 """
 
 from __future__ import annotations
@@ -27,36 +20,27 @@ import collections
 import contextlib
 import json
 import os
-import re
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, cast
 
-import redis.exceptions
-
-from jobbers_celery.core.errors import DeadLetterRefused
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.records import DeadLetter
-from jobbers_celery.core.redaction import redactor
-from jobbers_celery.core.storable import is_storable, parked_json, storable_form, storable_id
+from jobbers_celery.core.storable import is_storable, parked_json, storable_form
 from jobbers_celery.deadletter.aside import SetAsideList
+from jobbers_celery.deadletter.errors import describe_error, refused_for_itself
+from jobbers_celery.deadletter.sink import DeadLetterSink
 from jobbers_celery.deadletter.spool import DeadLetterSpool
-from jobbers_celery.store.keys import Keys
 from jobbers_celery.telemetry import metrics
 
 if TYPE_CHECKING:
-    from jobbers_celery.store import RedisStore
+    import redis
 
-__all__ = [
-    "BatchDeadLetterSink",
-    "DeadLetterDispatcher",
-    "DeadLetterSink",
-    "PayloadDeadLetterSink",
-    "RedisDeadLetterSink",
-    "SizedDeadLetterSink",
-]
+    from jobbers_celery.store.keys import Keys
+
+__all__ = ["DeadLetterDispatcher", "close_all"]
 
 log = escaped_logger("jobbers.deadletter")
 
@@ -66,179 +50,7 @@ _RETRY_EVERY_S = 5.0
 #: After a failed ``write_many``, entries are written one by one; after this many failures
 #: in a row the sink is taken for down and the rest of the batch is parked without trying.
 _GIVE_UP_AFTER = 3
-#: Values shorter than this are not taken out of a logged sink error (too common to mean
-#: anything; a shorter secret is not a secret).
-_MIN_SCRUBBED = 4
-_MAX_ERROR_CHARS = 500
-#: Entries :meth:`RedisDeadLetterSink.select` looks at, at most (newest first), and per read.
-SELECT_EXAMINED = 100_000
-_SELECT_PAGE = 500
 _GAVE_UP = f"not tried: the sink failed {_GIVE_UP_AFTER} times in a row"
-#: Errors that are about the value written, never about the store being down.
-_ENTRY_ERRORS = (DeadLetterRefused, ValueError, TypeError, RecursionError, OverflowError,
-                 redis.exceptions.DataError)
-
-
-def refused_for_itself(exc: BaseException) -> bool:
-    """Whether a sink's error is about the entry (a value its store refuses) rather than the
-    store being unreachable: :class:`~jobbers_celery.DeadLetterRefused`, ``ValueError``
-    (``UnicodeError`` and JSON errors included), ``TypeError``, ``RecursionError``,
-    ``OverflowError`` and redis-py's ``DataError``. Anything else is taken for an outage:
-    the entry waits, in order, as do the ones behind it."""
-    return isinstance(exc, _ENTRY_ERRORS)
-
-
-@runtime_checkable
-class DeadLetterSink(Protocol):
-    """What every sink has. ``write`` is the only required method."""
-
-    def write(self, entry: DeadLetter) -> None:
-        """Store ``entry``; writing the same ``(task_id, attempt)`` twice keeps one entry."""
-
-
-class BatchDeadLetterSink(DeadLetterSink, Protocol):
-    """A sink that can also write many entries at once (found with ``getattr``, so sinks
-    with ``write`` only keep working).
-
-    ``write_many`` has the same idempotence as ``write``. It need not be atomic: when it
-    raises, the dispatcher writes each entry again with ``write``, so a partly written batch
-    is completed, not duplicated.
-    """
-
-    def write_many(self, entries: Sequence[DeadLetter]) -> None:
-        """Store every entry of ``entries``."""
-
-
-class SizedDeadLetterSink(DeadLetterSink, Protocol):
-    """A sink that can tell how many entries it holds (found with ``getattr``; without it
-    the ``dead_letter_queue_size`` gauge is not reported).
-
-    Called only by the one process that reports the cluster-wide gauges, once per metric
-    collection: it should be one cheap query.
-    """
-
-    def size(self) -> int:
-        """How many entries the dead-letter queue holds now."""
-
-
-class PayloadDeadLetterSink(DeadLetterSink, Protocol):
-    """A sink that can hand an entry back (found with ``getattr``).
-
-    Its entries then hold the one stored copy of a dead task's payload (args, kwargs, publish
-    options): once an entry is written, the task's Redis record drops its own copy, and
-    ``Jobbers.resubmit`` takes the payload from the entry. A sink without ``entry`` leaves
-    the record's copy in place (two copies until the record expires).
-    """
-
-    def entry(self, task_id: str, attempt: int) -> DeadLetter | None:
-        """The entry written for ``(task_id, attempt)``, or ``None`` if there is none."""
-
-
-class SinkContext(Protocol):
-    """What a sink factory receives: the ``Jobbers`` instance (its ``store``, ``config``,
-    ``app``); typed by what the default sink reads, so that this module stays below it."""
-
-    @property
-    def store(self) -> RedisStore: ...
-
-
-class RedisDeadLetterSink:
-    """The default sink: a hash of JSON entries plus a time index, in the jobbers namespace."""
-
-    def __init__(self, jobbers: SinkContext) -> None:
-        self.client: redis.Redis = jobbers.store.client
-        self.keys: Keys = jobbers.store.keys
-
-    def write(self, entry: DeadLetter) -> None:
-        """Store the storable form of ``entry`` (:func:`~jobbers_celery.core.storable.storable`)."""
-        pipe = self.client.pipeline(transaction=True)
-        self._queue(pipe, entry)
-        pipe.execute()
-
-    def write_many(self, entries: Sequence[DeadLetter]) -> None:
-        """One round trip for all ``entries``: the per-entry commands of ``write`` in one
-        pipeline, without MULTI (each command is idempotent on its own, and a batch cut
-        short is written again entry by entry)."""
-        if not entries:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for entry in entries:
-            self._queue(pipe, entry)
-        pipe.execute()
-
-    def _queue(self, pipe: redis.client.Pipeline, entry: DeadLetter) -> None:
-        entry = storable_form(entry)
-        member = f"{entry.task_id}:{entry.attempt}"
-        pipe.hsetnx(self.keys.dead_letters, member, json.dumps(entry.to_json(), default=str))
-        pipe.zadd(self.keys.dead_letter_index, {member: entry.failed_at.timestamp()}, nx=True)
-
-    def size(self) -> int:
-        """Entries stored (one ``HLEN``)."""
-        return int(self.client.hlen(self.keys.dead_letters))
-
-    def entry(self, task_id: str, attempt: int) -> DeadLetter | None:
-        """The entry of ``(task_id, attempt)`` (one ``HGET``), ``None`` if absent; found by
-        the task's own id whatever it holds (stored under :func:`storable_id`)."""
-        raw = cast("str | None", self.client.hget(self.keys.dead_letters,
-                                                  f"{storable_id(task_id)}:{attempt}"))
-        return DeadLetter.from_json(json.loads(raw)) if raw else None
-
-    def entries(self, limit: int = 100) -> list[DeadLetter]:
-        """Newest first."""
-        members = cast("list[str]",
-                       self.client.zrevrange(self.keys.dead_letter_index, 0, limit - 1))
-        if not members:
-            return []
-        raw = cast("list[str | None]", self.client.hmget(self.keys.dead_letters, members))
-        return [DeadLetter.from_json(json.loads(r)) for r in raw if r]
-
-    def select(self, queue: str | None = None, name: str | None = None,
-               version: int | None = None, limit: int = 100) -> list[DeadLetter]:
-        """The newest ``limit`` entries matching every given criterion. The sink has no
-        index but time: it reads the entries newest first, in pages, and looks at no more
-        than :data:`SELECT_EXAMINED` of them."""
-        found: list[DeadLetter] = []
-        offset = 0
-        while len(found) < limit and offset < SELECT_EXAMINED:
-            members = cast("list[str]", self.client.zrevrange(
-                self.keys.dead_letter_index, offset, offset + _SELECT_PAGE - 1))
-            if not members:
-                break
-            offset += len(members)
-            raw = cast("list[str | None]", self.client.hmget(self.keys.dead_letters, members))
-            for text in raw:
-                if not text:
-                    continue
-                entry = DeadLetter.from_json(json.loads(text))
-                if ((queue is None or entry.queue == queue)
-                        and (name is None or entry.name == name)
-                        and (version is None or entry.version == version)):
-                    found.append(entry)
-                    if len(found) == limit:
-                        break
-        return found
-
-    def of_task(self, task_id: str) -> list[DeadLetter]:
-        """Every entry of ``task_id`` (one per dead attempt), newest attempt first: one
-        ``HSCAN`` of the entries (no index by task id; for an operator's look-up)."""
-        task_id = storable_id(task_id)  # as the entries are stored
-        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", task_id) + ":*"
-        found = [DeadLetter.from_json(json.loads(text)) for member, text
-                 in self.client.hscan_iter(self.keys.dead_letters, match=pattern, count=1000)
-                 if member.rpartition(":")[0] == task_id]
-        return sorted(found, key=lambda e: e.attempt, reverse=True)
-
-    def discard(self, entries: Iterable[DeadLetter]) -> int:
-        """Remove ``entries``; how many were there (a discarded entry is gone for good: its
-        task can no longer be resubmitted from it)."""
-        members = list(dict.fromkeys(f"{e.task_id}:{e.attempt}" for e in entries))
-        if not members:
-            return 0
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hdel(self.keys.dead_letters, *members)
-        pipe.zrem(self.keys.dead_letter_index, *members)
-        removed, _ = pipe.execute()
-        return int(removed)
 
 
 class DeadLetterDispatcher:
@@ -251,14 +63,14 @@ class DeadLetterDispatcher:
     in the spool) write them again: memory first, then the spool (what the sink still
     refuses moves on to the outbox once Redis answers), then the outbox.
 
-    An entry the sink refuses for a reason of its own (:func:`refused_for_itself`), also in
+    An entry the sink refuses for a reason of its own (:func:`~jobbers_celery.deadletter.errors.refused_for_itself`), also in
     its storable form, is set aside (:class:`~jobbers_celery.deadletter.aside.SetAsideList`) and the
     ones behind it go on; when Redis refuses the set-aside too, it waits as any other.
 
     ``written``: called with the entries the sink took as they were (after each write or
     batch; an exception it raises is logged, never lost entries): ``Jobbers`` drops the
     records' copies of the payloads there when the sink keeps them
-    (:class:`PayloadDeadLetterSink`). An entry stored altered is left out: its record keeps
+    (:class:`~jobbers_celery.deadletter.sink.PayloadDeadLetterSink`). An entry stored altered is left out: its record keeps
     the payload as it was.
     """
 
@@ -714,65 +526,3 @@ _dumps = parked_json
 def _log_kept(entry: DeadLetter, error: str, where: str) -> None:
     log.error("dead letter %s[%s] attempt %s (%s) not written: %s; kept in %s",
               entry.name, entry.task_id, entry.attempt, entry.reason, error, where)
-
-
-def describe_error(exc: BaseException, entries: Iterable[DeadLetter]) -> str:
-    """``Type: message`` of a sink's (or Redis') error with the values of ``entries``
-    (args, kwargs, checkpoint, publish options, exception message; 4 characters or more)
-    taken out, cut to 500 characters: a database error may quote the row it refused.
-    Never raises (it runs while an entry waits to be parked): the type alone if it would."""
-    try:
-        return _describe(exc, entries)
-    except Exception:  # noqa: BLE001 - an odd exception or value: its type says enough
-        return type(exc).__name__
-
-
-def _describe(exc: BaseException, entries: Iterable[DeadLetter]) -> str:
-    message = str(exc)
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    for value in sorted(_values(entries), key=len, reverse=True):
-        if value in text:
-            text = text.replace(value, "[redacted]")
-    # and credentials by look: a database error may quote the sink's own connection URL
-    text = redactor().text(text)
-    if len(text) > _MAX_ERROR_CHARS:
-        text = text[:_MAX_ERROR_CHARS] + "... [cut]"
-    return text
-
-
-def _values(entries: Iterable[DeadLetter]) -> set[str]:
-    found: set[str] = set()
-    for entry in entries:
-        for part in (entry.args, entry.kwargs, entry.checkpoint, entry.options,
-                     entry.exception_message):
-            for leaf in _leaves(part):
-                if len(leaf) >= _MIN_SCRUBBED:
-                    found.add(leaf)
-                    # as JSON or repr() would quote it inside a message
-                    for form in (json.dumps(leaf)[1:-1], repr(leaf)[1:-1]):
-                        if len(form) >= _MIN_SCRUBBED:
-                            found.add(form)
-    return found
-
-
-def _leaves(value: Any, depth: int = 0) -> Iterator[str]:
-    if depth > 32:
-        return
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, bool) or value is None:
-        return
-    elif isinstance(value, int | float):
-        yield str(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _leaves(item, depth + 1)
-            if isinstance(key, str):
-                yield key
-    elif isinstance(value, list | tuple | set | frozenset):
-        for item in value:
-            yield from _leaves(item, depth + 1)
-    elif isinstance(value, bytes):
-        yield value.decode("utf-8", "replace")
-    else:
-        yield str(value)

@@ -1,0 +1,100 @@
+"""What a sink's error means, and how it is logged.
+
+:func:`refused_for_itself` tells an entry the sink refuses (it is set aside) from a sink that
+is down (the entry waits). :func:`describe_error` is the error as the dispatcher logs it:
+never with the entry's arguments, checkpoint or exception message, nor a credential.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import redis.exceptions
+
+from jobbers_celery.core.errors import DeadLetterRefused
+from jobbers_celery.core.records import DeadLetter
+from jobbers_celery.core.redaction import redactor
+
+__all__ = ["describe_error", "refused_for_itself"]
+
+#: Values shorter than this are not taken out of a logged sink error (too common to mean
+#: anything; a shorter secret is not a secret).
+_MIN_SCRUBBED = 4
+_MAX_ERROR_CHARS = 500
+#: Errors that are about the value written, never about the store being down.
+_ENTRY_ERRORS = (DeadLetterRefused, ValueError, TypeError, RecursionError, OverflowError,
+                 redis.exceptions.DataError)
+
+
+def refused_for_itself(exc: BaseException) -> bool:
+    """Whether a sink's error is about the entry (a value its store refuses) rather than the
+    store being unreachable: :class:`~jobbers_celery.DeadLetterRefused`, ``ValueError``
+    (``UnicodeError`` and JSON errors included), ``TypeError``, ``RecursionError``,
+    ``OverflowError`` and redis-py's ``DataError``. Anything else is taken for an outage:
+    the entry waits, in order, as do the ones behind it."""
+    return isinstance(exc, _ENTRY_ERRORS)
+
+
+
+def describe_error(exc: BaseException, entries: Iterable[DeadLetter]) -> str:
+    """``Type: message`` of a sink's (or Redis') error with the values of ``entries``
+    (args, kwargs, checkpoint, publish options, exception message; 4 characters or more)
+    taken out, cut to 500 characters: a database error may quote the row it refused.
+    Never raises (it runs while an entry waits to be parked): the type alone if it would."""
+    try:
+        return _describe(exc, entries)
+    except Exception:  # noqa: BLE001 - an odd exception or value: its type says enough
+        return type(exc).__name__
+
+
+def _describe(exc: BaseException, entries: Iterable[DeadLetter]) -> str:
+    message = str(exc)
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    for value in sorted(_values(entries), key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, "[redacted]")
+    # and credentials by look: a database error may quote the sink's own connection URL
+    text = redactor().text(text)
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[:_MAX_ERROR_CHARS] + "... [cut]"
+    return text
+
+
+def _values(entries: Iterable[DeadLetter]) -> set[str]:
+    found: set[str] = set()
+    for entry in entries:
+        for part in (entry.args, entry.kwargs, entry.checkpoint, entry.options,
+                     entry.exception_message):
+            for leaf in _leaves(part):
+                if len(leaf) >= _MIN_SCRUBBED:
+                    found.add(leaf)
+                    # as JSON or repr() would quote it inside a message
+                    for form in (json.dumps(leaf)[1:-1], repr(leaf)[1:-1]):
+                        if len(form) >= _MIN_SCRUBBED:
+                            found.add(form)
+    return found
+
+
+def _leaves(value: Any, depth: int = 0) -> Iterator[str]:
+    if depth > 32:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int | float):
+        yield str(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, depth + 1)
+            if isinstance(key, str):
+                yield key
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            yield from _leaves(item, depth + 1)
+    elif isinstance(value, bytes):
+        yield value.decode("utf-8", "replace")
+    else:
+        yield str(value)
