@@ -37,6 +37,7 @@ from jobbers_celery.core.printable import escaped_logger
 __all__ = [
     "WorkerShuttingDown",
     "draining",
+    "on_worker_init",
     "on_worker_shutting_down",
     "rearm_child_signals",
 ]
@@ -67,6 +68,17 @@ def draining() -> bool:
 def on_worker_shutting_down(**_: Any) -> None:
     # runs in a signal handler: set a flag, nothing else
     _draining.set()
+
+
+def on_worker_init(**_: Any) -> None:
+    """A worker starts in this process: it is not shutting down.
+
+    The flag is process-wide and outlives the worker that set it: a process that starts
+    another worker after one stopped (Celery's embedded test worker, ``start_worker`` and the
+    ``celery_worker`` fixture) would otherwise hand back every task of the new one unrun.
+    ``worker_init`` is what every worker sends as it is built (the embedded one sends no
+    ``worker_ready``), before any task can run."""
+    _draining.clear()
 
 
 def rearm_child_signals() -> None:
