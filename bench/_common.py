@@ -4,12 +4,17 @@ not library code).
 - where things are: ``BENCH_DIR``, ``ROOT``, :func:`on_sys_path`, :func:`subprocess_env`;
 - processes: :func:`free_port`, :class:`PrivateRedis` (a ``redis-server`` of the run's own),
   :class:`Worker` (a ``celery worker`` in its own session), :func:`stop_process_group`,
-  :func:`wait_for`, :func:`ping`;
+  :class:`LineProcess` (a fresh process driven line by line), :func:`rotated` (the order of
+  interleaved variants), :func:`wait_for`, :func:`ping`;
 - measuring: CPU from ``/proc`` (:func:`proc_cpu`, :func:`child_pids`,
   :func:`machine_busy`), :class:`Load` (the CPU the rest of the machine used over the
-  measured spans), :func:`commandstats` (``INFO commandstats``), :func:`code_version`;
+  measured spans), :class:`CallTimes` (the parts of a measured operation),
+  :func:`commandstats` (``INFO commandstats``), :func:`code_version`;
 - reading figures: :func:`pct`, :func:`distribution`, :class:`Spread` (median [min-max])
-  and :func:`verdict`, the one word every benchmark prints against a target.
+  and :func:`verdict`, the one word every benchmark prints against a target;
+- the run: :func:`common_options` (``--json``, ``--redis-server``), :func:`banner` (a
+  report's heading), :func:`write_json`, :func:`exit_code` and :func:`failed` (0 every
+  target met, 2 one missed, 1 the benchmark failed).
 
 The scripts import it as ``_common`` (``bench/`` is on ``sys.path``: the directory of the
 script run, or :func:`on_sys_path`).
@@ -17,8 +22,11 @@ script run, or :func:`on_sys_path`).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import functools
 import glob
+import json
 import math
 import os
 import shutil
@@ -29,10 +37,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
@@ -173,6 +183,35 @@ class Worker:
         stop_process_group(self.proc)
 
 
+class LineProcess:
+    """A fresh process of the benchmark's own, driven over its stdin (a line per command)
+    and answering on its stdout (a JSON line per reply): ``overhead.py``'s client of one
+    round, one layout of ``cleaner.py --compare-shards``."""
+
+    def __init__(self, cmd: list[str], **popen: Any) -> None:
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, **popen)
+        self.pid = self.proc.pid
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def reply(self) -> Any:
+        """The next JSON line; None once the process has closed its stdout."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        return json.loads(line) if line else None
+
+
+def rotated(items: Sequence[T], i: int) -> list[T]:
+    """``items`` rotated by ``i``: the order of round ``i`` when variants run interleaved,
+    so that none always runs first or after the same one (with two: A B, B A, ...)."""
+    k = i % len(items) if items else 0
+    return [*items[k:], *items[:k]]
+
+
 # =========================================================================== measuring
 def _stat_fields(pid: int) -> list[str] | None:
     try:
@@ -244,6 +283,30 @@ class Load:
         return other / (wall * NCPU) if wall else 0.0
 
 
+class CallTimes:
+    """Wall time of each call of the callables wrapped, per label: the parts of a measured
+    operation (a cleaner pass, a resubmit request)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list[float]] = {}  # label -> seconds of each call
+
+    def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.calls.setdefault(label, []).append(time.perf_counter() - t0)
+        return timed
+
+    def seconds(self, label: str) -> float:
+        return sum(self.calls.get(label, ()))
+
+    def count(self, label: str) -> int:
+        return len(self.calls.get(label, ()))
+
+
 def commandstats(client: Any) -> dict[str, tuple[int, int]]:
     """(calls, usec) per command name, from ``INFO commandstats``."""
     stats = client.info("commandstats")
@@ -305,3 +368,40 @@ class Spread:
 def verdict(ok: bool) -> str:
     """The word printed after a figure judged against its target."""
     return "met" if ok else "NOT met"
+
+
+# =========================================================================== the run
+def common_options(ap: argparse.ArgumentParser,
+                   json_help: str | None = "also write the results as JSON") -> None:
+    """``--json PATH`` (unless ``json_help`` is None) and ``--redis-server``."""
+    if json_help is not None:
+        ap.add_argument("--json", metavar="PATH", help=json_help)
+    ap.add_argument("--redis-server", default="redis-server", help="redis-server binary")
+
+
+def banner(width: int, *lines: str) -> None:
+    """A report's heading: a blank line, then ``lines`` between two rules."""
+    print()
+    print("=" * width)
+    for line in lines:
+        print(line)
+    print("=" * width)
+
+
+def write_json(path: str | None, data: Any, indent: str = "  ",
+               default: Callable[[Any], Any] = str) -> None:
+    """Write ``data`` to ``path`` (``--json``; nothing without one) and say so."""
+    if path:
+        Path(path).write_text(json.dumps(data, indent=2, default=default))
+        print(f"{indent}results written to {path}")
+
+
+def exit_code(ok: bool) -> int:
+    """0 if every target is met, 2 if one is missed."""
+    return 0 if ok else 2
+
+
+def failed(exc: BaseException) -> int:
+    """The benchmark could not measure (a check failed, a process died): exit code 1."""
+    print(f"benchmark failed: {exc}", file=sys.stderr)
+    return 1
