@@ -19,8 +19,9 @@ from rest_framework.response import Response
 
 from jobbers_celery import SetAside, SetAsideReport, StoreUnavailable
 from jobbers_django import conf, services
-from jobbers_django import serializers as s
-from jobbers_django.views import JobbersAPIView, _documented, _errors, _query
+from jobbers_django.api.base import JobbersAPIView, documented, error_responses, read_query
+from jobbers_django.api.serializers.fields import StrictSerializer
+from jobbers_django.api.serializers.requests import limit_field
 
 __all__ = ["SetAsideQuerySerializer", "SetAsideView", "listing", "shown_item"]
 
@@ -38,9 +39,9 @@ def shown_item(item: SetAside) -> dict[str, Any]:
             "why": item.why}
 
 
-class SetAsideQuerySerializer(s.StrictSerializer):
+class SetAsideQuerySerializer(StrictSerializer):
     kind = "query parameter"
-    limit = s._limit(conf.DEFAULT_PAGE_SIZE, f"how many, newest first, 1 to {conf.MAX_LIMIT}")
+    limit = limit_field(conf.DEFAULT_PAGE_SIZE, f"how many, newest first, 1 to {conf.MAX_LIMIT}")
 
 
 class _ItemSerializer(serializers.Serializer[Any]):
@@ -62,18 +63,18 @@ class _ListSerializer(serializers.Serializer[Any]):
 
 
 class SetAsideView(JobbersAPIView):
-    @_documented(
+    @documented(
         operation_id="dead_letter_set_aside_list",
         summary="Dead letters set aside",
         description="Entries the sink refused for a reason of their own (also in their "
         "storable form) or that could not be read back, newest first; the entries behind "
         "them were written. Never their arguments. Needs the read permission.",
         parameters=[SetAsideQuerySerializer],
-        responses={200: _ListSerializer, **_errors(400, 401, 403),
+        responses={200: _ListSerializer, **error_responses(400, 401, 403),
                    503: OpenApiResponse(description="Redis is unreachable")},
     )
     def get(self, request: Request) -> Response:
-        query = _query(SetAsideQuerySerializer, request)
+        query = read_query(SetAsideQuerySerializer, request)
         try:
             report = listing(query["limit"])
         except StoreUnavailable as exc:

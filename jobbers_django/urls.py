@@ -17,14 +17,14 @@ from typing import Any
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import URLPattern, URLResolver, path
 
-from jobbers_django import views
+from jobbers_django.api import deadletters, runs, schema, tasks
 from jobbers_django.converters import API_TASK_ID
 from jobbers_django.setaside import SetAsideView
 
 app_name = "jobbers"
 
-_detail = views.TaskDetailView.as_view()
-_cancel = views.CancelTaskView.as_view()
+_detail = tasks.TaskDetailView.as_view()
+_cancel = tasks.CancelTaskView.as_view()
 
 
 @wraps(_cancel)  # its view class (the schema's), csrf_exempt (DRF checks CSRF itself)
@@ -36,23 +36,23 @@ def _cancel_or_detail(request: HttpRequest, task_id: str, **kwargs: Any) -> Http
 
 
 urlpatterns: list[URLPattern | URLResolver] = [
-    path("dead-letter-queue", views.DeadLetterListView.as_view(), name="dead-letter-queue"),
-    path("dead-letter-queue/resubmit", views.DeadLetterResubmitView.as_view(),
+    path("dead-letter-queue", deadletters.DeadLetterListView.as_view(), name="dead-letter-queue"),
+    path("dead-letter-queue/resubmit", deadletters.DeadLetterResubmitView.as_view(),
          name="dead-letter-resubmit"),
-    path("dead-letter-queue/discard", views.DeadLetterDiscardView.as_view(),
+    path("dead-letter-queue/discard", deadletters.DeadLetterDiscardView.as_view(),
          name="dead-letter-discard"),
     path("dead-letter-queue/set-aside", SetAsideView.as_view(), name="dead-letter-set-aside"),
     # before the runs' routes: the task "resubmit-runs/1" has its history too
     path(f"dead-letter-queue/<{API_TASK_ID}:task_id>/history",
-         views.DeadLetterHistoryView.as_view(), name="dead-letter-history"),
-    path("dead-letter-queue/resubmit-runs", views.ResubmitRunListView.as_view(),
+         deadletters.DeadLetterHistoryView.as_view(), name="dead-letter-history"),
+    path("dead-letter-queue/resubmit-runs", runs.ResubmitRunListView.as_view(),
          name="resubmit-runs"),
-    path("dead-letter-queue/resubmit-runs/<int:run_id>", views.ResubmitRunDetailView.as_view(),
+    path("dead-letter-queue/resubmit-runs/<int:run_id>", runs.ResubmitRunDetailView.as_view(),
          name="resubmit-run"),
     path("dead-letter-queue/resubmit-runs/<int:run_id>/<str:control>",
-         views.ResubmitRunControlView.as_view(), name="resubmit-run-control"),
-    path("scheduled-tasks", views.ScheduledTasksView.as_view(), name="scheduled-tasks"),
+         runs.ResubmitRunControlView.as_view(), name="resubmit-run-control"),
+    path("scheduled-tasks", tasks.ScheduledTasksView.as_view(), name="scheduled-tasks"),
     path(f"tasks/<{API_TASK_ID}:task_id>/cancel", _cancel_or_detail, name="task-cancel"),
     path(f"tasks/<{API_TASK_ID}:task_id>", _detail, name="task-detail"),
-    path("schema", views.SchemaView.as_view(), name="schema"),
+    path("schema", schema.SchemaView.as_view(), name="schema"),
 ]

@@ -49,8 +49,8 @@ __all__ = [
 ]
 
 #: The longest task id looked up (the REST API's bound too,
-#: ``jobbers_django.serializers.TASK_ID_MAX_LENGTH``): any character is accepted, as Celery
-#: accepts any string, but no one types an id of megabytes.
+#: ``jobbers_django.api.serializers.fields.TASK_ID_MAX_LENGTH``): any character is accepted,
+#: as Celery accepts any string, but no one types an id of megabytes.
 TASK_ID_MAX = 4096
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: A table cell is cut to this many characters (the whole value is in ``show`` and --json).

@@ -21,7 +21,7 @@ from django.test import Client
 
 from jobbers_celery import TaskState
 from jobbers_celery.lifecycle import payload
-from jobbers_django import views
+from jobbers_django.api import deadletters
 from jobbers_django.models import DeadLetterEntry, Status
 from jobbers_django.sink import write_entry
 from tests.conftest import ROOT, subprocess_env
@@ -136,7 +136,7 @@ def test_list_pages_follow_the_cursor_without_gaps_or_repeats(make_entries, staf
 
 
 def test_list_count_stops_at_the_cap(make_entries, staff, monkeypatch):
-    monkeypatch.setattr(views, "COUNT_CAP", 4)
+    monkeypatch.setattr(deadletters, "COUNT_CAP", 4)
     make_entries(6)
     page = login(staff).get(f"{API}/dead-letter-queue?limit=2").json()
     assert (page["count"], page["count_capped"], len(page["results"])) == (4, True, 2)
@@ -474,12 +474,12 @@ def test_schema_needs_no_rest_framework_setting():
         from django.contrib.auth.models import AnonymousUser
         from drf_spectacular.drainage import GENERATOR_STATS
         from rest_framework.test import APIRequestFactory, force_authenticate
-        from jobbers_django import views
+        from jobbers_django.api.schema import SchemaView
         request = APIRequestFactory().get("/jobbers/schema?format=json")
         force_authenticate(request, type("Viewer", (AnonymousUser,), {
             "is_authenticated": True, "is_active": True, "is_staff": True,
             "has_perm": lambda self, perm: perm == "jobbers.view_deadletterentry"})())
-        response = views.SchemaView.as_view()(request)
+        response = SchemaView.as_view()(request)
         response.render()
         assert response.status_code == 200, response.content
         assert not GENERATOR_STATS._warn_cache and not GENERATOR_STATS._error_cache

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 from jobbers_celery import TaskState, printable, storable_id
 from jobbers_django import runs
+from jobbers_django.api.serializers.fields import TASK_ID_MAX_LENGTH
 from jobbers_django.converters import decode_task_id, encode_task_id
 from jobbers_django.fields import TaskIdField, TaskIdsField
 from jobbers_django.models import DeadLetterEntry, ResubmitRunItem
-from jobbers_django.serializers import TASK_ID_MAX_LENGTH
 from jobbers_django.services import Selection
 from jobbers_django.sink import write_entry
 from tests.django.api_helpers import API, assert_bad, login, post

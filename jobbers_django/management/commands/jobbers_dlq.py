@@ -36,7 +36,17 @@ from django.utils.text import Truncator
 
 from jobbers_celery import ConfigurationError, StoreUnavailable, printable
 from jobbers_django import conf, runs, services
-from jobbers_django import serializers as s
+from jobbers_django.api.serializers.fields import (
+    NOT_UNICODE_MESSAGE,
+    TASK_ID_MAX_LENGTH,
+    TASK_ID_MESSAGE,
+    not_unicode,
+)
+from jobbers_django.api.serializers.responses import (
+    DeadLetterEntrySerializer,
+    FailureSerializer,
+    ResubmitRunSerializer,
+)
 from jobbers_django.models import DeadLetterEntry, ResubmitRun, Source, Status, VersionChoice
 from jobbers_django.redaction import arguments, text
 
@@ -61,10 +71,10 @@ def _usage(message: str) -> CommandError:
 
 def _check_id(task_id: str) -> None:
     """Any string is an id (Celery runs any); only one longer than the bound is refused."""
-    if len(task_id) > s.TASK_ID_MAX_LENGTH:
-        raise _usage(f"a task id of {len(task_id)} characters: {s.TASK_ID_MESSAGE}")
-    if s.not_unicode(task_id):  # a shell's byte that is not UTF-8
-        raise _usage(f"{printable(task_id)}: {s.NOT_UNICODE_MESSAGE}")
+    if len(task_id) > TASK_ID_MAX_LENGTH:
+        raise _usage(f"a task id of {len(task_id)} characters: {TASK_ID_MESSAGE}")
+    if not_unicode(task_id):  # a shell's byte that is not UTF-8
+        raise _usage(f"{printable(task_id)}: {NOT_UNICODE_MESSAGE}")
 
 
 class Command(BaseCommand):
@@ -188,7 +198,7 @@ class Command(BaseCommand):
         rows = list(qs.order_by("-last_failed_at", "-id")[: limit + 1])
         more, rows = len(rows) > limit, rows[:limit]
         if options["json"]:
-            self.emit_json({"results": s.DeadLetterEntrySerializer(rows, many=True).data,
+            self.emit_json({"results": DeadLetterEntrySerializer(rows, many=True).data,
                             "more": more})
             return
         if not rows:
@@ -208,8 +218,8 @@ class Command(BaseCommand):
         failures = services.failure_history(task_id)
         if options["json"]:
             self.emit_json({
-                "entry": s.DeadLetterEntrySerializer(entry).data,
-                "failures": s.FailureSerializer(failures, many=True,
+                "entry": DeadLetterEntrySerializer(entry).data,
+                "failures": FailureSerializer(failures, many=True,
                                                 context={"entry": entry}).data})
             return
         shown_args, shown_kwargs = arguments(entry.task_name, entry.args, entry.kwargs)
@@ -311,7 +321,7 @@ class Command(BaseCommand):
         if as_json:
             data = {"dry_run": result.dry_run, "matched": result.matched, "more": result.more,
                     "skipped": result.skipped, "audit_id": result.audit_id,
-                    "sample": s.DeadLetterEntrySerializer(result.sample, many=True).data,
+                    "sample": DeadLetterEntrySerializer(result.sample, many=True).data,
                     "discarded" if verb == "discard" else "resubmitted": result.acted}
             if verb == "resubmit":
                 data["published"] = [] if result.dry_run else result.published
@@ -338,7 +348,7 @@ class Command(BaseCommand):
 
     def show_run(self, run: ResubmitRun, as_json: bool, started: bool = False) -> None:
         if as_json:
-            self.emit_json(s.ResubmitRunSerializer(run).data)
+            self.emit_json(ResubmitRunSerializer(run).data)
             return
         if started:
             self.stdout.write(f"Started paced resubmit #{run.pk}: {run.total} entries at "
