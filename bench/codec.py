@@ -36,8 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobbers_celery.core.codec import PayloadCodec, new_key
 from jobbers_celery.core.states import TaskState
+from jobbers_celery.deadletter.entry import dead_letter_entry
 from jobbers_celery.lifecycle import payload as pl
-from jobbers_celery.lifecycle.recorder import Recorder, dead_letter_entry
+from jobbers_celery.lifecycle.recorder import Recorder
 from jobbers_celery.store import StepResult
 
 

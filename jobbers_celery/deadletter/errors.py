@@ -1,8 +1,10 @@
-"""What a sink's error means, and how it is logged.
+"""Errors as jobbers keeps and logs them.
 
-:func:`refused_for_itself` tells an entry the sink refuses (it is set aside) from a sink that
-is down (the entry waits). :func:`describe_error` is the error as the dispatcher logs it:
-never with the entry's arguments, checkpoint or exception message, nor a credential.
+:func:`describe_exception` is a task's exception as its record and its dead letter store it
+(cut and redacted). :func:`refused_for_itself` tells an entry the sink refuses (it is set
+aside) from a sink that is down (the entry waits). :func:`describe_error` is a sink's error as
+the dispatcher logs it: never with the entry's arguments, checkpoint or exception message,
+nor a credential.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from typing import Any
 
 import redis.exceptions
 
+from jobbers_celery.core import errortext
 from jobbers_celery.core.errors import DeadLetterRefused
 from jobbers_celery.core.records import DeadLetter
 from jobbers_celery.core.redaction import redactor
 
-__all__ = ["describe_error", "refused_for_itself"]
+__all__ = ["describe_error", "describe_exception", "describe_traceback", "refused_for_itself"]
 
 #: Values shorter than this are not taken out of a logged sink error (too common to mean
 #: anything; a shorter secret is not a secret).
@@ -36,6 +39,32 @@ def refused_for_itself(exc: BaseException) -> bool:
     the entry waits, in order, as do the ones behind it."""
     return isinstance(exc, _ENTRY_ERRORS)
 
+
+def describe_exception(exc: BaseException, message_max: int = errortext.MESSAGE_MAX_CHARS
+                       ) -> tuple[str, str, str]:
+    """(qualified type name, message, formatted traceback) of an exception, credentials
+    taken out by look (what the record and the dead letter store: a task's own exception
+    was redacted further, with its arguments' secret values, before it got here). Both cut
+    first (:mod:`jobbers_celery.core.errortext`): the message's head (``message_max``
+    characters), the traceback's end. Never raises: a ``__str__`` that raises is shown as
+    :mod:`traceback` shows it (``<exception str() failed>``)."""
+    cls = type(exc)
+    module = cls.__module__
+    name = cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+    redact = redactor().text
+    message = errortext.safe_str(exc)
+    try:
+        parts = errortext.exception_parts(exc)
+    except Exception:  # noqa: BLE001 - an exception odd enough to break the formatter
+        parts = [f"{name}: {message}\n"]
+    return (name, errortext.cut_message(message, redact, message_max),
+            errortext.cut_traceback(parts, redact))
+
+
+def describe_traceback(text: str) -> str:
+    """A traceback formatted elsewhere (Celery's, of a lost pool child), cut and redacted as
+    :func:`describe_exception` does."""
+    return errortext.cut_traceback(text, redactor().text)
 
 
 def describe_error(exc: BaseException, entries: Iterable[DeadLetter]) -> str:

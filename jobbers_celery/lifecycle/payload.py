@@ -14,13 +14,10 @@ from contextvars import ContextVar, Token
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from kombu.utils.json import JSONEncoder as _KombuEncoder
-from kombu.utils.json import loads as _kombu_loads
-
-from jobbers_celery.core import errortext
-from jobbers_celery.core.codec import ENCRYPTED, CannotOpen, PayloadCodec, is_sealed
-from jobbers_celery.core.redaction import redactor
+from jobbers_celery.core.codec import ENCRYPTED, CannotOpen, PayloadCodec
 from jobbers_celery.core.storable import storable_value
+from jobbers_celery.deadletter.errors import describe_exception, describe_traceback
+from jobbers_celery.deadletter.payloadjson import dumps, loads, seal_arguments, sealed_arguments
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -72,19 +69,6 @@ _OPTIONS = frozenset({
     "chord", "root_id", "parent_id", "group_id", "group_index", "expires", "time_limit",
     "soft_time_limit", "reply_to", "ignore_result", "shadow", "replaced_task_nesting",
 })
-
-
-#: kombu's encoder, made once (``kombu.utils.json.dumps`` makes one per call, on every publish).
-_ENCODER = _KombuEncoder()
-
-
-def dumps(value: Any) -> str:
-    """JSON with kombu's extra types (datetime, UUID, Decimal), as the json serializer does."""
-    return _ENCODER.encode(value)
-
-
-def loads(raw: str) -> Any:
-    return _kombu_loads(raw)
 
 
 def _clean(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -218,29 +202,10 @@ def republish(
 
 
 # ---------------------------------------------------------------------- secrets at rest
-# Sealed, a payload's (or a dead letter's) ``args`` is ``[]`` and its ``kwargs`` is one
-# envelope (see :mod:`jobbers_celery.core.codec`) of ``{"args": [...], "kwargs": {...}}``: both
-# keep their JSON types, so every store (record, outbox, sinks, spool, DLQ rows) keeps the
-# sealed form as it is, and ``options`` (routing, headers) stay readable for the publish.
-
-def sealed_arguments(args: Any, kwargs: Any) -> bool:
-    """Whether ``args``/``kwargs`` are the sealed form."""
-    return not args and is_sealed(kwargs)
-
-
-def seal_arguments(payload: Mapping[str, Any], codec: PayloadCodec | None, *,
-                   stored: bool = False) -> dict[str, Any]:
-    """``payload`` with its ``args`` and ``kwargs`` sealed (as it is without keys). A
-    message's arguments are always sealed, even those shaped like a sealed value (a
-    publisher's own ``kwargs``); ``stored``: arguments jobbers stored (a record's, a dead
-    letter's) already sealed are kept as they are. Raises ``TypeError`` if not JSON."""
-    args, kwargs = payload.get("args"), payload.get("kwargs")
-    if (codec is None or not codec.enabled
-            or (stored and sealed_arguments(args, kwargs))):
-        return dict(payload)
-    return {**payload, "args": [],
-            "kwargs": codec.seal(dumps({"args": args, "kwargs": kwargs}))}
-
+# The payload's JSON (``dumps``, ``loads``) and its sealing (``seal_arguments``,
+# ``sealed_arguments``) are :mod:`jobbers_celery.deadletter.payloadjson`'s, offered here with
+# the rest; a task's exception as stored (``describe_exception``, ``describe_traceback``) is
+# :mod:`jobbers_celery.deadletter.errors`'.
 
 def open_arguments(args: Any, kwargs: Any,
                    codec: PayloadCodec | None) -> tuple[Any, Any]:
@@ -284,30 +249,3 @@ def readable_arguments(args: Any, kwargs: Any,
     if opened[0] is args and opened[1] is kwargs:  # in clear: shown as stored
         return args, kwargs
     return storable_value(opened[0]), storable_value(opened[1])
-
-
-def describe_exception(exc: BaseException, message_max: int = errortext.MESSAGE_MAX_CHARS
-                       ) -> tuple[str, str, str]:
-    """(qualified type name, message, formatted traceback) of an exception, credentials
-    taken out by look (what the record and the dead letter store: a task's own exception
-    was redacted further, with its arguments' secret values, before it got here). Both cut
-    first (:mod:`jobbers_celery.core.errortext`): the message's head (``message_max``
-    characters), the traceback's end. Never raises: a ``__str__`` that raises is shown as
-    :mod:`traceback` shows it (``<exception str() failed>``)."""
-    cls = type(exc)
-    module = cls.__module__
-    name = cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
-    redact = redactor().text
-    message = errortext.safe_str(exc)
-    try:
-        parts = errortext.exception_parts(exc)
-    except Exception:  # noqa: BLE001 - an exception odd enough to break the formatter
-        parts = [f"{name}: {message}\n"]
-    return (name, errortext.cut_message(message, redact, message_max),
-            errortext.cut_traceback(parts, redact))
-
-
-def describe_traceback(text: str) -> str:
-    """A traceback formatted elsewhere (Celery's, of a lost pool child), cut and redacted as
-    :func:`describe_exception` does."""
-    return errortext.cut_traceback(text, redactor().text)

@@ -17,8 +17,8 @@ from django.urls import reverse
 
 from jobbers_celery import ENCRYPTED, REDACTED, PayloadCodec
 from jobbers_celery.core.codec import new_key
+from jobbers_celery.deadletter.entry import dead_letter_entry
 from jobbers_celery.lifecycle import payload as pl
-from jobbers_celery.lifecycle.recorder import dead_letter_entry
 from jobbers_celery.store import StepResult
 from jobbers_django import services
 from jobbers_django.models import DeadLetterEntry, Status

@@ -25,6 +25,7 @@ from jobbers_celery import (
     unopenable,
 )
 from jobbers_celery.core.codec import SEALED, CannotOpen, is_sealed, new_key, parse_keys
+from jobbers_celery.deadletter.entry import dead_letter_entry
 from jobbers_celery.lifecycle import payload as pl
 from jobbers_celery.lifecycle import recorder
 from jobbers_celery.lifecycle.publisher import Publisher
@@ -239,7 +240,7 @@ def test_arguments_that_are_not_json_are_kept_sealed_too():
 
 
 def _dead_letter(msg: str, c: PayloadCodec | None) -> Any:
-    return recorder.dead_letter_entry(
+    return dead_letter_entry(
         task_id="t-1", name="proj.login", reason="failed",
         result=StepResult(applied=True, previous="started", now_ms=1_700_000_000_000,
                           attempt=1), raw={"msg": msg, "ver": "1", "queue": "celery"}, codec=c)

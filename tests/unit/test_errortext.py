@@ -19,6 +19,8 @@ from jobbers_celery.core.errortext import (
     cut_message,
     cut_traceback,
 )
+from jobbers_celery.deadletter import errors
+from jobbers_celery.deadletter.entry import dead_letter_entry
 from jobbers_celery.lifecycle import payload as pl
 from jobbers_celery.lifecycle import recorder
 from jobbers_celery.store import StepResult
@@ -53,7 +55,7 @@ class _Watched:
 
 def test_the_redactor_sees_only_what_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     watched = _Watched(TRACEBACK_MAX_CHARS)
-    monkeypatch.setattr(pl, "redactor", lambda: watched)
+    monkeypatch.setattr(errors, "redactor", lambda: watched)  # describe_exception's home
     name, message, traceback = pl.describe_exception(_raise_deep("a." * (MB // 2)))
     assert name == "ValueError"
     assert message.startswith("a." * 100)
@@ -71,7 +73,7 @@ def test_record_and_dead_letter_keep_cut_text() -> None:
     assert err["message"] == f"{'y' * recorder.ERROR_MESSAGE_MAX_CHARS}... [cut: {MB} " \
                              "characters in all]"
     result = StepResult(applied=True, previous="started", now_ms=1_700_000_000_000, attempt=1)
-    entry = recorder.dead_letter_entry(task_id="t", name="n", reason="failed", result=result,
+    entry = dead_letter_entry(task_id="t", name="n", reason="failed", result=result,
                                        raw={}, exc=exc)
     assert entry.exception_message == f"{'y' * MESSAGE_MAX_CHARS}... [cut: {MB} characters " \
                                       "in all]"
@@ -79,13 +81,13 @@ def test_record_and_dead_letter_keep_cut_text() -> None:
     assert len(entry.traceback) <= TRACEBACK_MAX_CHARS + MARK
     # a traceback Celery formatted (a lost pool child), and a reason given as the message
     long_tb = "Traceback (most recent call last):\n" + '  File "/a.py", line 1, in f\n' * 50_000
-    entry = recorder.dead_letter_entry(task_id="t", name="n", reason="failed", result=result,
+    entry = dead_letter_entry(task_id="t", name="n", reason="failed", result=result,
                                        raw={}, exc=exc, traceback=long_tb + "E: " + "z" * MB)
     assert entry.traceback is not None
     assert entry.traceback.startswith("[cut: the first ")
     assert len(entry.traceback) <= TRACEBACK_MAX_CHARS + MARK
     assert '  File "/a.py", line 1, in f\nE: zzz' in entry.traceback
-    entry = recorder.dead_letter_entry(task_id="t", name="n", reason="stalled", result=result,
+    entry = dead_letter_entry(task_id="t", name="n", reason="stalled", result=result,
                                        raw={}, message="w" * MB)
     assert entry.exception_message is not None
     assert len(entry.exception_message) <= MESSAGE_MAX_CHARS + MARK

@@ -27,7 +27,8 @@ FOLDERS: dict[str, list[str]] = {
              "codec", "options", "redaction", "records", "config", "storable"],
     "store": ["base", "keys", "connect", "fastcall", "redis"],
     "telemetry": ["tracing", "history", "metrics"],
-    "deadletter": ["spool", "aside", "errors", "sink", "redis_sink", "dispatcher"],
+    "deadletter": ["payloadjson", "spool", "aside", "errors", "sink", "redis_sink", "dispatcher",
+                   "entry"],
     "resubmit": ["pacing"],
     "lifecycle": ["payload", "results", "liveness", "recorder", "publisher", "cleaner",
                   "scheduler"],
@@ -45,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "store": {"redis"},
     "telemetry": {"opentelemetry"},
-    "deadletter": set(),
+    "deadletter": {"kombu"},  # the payload's JSON is kombu's (payloadjson), as Celery writes it
     "resubmit": set(),
     "lifecycle": {"celery", "kombu"},
     "root": {"celery", "kombu"},

@@ -14,8 +14,8 @@ from kombu.exceptions import ContentDisallowed, DecodeError
 from kombu.message import Message
 
 from jobbers_celery import UNPUBLISHABLE, DeadLetter, JobbersTask
+from jobbers_celery.deadletter.entry import dead_letter_entry
 from jobbers_celery.lifecycle import payload as pl
-from jobbers_celery.lifecycle.recorder import dead_letter_entry
 from jobbers_celery.store import StepResult
 from jobbers_celery.worker.refusals import record_refusal, refusal_reason
 from jobbers_celery.worker.request import JobbersRequest
