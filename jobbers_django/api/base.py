@@ -30,6 +30,7 @@ from rest_framework.schemas.inspectors import ViewInspector
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from jobbers_django.api.parsers import BoundedJSONParser
 from jobbers_django.api.serializers.fields import (
     NOT_UNICODE_MESSAGE,
     TASK_ID_MAX_LENGTH,
@@ -38,7 +39,6 @@ from jobbers_django.api.serializers.fields import (
     not_unicode,
 )
 from jobbers_django.models import DeadLetterEntry
-from jobbers_django.parsers import BoundedJSONParser
 from jobbers_django.permissions import CanRead
 
 if TYPE_CHECKING:
