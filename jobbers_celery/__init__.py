@@ -55,7 +55,16 @@ from jobbers_celery.install import get_jobbers, install
 from jobbers_celery.jobbers import Jobbers, PurgeReport
 from jobbers_celery.lifecycle.cleaner import CleanerStatus, CleanReport
 from jobbers_celery.lifecycle.payload import readable_arguments, unopenable
-from jobbers_celery.resubmit.pacing import PaceError, ResubmitPace, ResubmitRunInfo, RunStatus
+from jobbers_celery.resubmit.claimed import publish_claimed
+from jobbers_celery.resubmit.pace import (
+    PaceError,
+    ResubmitPace,
+    ResubmitRunInfo,
+    RunOutcome,
+    RunStatus,
+    run_outcome,
+    stop_rule,
+)
 from jobbers_celery.telemetry.history import CountSample
 from jobbers_celery.worker.shutdown import WorkerShuttingDown
 from jobbers_celery.worker.task import JobbersTask
@@ -97,6 +106,7 @@ __all__ = [
     "ResubmitRunConflict",
     "ResubmitRunInfo",
     "ResubmitVersion",
+    "RunOutcome",
     "RunStatus",
     "SetAside",
     "SetAsideReport",
@@ -116,8 +126,11 @@ __all__ = [
     "install",
     "parameters",
     "printable",
+    "publish_claimed",
     "readable_arguments",
     "redactor",
+    "run_outcome",
+    "stop_rule",
     "storable_form",
     "storable_id",
     "storable_value",

@@ -43,8 +43,9 @@ from jobbers_celery.lifecycle.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.lifecycle.publisher import Publisher
 from jobbers_celery.lifecycle.recorder import Recorder
 from jobbers_celery.lifecycle.scheduler import Scheduler
-from jobbers_celery.resubmit import pacing
-from jobbers_celery.resubmit.pacing import Pacer, ResubmitPace, ResubmitRunInfo
+from jobbers_celery.resubmit import pacer as pacing
+from jobbers_celery.resubmit.pace import ResubmitPace, ResubmitRunInfo
+from jobbers_celery.resubmit.pacer import Pacer
 from jobbers_celery.store import RedisStore
 from jobbers_celery.store.connect import redis_client
 from jobbers_celery.telemetry.history import CountHistory, CountSample
@@ -456,7 +457,7 @@ class Jobbers:
         more than ``halt_after`` of the last ``of_last`` settled tasks failed again.
 
         Each entry is published at most once per run, whatever races. Raises ``ValueError``
-        (:class:`~jobbers_celery.resubmit.pacing.PaceError`, naming the field) for a pace out of
+        (:class:`~jobbers_celery.resubmit.pace.PaceError`, naming the field) for a pace out of
         bounds (``0.1 <= rate <= 500``, ``0 <= halt_after <= of_last <= 1000``, at most
         10,000 entries: ``ResubmitPace``), and, with
         ``version="current"``, for a task not registered here, before anything changes.

@@ -1,4 +1,4 @@
-"""The Celery task that drives paced resubmits (:mod:`jobbers_django.runs`), registered on
+"""The Celery task that drives paced resubmits (:mod:`jobbers_django.dlq.runs`), registered on
 every Celery app by ``shared_task`` when Django loads this app (``JobbersConfig.ready``).
 
 A ``JobbersTask``, so its own lifecycle is recorded like any task's. Each call is one
@@ -15,7 +15,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from jobbers_celery import JobbersTask
-from jobbers_django.runs import STEP_TASK
+from jobbers_django.dlq.runs import STEP_TASK
 
 __all__ = ["resubmit_run_step"]
 
@@ -27,10 +27,10 @@ RETRY_AFTER = 5.0
              on_shutdown="continue", max_stall_recoveries=5)
 def resubmit_run_step(self: JobbersTask, run_id: int, chain: str) -> str:
     """One step of paced resubmit ``run_id``; enqueues the next while the run needs one."""
-    from jobbers_django import runs
+    from jobbers_django.dlq import run_step
 
     try:
-        delay = runs.step(run_id, chain)
+        delay = run_step.step(run_id, chain)
     except Exception as exc:
         raise self.retry(exc=exc, countdown=RETRY_AFTER) from exc
     if delay is None:

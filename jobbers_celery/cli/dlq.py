@@ -4,7 +4,7 @@ The same command shape as the Django sink's ``manage.py`` command: ``list``, ``s
 ``resubmit`` and ``discard``, by ids (``TASK_ID`` or ``TASK_ID:ATTEMPT``) or by filters
 (``--queue``, ``--task``, ``--version``); no ids and no filter is a usage error, never
 "everything". ``resubmit --rate R [--halt-after X --of-last N]`` starts a paced resubmit
-that the workers' scheduler passes drive (:mod:`jobbers_celery.resubmit.pacing`), not this process;
+that the workers' scheduler passes drive (:mod:`jobbers_celery.resubmit.pacer`), not this process;
 ``run ID [--pause|--resume|--cancel]`` shows and controls it.
 """
 
@@ -26,7 +26,7 @@ from jobbers_celery.core.printable import printable
 from jobbers_celery.core.records import DeadLetter
 from jobbers_celery.core.states import RESUBMITTABLE
 from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
-from jobbers_celery.resubmit.pacing import PaceError, ResubmitPace, ResubmitRunInfo
+from jobbers_celery.resubmit.pace import PaceError, ResubmitPace, ResubmitRunInfo
 
 __all__ = ["dlq"]
 

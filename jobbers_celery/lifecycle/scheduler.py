@@ -6,7 +6,7 @@ workers never both publish it; a claim whose publisher died is published again o
 lease expires, and the start step drops the duplicate should both messages arrive. Each
 pass also retries parked dead letters, prunes expired terminal records, and runs a catch-up
 cleaner pass when celery beat has not run one for three cleaner intervals, and drives the
-paced resubmits (:mod:`jobbers_celery.resubmit.pacing`, a bounded step per run and pass). This module
+paced resubmits (:mod:`jobbers_celery.resubmit.pacer`, a bounded step per run and pass). This module
 decides what one pass does; the thread that repeats it lives in the runtime.
 """
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
     from jobbers_celery.lifecycle.cleaner import Cleaner
     from jobbers_celery.lifecycle.publisher import Publisher
-    from jobbers_celery.resubmit.pacing import Pacer
+    from jobbers_celery.resubmit.pacer import Pacer
     from jobbers_celery.store import Claimed, RedisStore
     from jobbers_celery.telemetry.history import CountHistory
 

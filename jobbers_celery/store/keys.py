@@ -212,7 +212,7 @@ class Keys:
 
     def resubmit_run(self, run_id: int) -> str:
         """Hash: a run's selection, pace, rule, version choice, status, counters, halt
-        reason and times (fields in :mod:`jobbers_celery.resubmit.pacing`)."""
+        reason and times (fields in :mod:`jobbers_celery.resubmit.pacer`)."""
         return f"{self._ns}:run:{run_id}"
 
     def resubmit_run_part(self, run_id: int, part: str) -> str:

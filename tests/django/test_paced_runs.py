@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 
 from jobbers_django import runs, services
+from jobbers_django.dlq import run_step
 from jobbers_django.models import (
     Action,
     DeadLetterAudit,
@@ -256,7 +257,7 @@ def test_two_claims_racing_take_disjoint_items(make_entries):
         try:
             barrier.wait(timeout=30)
             with transaction.atomic():
-                taken.append(runs._claim(run, 40, timezone.now()))
+                taken.append(run_step._claim(run, 40, timezone.now()))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
         finally:
@@ -372,3 +373,45 @@ def test_a_paced_run_as_the_current_version(operator, make_entries, jobbers):
     assert_bad(post(client, "dead-letter-queue/resubmit-runs",
                     {"task_ids": unknown, "rate": 5, "version": "current"}), "version")
     assert ResubmitRun.objects.count() == 1
+
+
+def test_a_cancelled_resubmitted_task_counts_as_failed_again(committed, make_entries, jobbers,
+                                                             published):
+    """The one settle rule (``docs/howto/dead-letters.md``: "failed, dropped, stalled or
+    cancelled -> failed again"), as the Redis sink's runs apply it: two of three resubmitted
+    tasks cancelled before they ran count as failed again, and "more than 1 of the last 3"
+    halts the run."""
+    ids = flaky(3, make_entries)
+    run = runs.start(Selection(task_ids=tuple(ids)), runs.Pace(500, halt_after=1, of_last=3))
+    committed(runs.step, run.pk, run.chain)
+    hurry(run)
+    committed(runs.step, run.pk, run.chain)
+    run.refresh_from_db()
+    assert run.published == 3
+    assert sorted(task_publishes(published, ids)) == sorted(ids)
+    cancelled = ids[:2]
+    for task_id in cancelled:
+        assert jobbers.cancel(task_id)
+    committed(runs.step, run.pk, run.chain)
+    run.refresh_from_db()
+    assert sorted(ResubmitRunItem.objects.filter(run=run, outcome=ItemOutcome.FAILED_AGAIN)
+                  .values_list("task_id", flat=True)) == sorted(cancelled)
+    assert (run.failed_again, run.status) == (2, RunStatus.HALTED)
+    assert run.halt_reason == ("2 of the last 2 resubmitted tasks failed again (the rule: "
+                               "halt when more than 1 of the last 3)")
+
+
+def test_the_models_statuses_and_outcomes_are_the_one_definition():
+    """The model's choices stay as the migrations hold them; they agree with jobbers_celery's
+    one definition of a run's status, its final statuses and the settled outcomes."""
+    from jobbers_celery import RunOutcome
+    from jobbers_celery import RunStatus as OneStatus
+    from jobbers_celery.resubmit.pace import FINAL
+    from jobbers_django.models import FINAL_STATUSES
+
+    assert [s.value for s in RunStatus] == [s.value for s in OneStatus]
+    assert {s.value for s in FINAL_STATUSES} == {s.value for s in FINAL}
+    assert set(run_step.ITEM_OUTCOMES) == {RunOutcome.COMPLETED, RunOutcome.FAILED_AGAIN,
+                                           RunOutcome.ENDED_OTHERWISE}
+    assert set(run_step.ITEM_OUTCOMES.values()) == {
+        ItemOutcome.COMPLETED, ItemOutcome.FAILED_AGAIN, ItemOutcome.OTHER}

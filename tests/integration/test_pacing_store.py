@@ -14,7 +14,8 @@ import pytest
 
 from jobbers_celery import ResubmitRunConflict, ResubmitVersion, TaskState
 from jobbers_celery.core.records import DeadLetter
-from jobbers_celery.resubmit.pacing import Pacer, ResubmitPace, RunStatus, control, read, start
+from jobbers_celery.resubmit.pace import ResubmitPace, RunStatus
+from jobbers_celery.resubmit.pacer import Pacer, control, read, start
 from jobbers_celery.store import RedisStore
 from tests.conftest import wait_for
 from tests.integration.store_helpers import put_in_state

@@ -22,7 +22,8 @@ from jobbers_celery import ENCRYPTED, PayloadCodec, ResubmitVersion, TaskState, 
 from jobbers_celery.core.codec import new_key
 from jobbers_celery.core.records import DeadLetter
 from jobbers_celery.lifecycle import payload as pl
-from jobbers_celery.resubmit.pacing import Pacer, ResubmitPace, RunStatus, read, start
+from jobbers_celery.resubmit.pace import ResubmitPace, RunStatus
+from jobbers_celery.resubmit.pacer import Pacer, read, start
 from tests.conftest import ROOT, start_worker, subprocess_env, wait_for
 from tests.integration import sealed_proj
 from tests.integration.lifecycle_helpers import dead_letters, wait_state

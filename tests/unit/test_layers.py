@@ -29,7 +29,7 @@ FOLDERS: dict[str, list[str]] = {
     "telemetry": ["tracing", "history", "metrics"],
     "deadletter": ["payloadjson", "spool", "aside", "errors", "sink", "redis_sink", "dispatcher",
                    "entry"],
-    "resubmit": ["pacing"],
+    "resubmit": ["pace", "claimed", "pacer"],
     "lifecycle": ["payload", "results", "liveness", "recorder", "publisher", "cleaner",
                   "scheduler"],
     "root": ["jobbers"],

@@ -1,4 +1,4 @@
-"""Paced resubmits on the Redis sink (:mod:`jobbers_celery.resubmit.pacing`): the pace's bounds, and
+"""Paced resubmits on the Redis sink (:mod:`jobbers_celery.resubmit.pace`): the pace's bounds, and
 how a claimed entry's outcome is read from its task's record. No network."""
 
 from __future__ import annotations
@@ -12,16 +12,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobbers_celery import PaceError, ResubmitPace
-from jobbers_celery.resubmit.pacing import (
+from jobbers_celery.resubmit.pace import (
     MAX_RATE,
     MAX_RUN_ENTRIES,
     MAX_RUN_SECONDS,
     MAX_WINDOW,
     MIN_RATE,
     RATE_MESSAGE,
+    RunOutcome,
     allowance,
-    outcome,
+    halt_reason,
     rule_text,
+    run_outcome,
+    stop_rule,
 )
 
 
@@ -59,9 +62,9 @@ def test_rule_in_words() -> None:
 
 # the record of the task of entry "t1:2" (dead at attempt 2), read after its claim
 @pytest.mark.parametrize(("state", "attempt", "stale", "code"), [
-    ("submitted", "2", False, ""),        # published, not started yet
-    ("started", "3", False, ""),          # running again
-    ("scheduled", "3", False, ""),        # waiting for a retry: not settled
+    ("submitted", "2", False, None),      # published, not started yet
+    ("started", "3", False, None),        # running again
+    ("scheduled", "3", False, None),      # waiting for a retry: not settled
     ("completed", "3", False, "c"),
     ("failed", "3", False, "f"),          # failed again (a newer dead-letter attempt)
     ("dropped", "3", False, "f"),
@@ -74,13 +77,34 @@ def test_rule_in_words() -> None:
     ("completed", "3", True, "c"),
 ])
 def test_outcome_from_the_record(state: str | None, attempt: str | None, stale: bool,
-                                 code: str) -> None:
-    assert outcome("t1:2", state, attempt, stale)[0] == code
+                                 code: str | None) -> None:
+    got = run_outcome(state, attempt, 2 if stale else None)[0]
+    assert got == (RunOutcome(code) if code is not None else None)
 
 
-def test_a_task_id_with_colons() -> None:
-    assert outcome("a:b:7", "failed", "7", True)[0] == "x"
-    assert outcome("a:b:7", "failed", "8", False)[0] == "f"
+def test_the_outcome_codes_are_the_letters_the_run_keeps() -> None:
+    # run_settle.lua counts these letters: the enum's values must not change
+    assert {o.name: o.value for o in RunOutcome} == {
+        "PUBLISHED": "p", "SKIPPED": "s", "PUBLISH_FAILED": "x", "COMPLETED": "c",
+        "FAILED_AGAIN": "f", "ENDED_OTHERWISE": "o"}
+
+
+@pytest.mark.parametrize(("last", "halt_after", "of_last", "why"), [
+    ("ff", None, None, ""),                     # no stop rule
+    ("fcf", 2, 3, ""),                          # 2 of 3: not more than 2
+    ("fff", 2, 3, halt_reason(3, 3, 2, 3)),
+    ("ffcff", 1, 2, halt_reason(2, 2, 1, 2)),   # the newest two only
+    ("sfpfx", 1, 3, halt_reason(2, 2, 1, 3)),   # unsettled codes are not in the window
+    ("ooc", 0, 3, ""),                          # ended otherwise is not failed again
+])
+def test_the_stop_rule(last: str, halt_after: int | None, of_last: int | None,
+                       why: str) -> None:
+    assert stop_rule(list(last), halt_after, of_last) == why
+
+
+def test_the_halt_reason_reads_as_the_runs_say_it() -> None:
+    assert halt_reason(3, 3, 2, 4) == ("3 of the last 3 resubmitted tasks failed again "
+                                       "(the rule: halt when more than 2 of the last 4)")
 
 
 # ---------------------------------------------------------------------- a run always ends
@@ -130,7 +154,7 @@ def test_the_bounds_are_stated() -> None:
 def test_a_run_of_more_entries_than_the_largest_is_refused_before_the_store() -> None:
     from jobbers_celery.core.options import ResubmitVersion
     from jobbers_celery.core.records import DeadLetter
-    from jobbers_celery.resubmit.pacing import start
+    from jobbers_celery.resubmit.pacer import start
 
     entry = DeadLetter(task_id="t", name="n", version=None, queue="q", reason="failed",
                        args=[], kwargs={}, exception_type="E", exception_message="",
@@ -141,3 +165,9 @@ def test_a_run_of_more_entries_than_the_largest_is_refused_before_the_store() ->
         start(None, many, ResubmitPace(5), reset_retry_count=True,  # type: ignore[arg-type]
               version=ResubmitVersion.ENTRY, selection=None, source="code", username="")
     assert caught.value.field == "entries"
+
+
+def test_a_task_id_with_colons() -> None:
+    from jobbers_celery.resubmit.pacer import _split
+
+    assert _split("a:b:7") == ("a:b", 7)
