@@ -37,8 +37,7 @@ if TYPE_CHECKING:
 
     from jobbers_celery.core.config import JobbersConfig
     from jobbers_celery.core.options import TaskOptions
-    from jobbers_celery.store import RedisStore
-    from jobbers_celery.store.redis import Halt
+    from jobbers_celery.store import Halt, RedisStore
 
 __all__ = ["HALTED", "HALT_GRACE_S", "Liveness", "gaps", "refresh_period", "set_worker_id", "worker_id"]
 
@@ -78,7 +77,7 @@ def gaps(config: JobbersConfig) -> tuple[int, int]:
 #: message given back taking back a start whose reply the outage lost, or a pool process
 #: holding a finished task's outcome (Celery forgets a job whose acceptance it had not read
 #: when its broker connection dropped) sending it again, at most 5 s apart
-#: (``task.OUTAGE_RESEND_MAX_PAUSE_S``).
+#: (``outage.OUTAGE_RESEND_MAX_PAUSE_S``).
 ORPHAN_GRACE_MIN_MS = 10_000
 
 

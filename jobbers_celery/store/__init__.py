@@ -1,18 +1,52 @@
-"""Lifecycle storage: the only code that talks to Redis."""
+"""Lifecycle storage: the only code that imports redis.
+
+One sharded connection (:mod:`.sharded`) and one part per concern, each behind a Protocol
+(:mod:`.parts`); :class:`RedisStore` is all of them.
+"""
 
 from __future__ import annotations
 
 from jobbers_celery.store.base import (
+    Alive,
     CancelOutcome,
     Claimed,
     CleanerScan,
+    Giver,
+    Halt,
     Heartbeat,
     ResultWrite,
     StallVerdict,
     StepResult,
 )
+from jobbers_celery.store.errors import (
+    UNREACHABLE,
+    StoreError,
+    StoreValueError,
+    WritesRefused,
+    is_outage,
+)
 from jobbers_celery.store.keys import Keys
-from jobbers_celery.store.redis import UNREACHABLE, Giver, RedisStore, WritesRefused, is_outage
+from jobbers_celery.store.parts import (
+    CleanerStore,
+    ClockStore,
+    DeadLetterStore,
+    HousekeepingStore,
+    LayoutStore,
+    MetricsStore,
+    PacerStore,
+    ReadStore,
+    RunningStore,
+    RunStore,
+    SchedulerStore,
+    SchedulingStore,
+    StepStore,
+    TaskStore,
+)
+from jobbers_celery.store.redis import RedisStore
 
-__all__ = ["UNREACHABLE", "CancelOutcome", "Claimed", "CleanerScan", "Giver", "Heartbeat",
-           "Keys", "RedisStore", "ResultWrite", "StallVerdict", "StepResult", "WritesRefused", "is_outage"]
+__all__ = ["UNREACHABLE", "Alive", "CancelOutcome", "Claimed", "CleanerScan", "CleanerStore",
+           "ClockStore", "DeadLetterStore", "Giver", "Halt", "Heartbeat", "HousekeepingStore",
+           "Keys", "LayoutStore", "MetricsStore", "PacerStore", "ReadStore", "RedisStore",
+           "ResultWrite", "RunStore", "RunningStore", "SchedulerStore", "SchedulingStore",
+           "StallVerdict", "StepResult", "StepStore", "StoreError", "StoreValueError", "TaskStore",
+           "WritesRefused", "is_outage"]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from jobbers_celery.core.states import TaskState
 
-__all__ = ["CancelOutcome", "Claimed", "CleanerScan", "Heartbeat", "ResultWrite", "StallVerdict",
-           "StepResult"]
+__all__ = ["Alive", "CancelOutcome", "Claimed", "CleanerScan", "Giver", "Halt", "Heartbeat",
+           "ResultWrite", "StallVerdict", "StepResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,3 +115,31 @@ class CancelOutcome:
 
     outcome: str
     previous: str
+
+
+class Giver(NamedTuple):
+    """How a take-back judges the worker incarnation a given-back message names (ms): gone
+    when not seen for ``gone_ms`` (counted from the end of an outage, as the cleaner
+    counts); alive, its liveness refresh has had its chance to say it does not run the
+    attempt (``alive.lua``'s not-running hash) once it was seen ``settle_ms`` after the
+    attempt started."""
+
+    gone_ms: int
+    settle_ms: int
+
+
+class Halt(NamedTuple):
+    """A task a worker runs whose attempt the cleaner declared stalled (see ``alive.lua``)."""
+
+    task_id: str
+    verdict_ms: int  # Redis clock
+    attempt: int
+
+
+class Alive(NamedTuple):
+    """What a liveness refresh hands back (see ``RunningStore.alive``)."""
+
+    interrupt: list[str]
+    orphans: list[str]
+    halts: tuple[Halt, ...] = ()
+    now_ms: int = 0

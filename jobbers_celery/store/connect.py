@@ -17,14 +17,18 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.cluster import RedisCluster
-from redis.connection import SSLConnection
+from redis.connection import SSLConnection, UnixDomainSocketConnection
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from jobbers_celery.core.config import JobbersConfig
 from jobbers_celery.core.errors import ConfigurationError
 from jobbers_celery.core.printable import escaped_logger
 
-__all__ = ["is_cluster", "redis_client"]
+__all__ = ["Client", "client_endpoint", "endpoint", "is_cluster", "redis_client"]
+
+#: The store's client type (redis-py's), named here so that code above the store never
+#: imports redis.
+Client = redis.Redis
 
 log = escaped_logger("jobbers.store")
 
@@ -49,6 +53,30 @@ def redis_client(config: JobbersConfig) -> redis.Redis:
 def is_cluster(client: redis.Redis) -> bool:
     """``client`` is redis-py's cluster client (its connections are per node)."""
     return isinstance(client, RedisCluster)
+
+
+#: Where a connection goes, as :func:`endpoint` tells it: the server and user, and the db.
+Endpoint = tuple[tuple[Any, ...], int]
+
+
+def endpoint(kwargs: Mapping[str, Any], cls: Any) -> Endpoint:
+    """What identifies the server and user a connection with redis-py's ``kwargs`` and
+    connection class ``cls`` talks to (whose keys it may write), and its db."""
+    kind = ("unix" if isinstance(cls, type) and issubclass(cls, UnixDomainSocketConnection)
+            else "ssl" if isinstance(cls, type) and issubclass(cls, SSLConnection) else "tcp")
+    if kind == "unix":
+        where: tuple[Any, ...] = (kwargs.get("path"),)
+    else:
+        where = (kwargs.get("host") or "localhost", int(kwargs.get("port") or 6379))
+    return (kind, *where, kwargs.get("username") or None), int(kwargs.get("db") or 0)
+
+
+def client_endpoint(client: redis.Redis) -> Endpoint | None:
+    """:func:`endpoint` of ``client``'s pool; ``None`` for a cluster client (no one node)."""
+    if is_cluster(client):
+        return None
+    pool = client.connection_pool
+    return endpoint(pool.connection_kwargs, pool.connection_class)
 
 
 #: Seconds the cluster probe waits for the server named by the URL (a process that imports

@@ -17,6 +17,7 @@ from celery.exceptions import Retry, SoftTimeLimitExceeded
 
 from jobbers_celery import JobbersTask, TaskState
 from jobbers_celery.core.states import TaskState as S
+from jobbers_celery.store import steps
 
 pytestmark = pytest.mark.redis
 
@@ -58,14 +59,14 @@ def task(proj):
 
 
 def _signal_during(store, monkeypatch, to_state):
-    original = store._run  # every kind of step goes through it
+    original = steps._run  # every kind of step goes through it
 
-    def run(task_id, to, *args):
+    def run(s, task_id, to, *args):
         if to is to_state:
             os.kill(os.getpid(), signal.SIGUSR1)  # the limit fires mid-step
-        return original(task_id, to, *args)
+        return original(s, task_id, to, *args)
 
-    monkeypatch.setattr(store, "_run", run)
+    monkeypatch.setattr(steps, "_run", run)
 
 
 def _run(proj, task):

@@ -15,7 +15,7 @@ from jobbers_celery.core.states import (
     allowed_from,
     can_transition,
 )
-from jobbers_celery.store.redis import _EXPIRY_SLACK_S
+from jobbers_celery.store.scripts import EXPIRY_SLACK_S as _EXPIRY_SLACK_S
 from tests.conftest import wait_for
 from tests.integration.store_helpers import (
     NAME,

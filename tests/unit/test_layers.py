@@ -25,7 +25,9 @@ NAME = "jobbers_celery"
 FOLDERS: dict[str, list[str]] = {
     "core": ["backoff", "printable", "errors", "softlimit", "errortext", "intake", "states",
              "codec", "options", "redaction", "records", "config", "storable"],
-    "store": ["base", "keys", "connect", "fastcall", "redis"],
+    "store": ["base", "keys", "connect", "fastcall", "scripts", "errors", "parts", "sharded",
+              "steps", "running", "reads", "housekeeping", "scheduling", "runs", "deadletters",
+              "redis"],
     "telemetry": ["tracing", "history", "metrics"],
     "deadletter": ["payloadjson", "spool", "aside", "errors", "sink", "redis_sink", "dispatcher",
                    "entry"],

@@ -19,7 +19,7 @@ from celery.worker import state
 from jobbers_celery.core.config import JobbersConfig
 from jobbers_celery.lifecycle import liveness
 from jobbers_celery.lifecycle.liveness import HALT_GRACE_S, Liveness
-from jobbers_celery.store.redis import Alive, Halt
+from jobbers_celery.store import Alive, Halt
 
 
 class _Store:

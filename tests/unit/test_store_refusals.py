@@ -20,7 +20,7 @@ from redis.exceptions import (
 
 from jobbers_celery.store import UNREACHABLE, WritesRefused, is_outage
 from jobbers_celery.store.fastcall import as_refusal, without_shebang
-from jobbers_celery.store.redis import _script_source
+from jobbers_celery.store.scripts import script_source as _script_source
 
 MISCONF = ("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to "
            "persist to disk.")
