@@ -37,6 +37,8 @@ from _common import (  # bench/ is on sys.path (the script's directory)
     PrivateRedis,
     Spread,
     Worker,
+    common_options,
+    exit_code,
     on_sys_path,
     ping,
     subprocess_env,
@@ -57,8 +59,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="rounds of the 3 loops per task (5)")
     ap.add_argument("--tasks", type=int, default=3, help="tasks, one after the other (3)")
     ap.add_argument("--dict", action="store_true", help='progress={"done": i} instead of i')
-    ap.add_argument("--json", metavar="PATH", help="write every figure to PATH")
-    ap.add_argument("--redis-server", default="redis-server")
+    common_options(ap, json_help="write every figure to PATH")
     args = ap.parse_args()
     if args.n < 1 or args.rounds < 1 or args.tasks < 1:
         ap.error("-n, --rounds and --tasks must be at least 1")
@@ -146,7 +147,7 @@ def main() -> int:
             "beyond_us": beyond, "loops_us": loops_us, "median_us": med}, indent=1))
     if failures:
         return 1
-    return 0 if med < TARGET_US else 2
+    return exit_code(med < TARGET_US)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import redis
 from _common import (  # bench/ is on sys.path
     PrivateRedis,
     commandstats,
+    common_options,
     ping,
     proc_cpu,
     wait_for,
@@ -57,7 +58,7 @@ def _delta(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=5000, help="tasks (default 5000)")
-    ap.add_argument("--redis-server", default="redis-server")
+    common_options(ap, json_help=None)
     args = ap.parse_args()
     srv = PrivateRedis(args.redis_server)
     try:
