@@ -95,11 +95,11 @@ class Loader:
     """Copies of the templates, by the batch, over the shards, names and ``workers``; the
     running copies it loads are the live tasks ``stalls`` takes from."""
 
-    def __init__(self, scene: Scene, stalls: Stalls) -> None:
+    def __init__(self, scene: Scene, stalls: Stalls, workers: list[LiveWorker]) -> None:
         self.scene = scene
         self.stalls = stalls
         self.script = scene.client.register_script(LOADER)
-        self.workers: list[LiveWorker] = []
+        self.workers = workers
         self.templates: dict[tuple[str, str], Template] = {}
         #: Fresh uuid4s bucketed by shard: a loader batch writes into one shard, so its
         #: ids must all belong to it (none is thrown away, see ``ids_in``).

@@ -25,8 +25,8 @@ class Bench:
         self.scene = Scene(args, srv)
         self.app = self.scene.app
         self.stalls = Stalls(self.scene)
-        self.loader = Loader(self.scene, self.stalls)
-        self.loader.workers = self.workers = self.scene.make_workers()
+        self.workers = self.scene.make_workers()
+        self.loader = Loader(self.scene, self.stalls, self.workers)
         self.load = Load([srv.proc.pid])
         self.memory = Memory(self.loader, self.load)
         self.passes = Passes(self.scene, self.loader, self.stalls, self.load)
