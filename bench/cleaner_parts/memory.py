@@ -17,6 +17,8 @@ from cleaner_parts.templates import Template
 
 
 class Memory:
+    """What the loaded records cost in Redis."""
+
     def __init__(self, loader: Loader, load: Load) -> None:
         self.loader = loader
         self.scene = loader.scene

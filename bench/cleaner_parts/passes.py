@@ -39,6 +39,8 @@ class RoundTrips:
 
 
 class Passes:
+    """Cleaner passes with none stalled and with ``--stalled`` fresh stalled tasks."""
+
     def __init__(self, scene: Scene, loader: Loader, stalls: Stalls, load: Load) -> None:
         self.scene = scene
         self.loader = loader

@@ -19,6 +19,8 @@ from cleaner_parts.templates import TemplateMaker
 
 
 class Bench:
+    """One layout's benchmark: the scene, its loader, memory and passes; the results."""
+
     def __init__(self, args: argparse.Namespace, srv: PrivateRedis) -> None:
         self.args = args
         self.srv = srv

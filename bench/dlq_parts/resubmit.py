@@ -25,6 +25,9 @@ from dlq_parts.measure import QueryLog, Session, explain, require_route
 
 
 class Resubmits:
+    """The resubmit phase of a session, through ``bench/dlq_app.py`` (jobbers installed,
+    the Django sink, nobody consuming) on the private Redis."""
+
     def __init__(self, session: Session) -> None:
         self.s = session
 

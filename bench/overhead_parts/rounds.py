@@ -77,6 +77,8 @@ class Snapshot:
 
 
 class Bench:
+    """Runs one (pool, variant) at a time on the private Redis, from ``work``."""
+
     def __init__(self, args: argparse.Namespace, redis_srv: PrivateRedis, stats: Any,
                  work: Path) -> None:
         self.args = args
