@@ -39,6 +39,7 @@ FOLDERS: dict[str, list[str]] = {
                "request", "refusals"],
     "cli": ["output", "base", "aside", "dlq"],
     "entry": ["codec", "metrics", "sinks", "install"],
+    "testing": ["idle", "store", "sink"],  # the users' kit: on top, it installs jobbers
 }
 TOP_LEVEL = {"root", "entry"}  # layers whose modules sit at the package's top level
 
@@ -55,6 +56,7 @@ ALLOWED: dict[str, set[str]] = {
     "worker": {"celery", "kombu", "billiard"},
     "cli": {"celery", "click", "kombu"},
     "entry": {"celery"},
+    "testing": {"celery"},
 }
 # The one exception, named: the payload codec imports cryptography (the ``crypto`` extra),
 # and only inside the function that runs once payload keys are set.

@@ -1,0 +1,105 @@
+"""jobbers_celery.testing's fakes keep the store's rules: the one transition table refuses
+what Redis refuses, a heartbeat of a stale attempt is rejected, a cancellation of a started
+task waits for its next step, a delayed step comes due on the fake clock, and the sink keeps
+one entry per attempt. End to end (an embedded worker on them): tests/integration/test_user_kit.py."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from jobbers_celery import DeadLetter, TaskState
+from jobbers_celery.core.states import TRANSITIONS
+from jobbers_celery.testing import InMemoryDeadLetterSink, InMemoryStore
+
+S = TaskState
+
+
+def _submitted(store: InMemoryStore, task_id: str = "t1") -> None:
+    res = store.submit(task_id, sources=(S.UNSUBMITTED,), reason="published", name="n",
+                       create={"name": "n", "msg": "{}", "queue": "q"})
+    assert res.applied
+    assert res.epoch
+
+
+def _started(store: InMemoryStore, task_id: str = "t1") -> int:
+    res = store.start(task_id, name="n", worker="w@h", wid="w@h:1:a", heartbeat_ms=None,
+                      cap=None, lease_cap_ms=60_000, defer_ms=1000, fields={})
+    assert res.state is S.STARTED
+    return res.attempt
+
+
+@pytest.mark.parametrize("to", list(TaskState))
+def test_a_completed_task_leaves_for_nowhere(to: TaskState) -> None:
+    store = InMemoryStore()
+    _submitted(store)
+    store.complete("t1", _started(store), name="n", worker=None, wid="w@h:1:a", fields={},
+                   delete=(), write_result=None)
+    res = store.step("t1", to, sources=[s for s, ts in TRANSITIONS.items() if to in ts])
+    assert not res.applied
+    assert (res.previous, res.why) == ("completed", "state")
+    assert store.get("t1").state is S.COMPLETED  # type: ignore[union-attr]
+
+
+def test_a_step_beyond_the_table_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="not in the transition table"):
+        InMemoryStore().step("t1", S.COMPLETED, sources=(S.SUBMITTED,))
+
+
+def test_the_record_and_history_read_as_the_real_store_reads_them() -> None:
+    store = InMemoryStore()
+    _submitted(store)
+    attempt = _started(store)
+    store.complete("t1", attempt, name="n", worker="w@h", wid="w@h:1:a", fields={},
+                   delete=(), write_result=None)
+    record = store.get("t1")
+    assert record is not None
+    assert (record.state, record.attempt, record.queue) == (S.COMPLETED, 1, "q")
+    assert [(t.from_state, t.to_state) for t in store.history("t1")] == [
+        (S.UNSUBMITTED, S.SUBMITTED), (S.SUBMITTED, S.STARTED), (S.STARTED, S.COMPLETED)]
+
+
+def test_a_heartbeat_of_another_attempt_is_rejected_and_cancel_waits_for_it() -> None:
+    store = InMemoryStore()
+    _submitted(store)
+    attempt = _started(store)
+    assert not store.heartbeat("t1", attempt + 1).accepted
+    assert store.cancel("t1", "by test").outcome == "requested"
+    beat = store.heartbeat("t1", attempt, progress='{"done": 1}', checkpoint="1")
+    assert beat.accepted
+    assert beat.cancel_requested
+    assert store.heartbeats[-1].checkpoint == "1"
+    ended = store.end("t1", S.FAILED, fence=attempt, wid="w@h:1:a", name="n", worker=None,
+                      reason="boom", cancellable=True)
+    assert ended.state is S.CANCELLED  # the pending cancellation wins
+
+
+def test_a_delayed_task_comes_due_on_the_fake_clock_and_is_claimed_once() -> None:
+    store = InMemoryStore()
+    _submitted(store)
+    attempt = _started(store)
+    store.end("t1", S.SCHEDULED, fence=attempt, wid="w@h:1:a", name="n", worker=None,
+              reason="retry", delay_ms=60_000)
+    assert store.due()[0] == []
+    store.advance(61)
+    ids, _ = store.due()
+    assert ids == ["t1"]
+    [claimed] = store.claim(ids, 30_000, "w@h")
+    assert (claimed.task_id, claimed.queue) == ("t1", "q")
+    assert store.claim(ids, 30_000, "w@h") == []
+    store.confirm_published(["t1"])
+    assert store.publishing() == {}
+
+
+def test_the_sink_keeps_one_entry_per_attempt() -> None:
+    sink = InMemoryDeadLetterSink()
+    entry = DeadLetter(task_id="t1", name="n", version=None, queue=None, reason="failed",
+                       args=[], kwargs={}, exception_type=None, exception_message=None,
+                       traceback=None, attempt=1, retry_attempt=0, worker=None,
+                       failed_at=datetime.now(UTC))
+    sink.write(entry)
+    sink.write_many([entry])
+    assert sink.size() == 1
+    assert sink.entry("t1", 1) is entry
+    assert sink.of("t1") == [entry]
