@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, cast
 import redis
 from kombu.utils.imports import symbol_by_name
 
-from jobbers_celery.core.codec import CannotOpen, PayloadCodec
+from jobbers_celery.core.codec import PayloadCodec
 from jobbers_celery.core.config import JobbersConfig
 from jobbers_celery.core.errors import ConfigurationError, StoreUnavailable
-from jobbers_celery.core.options import ResubmitVersion, TaskOptions
+from jobbers_celery.core.options import ResubmitVersion
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.records import (
     DeadLetter,
@@ -34,7 +34,7 @@ from jobbers_celery.core.records import (
     Transition,
     WorkerInfo,
 )
-from jobbers_celery.core.states import RESUBMITTABLE, TaskState
+from jobbers_celery.core.states import TaskState
 from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
 from jobbers_celery.deadletter.sink import DeadLetterSink, PayloadDeadLetterSink
 from jobbers_celery.deadletter.spool import DeadLetterSpool, spool_directory
@@ -43,9 +43,9 @@ from jobbers_celery.lifecycle.cleaner import Cleaner, CleanerStatus, CleanReport
 from jobbers_celery.lifecycle.publisher import Publisher
 from jobbers_celery.lifecycle.recorder import Recorder
 from jobbers_celery.lifecycle.scheduler import Scheduler
-from jobbers_celery.resubmit import pacer as pacing
+from jobbers_celery.resubmit import pacer
 from jobbers_celery.resubmit.pace import ResubmitPace, ResubmitRunInfo
-from jobbers_celery.resubmit.pacer import Pacer
+from jobbers_celery.resubmit.resubmit import Resubmitter
 from jobbers_celery.store import RedisStore
 from jobbers_celery.store.connect import redis_client
 from jobbers_celery.telemetry.history import CountHistory, CountSample
@@ -158,13 +158,18 @@ class Jobbers:
                                  publish_lease_s=config.publish_lease, codec=self.codec)
         self.publisher = Publisher(app, self.store, self.codec)
         self.cleaner = Cleaner(self.store, config, self.recorder, self.publisher)
+        self.resubmitter = Resubmitter(
+            app, self.store, self.recorder, self.publisher,
+            self._payload_sink.entry if self._payload_sink is not None else None,
+            unopenable=lambda e: payload.unopenable(e.args, e.kwargs, self.codec),
+            fresh_headers=(payload.HEADER_ENQUEUED_AT,))
         self.count_sampler = CountHistory(self.store)
 
     def scheduler(self, worker_name: str | None = None) -> Scheduler:
         """A scheduler of this namespace (a worker runs one, see :mod:`runtime`)."""
-        pacer = None
+        runs = None
         if self._payload_sink is not None:  # paced resubmits need entries read back
-            pacer = Pacer(self.store, self._payload_sink.entry,
+            runs = pacer.Pacer(self.store, self._payload_sink.entry,
                           lambda entries, reset, version: self.resubmit_dead_letters(
                               entries, reset, version),
                           unopenable=lambda e: payload.unopenable(e.args, e.kwargs,
@@ -172,7 +177,7 @@ class Jobbers:
                           claim_timeout_s=self.config.publish_lease,
                           exclusive_s=self.config.scheduler_interval * 0.8)
         return Scheduler(self.store, self.config, self.publisher, self.dead_letters,
-                         self.cleaner, worker_name, history=self.count_sampler, pacer=pacer)
+                         self.cleaner, worker_name, history=self.count_sampler, pacer=runs)
 
     # ------------------------------------------------------------------ the registry
     # The one registry of installed instances: each app holds its own (``app._jobbers``,
@@ -277,71 +282,13 @@ class Jobbers:
         keeps it, see :class:`~jobbers_celery.deadletter.sink.PayloadDeadLetterSink`) is published
         with the payload of its dead-letter entry.
         """
-        published: list[str] = []
-        ids = list(dict.fromkeys(task_ids))
-        current: dict[str, int] = {}
-        names: dict[str, str] = {}
-        if ResubmitVersion(version) is ResubmitVersion.CURRENT and ids:
-            names = {task_id: row[0] for task_id, row
-                     in zip(ids, self.store.fields(ids, ("name",)), strict=True) if row[0]}
-            current = self.current_versions(names.values())
-        in_sink = self._payloads_in_sink(ids)
-        for task_id in ids:
-            as_version = current.get(names.get(task_id, ""))
-            if task_id in in_sink:
-                entry = in_sink[task_id]
-                if entry is None:
-                    log.error("task %s cannot be republished: its record holds no payload "
-                              "and its dead-letter entry is gone", task_id)
-                elif self._resubmit_dead_letter(entry, reset_retry_count, None,
-                                                sources=RESUBMITTABLE, from_dlq=False,
-                                                version=as_version):
-                    published.append(task_id)
-                continue
-            res = self.recorder.resubmit(task_id, reset_retry_count, version=as_version)
-            if not res.applied:
-                continue
-            data: Any = payload.loads(res.values["msg"]) if res.values.get("msg") else {}
-            if data.get("unserializable") or not res.values.get("name"):
-                why = ("its arguments were not recorded as JSON" if data.get("unserializable")
-                       else "no payload was recorded")
-                log.error("task %s cannot be republished: %s", task_id, why)
-                self.recorder.not_resubmitted(task_id, why)
-                self.store.confirm_published([task_id])
-                continue
-            if self._republish(task_id, res.values["name"], data, res.values, res.now_ms):
-                published.append(task_id)
-        self.store.confirm_published(published)
-        return published
+        return self.resubmitter.resubmit(task_ids, reset_retry_count, version)
 
     def current_versions(self, names: Iterable[str]) -> dict[str, int]:
         """The version each task name has in this process's app (what ``"current"`` means
         to a resubmit). Raises ``ValueError`` naming every one that is not registered here
         as a :class:`~jobbers_celery.JobbersTask`: its current version is unknown."""
-        found: dict[str, int] = {}
-        missing: list[str] = []
-        tasks = self.app.tasks
-        for name in sorted(set(names)):
-            opts = getattr(tasks.get(name), "jobbers_options", None)
-            if isinstance(opts, TaskOptions):
-                found[name] = opts.version
-            else:
-                missing.append(name)
-        if missing:
-            raise ValueError(
-                f"cannot resubmit as the current version: {', '.join(missing)} "
-                f"{'is' if len(missing) == 1 else 'are'} not registered as a JobbersTask in "
-                f"this process's Celery app {self.app.main!r}; import the task module here, "
-                "or resubmit with the entry's version")
-        return found
-
-    def _payloads_in_sink(self, ids: list[str]) -> dict[str, DeadLetter | None]:
-        """The dead-letter entries holding the payloads of those ``ids`` whose records hold
-        none (``None``: the entry is gone too)."""
-        if self._payload_sink is None or not ids:
-            return {}
-        return {task_id: self._payload_sink.entry(task_id, attempt)
-                for task_id, attempt in self.store.without_payload(ids).items()}
+        return self.resubmitter.current_versions(names)
 
     def _drop_record_payloads(self, entries: Sequence[DeadLetter]) -> None:
         """The sink took ``entries``: their records forget their copies of the payloads."""
@@ -380,68 +327,7 @@ class Jobbers:
         entry's: a worker running another version then drops it again, rather than call
         changed code with arguments made for the old one.
         """
-        batch = list(entries)
-        current: dict[str, int] = {}
-        if ResubmitVersion(version) is ResubmitVersion.CURRENT:
-            current = self.current_versions(e.name for e in batch if not e.unpublishable)
-        published: list[str] = []
-        seen: set[str] = set()
-        # one producer (one broker connection) for the whole batch, not one per message
-        with self.app.producer_or_acquire() as producer:
-            for entry in batch:
-                if entry.task_id not in seen:
-                    seen.add(entry.task_id)
-                    if self._resubmit_dead_letter(entry, reset_retry_count, producer,
-                                                  version=current.get(entry.name)):
-                        published.append(entry.task_id)
-        self.store.confirm_published(published)
-        return published
-
-    def _resubmit_dead_letter(self, entry: DeadLetter, reset_retry_count: bool,
-                              producer: Any, sources: frozenset[TaskState] | None = None,
-                              from_dlq: bool = True, version: int | None = None) -> bool:
-        """Resubmit with ``entry``'s payload (as ``version`` if given). ``from_dlq=False``:
-        ``resubmit`` taking the payload of a record that dropped its copy (the history says
-        "resubmitted")."""
-        if entry.unpublishable:
-            log.error("dead letter %s cannot be resubmitted: %s", entry.task_id,
-                      entry.unpublishable)
-            return False
-        why = payload.unopenable(entry.args, entry.kwargs, self.codec)
-        if why is not None:  # refused before any step: the entry stays as it is
-            log.error("dead letter %s cannot be resubmitted by this process: %s",
-                      entry.task_id, why)
-            return False
-        options = dict(entry.options or {})
-        headers = dict(options.get("headers") or {})
-        headers.pop(payload.HEADER_ENQUEUED_AT, None)
-        data = {"args": list(entry.args), "kwargs": dict(entry.kwargs),
-                "options": {**options, "headers": headers}}
-        res = self.recorder.resubmit_entry(entry, data, reset_retry_count, sources, from_dlq,
-                                           version=version)
-        if not res.applied:
-            log.info("dead letter %s not resubmitted: the task is %s", entry.task_id,
-                     res.previous)
-            return False
-        return self._republish(entry.task_id, entry.name, data, res.values, res.now_ms,
-                               producer)
-
-    def _republish(self, task_id: str, name: str, data: dict[str, Any],
-                   values: dict[str, str], now_ms: int, producer: Any = None) -> bool:
-        """Publish a task whose ``submitted`` step (with a publish lease) just applied."""
-        try:
-            self.publisher.republish(task_id, name, data, int(values.get("retries") or 0),
-                                     now_ms, resubmit=True, version=values.get("ver") or None,
-                                     dead_letter=bool(values.get("dlq")), producer=producer)
-        except CannotOpen as exc:
-            log.error("resubmitted task %s is not published by this process: %s; a worker "
-                      "holding that key publishes it when its lease expires", task_id, exc)
-            return False
-        except Exception:
-            log.exception("publishing resubmitted task %s failed; the scheduler will "
-                          "publish it again when its lease expires", task_id)
-            return False
-        return True
+        return self.resubmitter.resubmit_dead_letters(entries, reset_retry_count, version)
 
     # ------------------------------------------------------------------ paced resubmits
     @_store_call
@@ -472,10 +358,10 @@ class Jobbers:
         choice = ResubmitVersion(version)
         if choice is ResubmitVersion.CURRENT:
             self.current_versions(e.name for e in batch if not e.unpublishable)
-        run_id = pacing.start(self.store, batch, pace, reset_retry_count=reset_retry_count,
+        run_id = pacer.start(self.store, batch, pace, reset_retry_count=reset_retry_count,
                               version=choice, selection=selection, source=source,
                               username=username)
-        info = pacing.read(self.store, run_id)
+        info = pacer.read(self.store, run_id)
         assert info is not None
         return info
 
@@ -483,12 +369,12 @@ class Jobbers:
     def resubmit_run(self, run_id: int) -> ResubmitRunInfo | None:
         """A paced resubmit's status and counters now; ``None`` if there is no such run
         (finished runs are kept for ``jobbers_retention``)."""
-        return pacing.read(self.store, run_id)
+        return pacer.read(self.store, run_id)
 
     @_store_call
     def resubmit_runs(self, limit: int = 20) -> list[ResubmitRunInfo]:
         """Paced resubmits, newest first."""
-        found = (pacing.read(self.store, run_id) for run_id in self.store.runs(limit))
+        found = (pacer.read(self.store, run_id) for run_id in self.store.runs(limit))
         return [info for info in found if info is not None]
 
     def pause_resubmit_run(self, run_id: int, by: str = "code") -> ResubmitRunInfo:
@@ -506,8 +392,8 @@ class Jobbers:
 
     @_store_call
     def _control_run(self, run_id: int, action: str, by: str) -> ResubmitRunInfo:
-        pacing.control(self.store, run_id, action, by)
-        info = pacing.read(self.store, run_id)
+        pacer.control(self.store, run_id, action, by)
+        info = pacer.read(self.store, run_id)
         assert info is not None
         return info
 

@@ -53,7 +53,7 @@ def current() -> Redactor:
     keys = conf.get("REDACT_KEYS")
     if keys is None:
         try:
-            from jobbers_django.services import get_jobbers
+            from jobbers_django.bridge import get_jobbers
 
             keys = get_jobbers().config.redact_keys
         except Exception:  # noqa: BLE001 - no app installed here: the defaults
@@ -70,7 +70,7 @@ def _parameters(task_name: str | None) -> Parameters | None:
     if not task_name:
         return None
     try:
-        from jobbers_django.services import get_app
+        from jobbers_django.bridge import get_app
 
         return task_parameters(get_app().tasks.get(task_name))
     except Exception:  # noqa: BLE001 - the app cannot be loaded: keys and patterns only
@@ -82,7 +82,7 @@ def arguments(task_name: str | None, args: Any,
     """A task's ``args`` and ``kwargs`` as shown: positional ones matched to the parameter
     names of the task of that name, if this process's Celery app has it. Arguments sealed
     at rest are opened first where this process holds the key, else shown as encrypted."""
-    from jobbers_django.services import readable_arguments
+    from jobbers_django.bridge import readable_arguments
 
     args, kwargs = readable_arguments(args, kwargs)
     return current().arguments(args if isinstance(args, Sequence) else [],
@@ -140,7 +140,7 @@ def shown_arguments(task_name: str | None, args: Any, kwargs: Any,
     """:func:`arguments` as :func:`display` shows them: each redacted and cut to ``limit``
     (default ``JOBBERS_DISPLAY_MAX_CHARS``) in one walk that looks at no more than it
     shows; returns both and whether each was cut."""
-    from jobbers_django.services import readable_arguments
+    from jobbers_django.bridge import readable_arguments
 
     limit = conf.get("DISPLAY_MAX_CHARS") if limit is None else limit
     args, kwargs = readable_arguments(args, kwargs)

@@ -31,7 +31,7 @@ FOLDERS: dict[str, list[str]] = {
     "telemetry": ["tracing", "history", "metrics"],
     "deadletter": ["payloadjson", "spool", "aside", "errors", "sink", "redis_sink", "dispatcher",
                    "entry"],
-    "resubmit": ["pace", "claimed", "pacer"],
+    "resubmit": ["pace", "claimed", "pacer", "resubmit"],
     "lifecycle": ["payload", "results", "liveness", "recorder", "publisher", "cleaner",
                   "scheduler"],
     "root": ["jobbers"],
@@ -39,7 +39,6 @@ FOLDERS: dict[str, list[str]] = {
                "request", "refusals"],
     "cli": ["output", "base", "aside", "dlq"],
     "entry": ["codec", "metrics", "sinks", "install"],
-    "testing": ["idle", "store", "sink"],  # the users' kit: on top, it installs jobbers
 }
 TOP_LEVEL = {"root", "entry"}  # layers whose modules sit at the package's top level
 
@@ -56,7 +55,6 @@ ALLOWED: dict[str, set[str]] = {
     "worker": {"celery", "kombu", "billiard"},
     "cli": {"celery", "click", "kombu"},
     "entry": {"celery"},
-    "testing": {"celery"},
 }
 # The one exception, named: the payload codec imports cryptography (the ``crypto`` extra),
 # and only inside the function that runs once payload keys are set.
