@@ -1,5 +1,5 @@
 """The dead-letter queue's endpoints: search, an entry's failure history, resubmit (now or
-paced) and discard. Everything acts through :mod:`jobbers_django.services`, as the admin
+paced) and discard. Everything acts through :mod:`jobbers_django.dlq`, as the admin
 does; lists are read with :mod:`jobbers_django.querysets`.
 
 Lists never count the whole table: ``count`` stops at :data:`COUNT_CAP` (``count_capped``
@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from jobbers_django import conf, querysets, runs, services
+from jobbers_django import conf, querysets
 from jobbers_django.api.base import (
     TASK_ID_PARAM,
     JobbersAPIView,
@@ -44,6 +44,9 @@ from jobbers_django.api.serializers.responses import (
     ResubmitResultSerializer,
     ResubmitRunSerializer,
 )
+from jobbers_django.bridge import failure_history
+from jobbers_django.dlq import actions, runs
+from jobbers_django.dlq.selection import Selection, SelectionError
 from jobbers_django.models import DeadLetterEntry, Source
 from jobbers_django.permissions import CanResubmit
 
@@ -111,19 +114,19 @@ class DeadLetterHistoryView(JobbersAPIView):
         if entry is None:
             raise exceptions.NotFound(f"task {task_id} is not in the dead-letter queue")
         data = {"task_id": entry.task_id, "task_name": entry.task_name,
-                "status": entry.status, "failures": services.failure_history(task_id)}
+                "status": entry.status, "failures": failure_history(task_id)}
         # the entry lends its arguments' secret values to the redaction of the messages
         return Response(FailureHistorySerializer(data, context={"entry": entry}).data)
 
 
 # ---------------------------------------------------------------------- actions
-def _selection(data: Mapping[str, Any]) -> services.Selection:
+def _selection(data: Mapping[str, Any]) -> Selection:
     """The entries a validated body selects (``task_ids`` or filters); a 400 if none can."""
     try:
         if "task_ids" in data:
-            return services.Selection(task_ids=tuple(data["task_ids"]), limit=conf.MAX_IDS)
-        return services.Selection(filters=data["filters"], limit=data["limit"])
-    except services.SelectionError as exc:
+            return Selection(task_ids=tuple(data["task_ids"]), limit=conf.MAX_IDS)
+        return Selection(filters=data["filters"], limit=data["limit"])
+    except SelectionError as exc:
         raise bad(exc.field, exc.message) from None
 
 
@@ -133,7 +136,7 @@ def _refreshed(sample: list[DeadLetterEntry]) -> list[DeadLetterEntry]:
     return [fresh.get(r.pk, r) for r in sample]
 
 
-def _action_data(result: services.ActionResult) -> dict[str, Any]:
+def _action_data(result: actions.ActionResult) -> dict[str, Any]:
     return {"dry_run": result.dry_run, "matched": result.matched, "more": result.more,
             "skipped": result.skipped,
             "sample": result.sample if result.dry_run else _refreshed(result.sample),
@@ -144,7 +147,7 @@ def _pace(data: Mapping[str, Any]) -> runs.Pace:
     try:
         return runs.Pace(rate=data["rate"], halt_after=data.get("halt_after"),
                          of_last=data.get("of_last"))
-    except services.SelectionError as exc:
+    except SelectionError as exc:
         raise bad(exc.field, exc.message) from None
 
 
@@ -154,7 +157,7 @@ def start_run(request: Request, data: Mapping[str, Any]) -> Response:
         run = runs.start(_selection(data), _pace(data),
                          reset_retry_count=data["reset_retry_count"], version=data["version"],
                          user=request.user, source=Source.API)
-    except services.SelectionError as exc:
+    except SelectionError as exc:
         raise bad(exc.field, exc.message) from None
     answer = ResubmitRunSerializer(run).data
     location = request.build_absolute_uri(f"resubmit-runs/{run.pk}")
@@ -193,11 +196,11 @@ class DeadLetterResubmitView(JobbersAPIView):
         if data.get("rate") is not None and not data["dry_run"]:
             return start_run(request, data)
         try:
-            result = services.resubmit(_selection(data),
-                                       reset_retry_count=data["reset_retry_count"],
-                                       version=data["version"], user=request.user,
-                                       source=Source.API, dry_run=data["dry_run"])
-        except services.SelectionError as exc:
+            result = actions.resubmit(_selection(data),
+                                      reset_retry_count=data["reset_retry_count"],
+                                      version=data["version"], user=request.user,
+                                      source=Source.API, dry_run=data["dry_run"])
+        except SelectionError as exc:
             raise bad(exc.field, exc.message) from None
         answer = {**_action_data(result), "resubmitted": result.acted,
                   "published": [] if result.dry_run else result.published}
@@ -222,7 +225,7 @@ class DeadLetterDiscardView(JobbersAPIView):
         body = DiscardRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        result = services.discard(_selection(data), user=request.user, source=Source.API,
-                                  dry_run=data["dry_run"])
+        result = actions.discard(_selection(data), user=request.user, source=Source.API,
+                                 dry_run=data["dry_run"])
         answer = {**_action_data(result), "discarded": result.acted}
         return Response(DiscardResultSerializer(answer).data)

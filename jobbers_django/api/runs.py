@@ -1,6 +1,7 @@
 """Paced resubmits (``dead-letter-queue/resubmit-runs``): list and start them, follow one,
 pause, resume or cancel it. A run is started as the paced form of a resubmit
-(:func:`jobbers_django.api.deadletters.start_run`) and stepped by :mod:`jobbers_django.runs`."""
+(:func:`jobbers_django.api.deadletters.start_run`) and controlled by
+:mod:`jobbers_django.dlq.runs`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from jobbers_django import runs
 from jobbers_django.api.base import (
     ERROR,
     JobbersAPIView,
@@ -34,6 +34,7 @@ from jobbers_django.api.serializers.responses import (
     ResubmitRunListSerializer,
     ResubmitRunSerializer,
 )
+from jobbers_django.dlq import runs
 from jobbers_django.models import ResubmitRun, Source
 from jobbers_django.permissions import CanRead, CanResubmit
 

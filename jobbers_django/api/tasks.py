@@ -1,4 +1,4 @@
-"""Live tasks, read from jobbers (Redis) through :mod:`jobbers_django.services`: the ones
+"""Live tasks, read from jobbers (Redis) through :mod:`jobbers_django.bridge`: the ones
 waiting for a delayed retry, one task's record with its transitions and dead-letter entry,
 and cancelling one."""
 
@@ -11,7 +11,7 @@ from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from jobbers_django import services
+from jobbers_django import bridge
 from jobbers_django.api.base import (
     TASK_ID_PARAM,
     JobbersAPIView,
@@ -49,7 +49,7 @@ class ScheduledTasksView(JobbersAPIView):
         from jobbers_celery import TaskState
 
         query = read_query(ScheduledQuerySerializer, request)
-        jobbers = services.get_jobbers()
+        jobbers = bridge.get_jobbers()
         records = jobbers.scheduled(limit=query["limit"])
         count = jobbers.counts().get(TaskState.SCHEDULED, len(records))
         return Response(ScheduledTasksSerializer({"count": count, "results": records}).data)
@@ -67,7 +67,7 @@ class TaskDetailView(JobbersAPIView):
     def get(self, request: Request, task_id: str) -> Response:
         check_task_id(task_id)
         read_query(NoQuerySerializer, request)
-        detail = services.task_detail(task_id)
+        detail = bridge.task_detail(task_id)
         if detail.record is None and detail.entry is None:
             raise exceptions.NotFound(f"no task {task_id}: no record and no dead-letter entry")
         # what the task put in its record (error, progress) in a form JSON renders, as pages
@@ -100,11 +100,11 @@ class CancelTaskView(JobbersAPIView):
         body = CancelRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         terminate = body.validated_data["terminate"]
-        jobbers = services.get_jobbers()
+        jobbers = bridge.get_jobbers()
         if jobbers.get(task_id) is None:
             raise exceptions.NotFound(f"no task {task_id} in jobbers (unknown or expired)")
-        done = services.cancel_task(task_id, terminate=terminate, user=request.user,
-                                    source=Source.API)
+        done = bridge.cancel_task(task_id, terminate=terminate, user=request.user,
+                                  source=Source.API)
         after = jobbers.get(task_id)
         state = after.state.value if after is not None else None
         outcome = ("refused" if not done else

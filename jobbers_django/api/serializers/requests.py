@@ -18,8 +18,8 @@ from jobbers_django.api.serializers.fields import (
     TaskIdCharField,
     UTCDateTimeField,
 )
+from jobbers_django.dlq.runs import MAX_RATE, MAX_WINDOW, MIN_RATE
 from jobbers_django.models import Reason, Status, VersionChoice
-from jobbers_django.runs import MAX_RATE, MAX_WINDOW, MIN_RATE
 
 __all__ = [
     "DEFAULT_ORDERING",
