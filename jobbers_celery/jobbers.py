@@ -170,12 +170,11 @@ class Jobbers:
         runs = None
         if self._payload_sink is not None:  # paced resubmits need entries read back
             runs = pacer.Pacer(self.store, self._payload_sink.entry,
-                          lambda entries, reset, version: self.resubmit_dead_letters(
-                              entries, reset, version),
-                          unopenable=lambda e: payload.unopenable(e.args, e.kwargs,
-                                                                  self.codec),
-                          claim_timeout_s=self.config.publish_lease,
-                          exclusive_s=self.config.scheduler_interval * 0.8)
+                               lambda entries, reset, version: self.resubmit_dead_letters(
+                                   entries, reset, version),
+                               unopenable=self.resubmitter.unopenable,
+                               claim_timeout_s=self.config.publish_lease,
+                               exclusive_s=self.config.scheduler_interval * 0.8)
         return Scheduler(self.store, self.config, self.publisher, self.dead_letters,
                          self.cleaner, worker_name, history=self.count_sampler, pacer=runs)
 
