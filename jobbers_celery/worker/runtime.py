@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -35,10 +34,11 @@ from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.lifecycle import liveness
 from jobbers_celery.lifecycle.scheduler import Scheduler
 from jobbers_celery.store import is_outage
+from jobbers_celery.worker.outage import loop_outage_log
 from jobbers_celery.worker.shutdown import WAKE_UP_S, drain, interrupt
 from jobbers_celery.worker.task import JobbersTask
 
-__all__ = ["OutageLog", "Periodic", "ShutdownStep", "WorkerStep", "liveness_thread",
+__all__ = ["Periodic", "ShutdownStep", "WorkerStep", "liveness_thread",
            "scheduler_thread"]
 
 #: The shutdown step logs as the rest of the shutdown policies do.
@@ -48,37 +48,10 @@ log = escaped_logger("jobbers.shutdown")
 FORK_WAIT_S = 5.0
 
 
-class OutageLog:
-    """The store outages a loop of the worker's main process (liveness refresh, scheduler
-    pass) meets: logged once per outage (a warning when it begins, one when the store
-    answers again), not at every pass; the loop logs other failures in full."""
-
-    def __init__(self, logger: logging.Logger, what: str) -> None:
-        self.logger = logger
-        self.what = what
-        self.since: float | None = None
-
-    def failed(self, exc: BaseException) -> None:
-        """The store could not be reached (``UNREACHABLE``)."""
-        if self.since is None:
-            self.since = time.monotonic()
-            self.logger.warning("%s: the jobbers state store cannot be reached (%s); retrying "
-                                "until it answers", self.what, exc)
-        else:
-            self.logger.debug("%s: the jobbers state store still cannot be reached (%s)",
-                              self.what, exc)
-
-    def succeeded(self) -> None:
-        if self.since is not None:
-            self.logger.warning("%s: the jobbers state store answers again (unreachable for "
-                                "%.1f s)", self.what, time.monotonic() - self.since)
-            self.since = None
-
-
 class Periodic:
     """A daemon thread that calls ``tick`` again and again until stopped: ``tick`` returns
     the seconds to wait before the next call. A store outage is logged once (see
-    :class:`OutageLog`), any other failure in full; either way the next call comes after
+    :class:`~jobbers_celery.worker.outage.OutageLog`), any other failure in full; either way the next call comes after
     ``retry_after`` seconds. ``fork_safe``: a fork waits for the current call to end (see
     :func:`_before_fork`)."""
 
@@ -97,19 +70,19 @@ class Periodic:
         self._held_for_fork = False
 
     def _loop(self) -> None:
-        outage = OutageLog(self.logger, self.what)
+        outage = loop_outage_log(self.logger, self.what)
         while not self._stop.is_set():
             try:
                 with self._pass_lock:
                     wait = self.tick()
             except Exception as exc:
                 if is_outage(exc):  # unreachable, or refusing writes (OOM): an outage
-                    outage.failed(exc)
+                    outage.began(exc)
                 else:
                     self.logger.exception("%s failed; retrying", self.what)
                 wait = self.retry_after
             else:
-                outage.succeeded()
+                outage.over()
             self._stop.wait(wait)
 
     def start(self) -> None:

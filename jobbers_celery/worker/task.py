@@ -1,8 +1,13 @@
-"""JobbersTask: the Celery task base class. Outcome decisions (retry, fail, drop) live here.
+"""JobbersTask: the Celery task base class. It drives an attempt and decides its outcome.
 
 The task decides (which outcome, which delay, what to do in a store outage); the recorder
-(:mod:`jobbers_celery.lifecycle.recorder`) records the decided outcome with its metrics and dead letter,
-and the publisher republishes, so this class never writes a store step itself.
+(:mod:`jobbers_celery.lifecycle.recorder`) records the decided outcome with its metrics and
+dead letter, and the publisher republishes, so this class never writes a store step itself.
+It decides with collaborators, objects handed what they use and built once per app
+(:class:`~jobbers_celery.worker.parts.Parts`): the start (:mod:`~jobbers_celery.worker.start`), the heartbeat
+(:mod:`~jobbers_celery.worker.heartbeat`), the outage policy and give-backs
+(:mod:`~jobbers_celery.worker.outage`), and the delays that wait in the store
+(:mod:`~jobbers_celery.worker.delays`).
 
 The lifecycle runs inside ``__call__``, which Celery's tracer calls with the request already
 pushed: one round trip to start (the attempt number it returns fences everything after),
@@ -12,20 +17,17 @@ one to complete. ``retry()`` is replaced so that delays wait in Redis, not in ET
 from __future__ import annotations
 
 import functools
-import random
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, NoReturn
 
 from celery import Task
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
-from celery.utils import uuid
 from celery.utils.saferepr import saferepr
-from kombu.exceptions import OperationalError
 
 from jobbers_celery.core import softlimit
-from jobbers_celery.core.backoff import BackoffStrategy, compute_delay
+from jobbers_celery.core.backoff import BackoffStrategy
 from jobbers_celery.core.errors import AttemptSuperseded, TaskCancelled, TaskTimeout
 from jobbers_celery.core.options import (
     OPTION_NAMES,
@@ -39,23 +41,25 @@ from jobbers_celery.core.states import TaskState
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.lifecycle import liveness, payload, results
 from jobbers_celery.lifecycle.recorder import Run, error_fields, publishing_unrecorded
-from jobbers_celery.store import UNREACHABLE, Giver, StepResult, is_outage
+from jobbers_celery.store import UNREACHABLE, StepResult
 from jobbers_celery.telemetry import metrics, tracing
+from jobbers_celery.worker import heartbeat as hb
 from jobbers_celery.worker import shutdown, taskrepr
-from jobbers_celery.worker.beat import (
+from jobbers_celery.worker.delays import retry_delay, seconds_until
+from jobbers_celery.worker.heartbeat import (
     CHECKPOINT_MAX_BYTES,
+    HEARTBEAT_MIN_GAP_S,
     IMMUTABLE,
     PROGRESS_MAX_BYTES,
-    Beat,
-    Encoded,
-    encode,
-    encoded,
     request_getter,
     snapshot,
 )
+from jobbers_celery.worker.outage import HEADER_GIVEN_BACK, STORE_OUTAGE, Delivery, Ending
+from jobbers_celery.worker.parts import Parts
 from jobbers_celery.worker.shutdown import WorkerShuttingDown
 
-__all__ = ["CHECKPOINT_MAX_BYTES", "PROGRESS_MAX_BYTES", "JobbersTask", "Revoked"]
+__all__ = ["CHECKPOINT_MAX_BYTES", "HEADER_GIVEN_BACK", "HEARTBEAT_MIN_GAP_S",
+           "PROGRESS_MAX_BYTES", "JobbersTask", "Revoked"]
 
 #: The request reader ``heartbeat()`` uses (its tests reach it here).
 _request_getter = request_getter
@@ -65,132 +69,17 @@ S = TaskState
 
 #: Request attributes jobbers sets on a running task's context.
 _ATTEMPT = "jobbers_attempt"
-_CHECKPOINT = "jobbers_checkpoint"
-_DONE = "jobbers_outcome_recorded"
-_HB = "jobbers_heartbeat"  # the attempt's heartbeat state, a beat.Beat
+_CHECKPOINT = hb.CHECKPOINT
+_DONE = hb.DONE
+_HB = hb.BEAT  # the attempt's heartbeat state, a heartbeat.Beat
 _RUN = "jobbers_run"  # the running attempt, a recorder.Run
-#: In the reason of a stall the worker's liveness thread decided (stall.lua, kind "gone").
-ORPHAN_STALL = "its end was not recorded"
-#: The header of a message a worker gave back during a store outage:
-#: "<incarnation>[,<incarnation>...]/<retries>", every worker incarnation that gave this
-#: delivery back (at most ``GIVERS_KEPT``, the first ones), any of which may hold its start.
-HEADER_GIVEN_BACK = "jobbers_given_back"
-GIVERS_KEPT = 16
-#: The header is a claim, never proof: a start it names is taken back only if the store
-#: says so (the giver's incarnation is gone, or its own liveness refresh said it does not
-#: run that attempt). While the giver lives and may still say so, the delivery is put back
-#: (published again this many refresh periods later, at least a second) and asks again.
-TAKE_BACK_ASK_AGAIN_PERIODS = 1.0
-#: Refresh periods a giver's liveness refresh is given, after it could first have found the
-#: attempt not running there, before its silence means it runs it.
-TAKE_BACK_MARGIN_PERIODS = 3
+_ENDING = "jobbers_ending"  # its outage policy, an outage.Ending
 
 #: Record fields a completed task no longer needs (the payload, the running attempt's
 #: bookkeeping): dropping them keeps the finished record small.
 _DROP_ON_COMPLETION = ("msg", "wid", "hb_iv", "srec")
-
-#: A heartbeat is sent at most this often per task (more often only if
-#: ``max_heartbeat_interval`` is short: then four times per interval).
-HEARTBEAT_MIN_GAP_S = 1.0
-#: A task over its ``max_concurrent`` cap is deferred by a random delay in this range.
-DEFER_RANGE_S = (0.5, 1.5)
 #: Characters of args/kwargs an error message quotes (Celery's argsrepr limit).
 _REPR_MAX = 1024
-#: Pauses between tries of a finished task's outcome while the store is unreachable
-#: (doubling from the first to the last; each try also waits out the outage itself).
-OUTAGE_RESEND_FIRST_PAUSE_S, OUTAGE_RESEND_MAX_PAUSE_S = 0.5, 5.0
-
-
-class _Outage:
-    """Whether this worker process is in a state-store outage: its beginning and its end
-    are logged once each, not once per task."""
-
-    __slots__ = ("since",)
-
-    def __init__(self) -> None:
-        self.since: float | None = None
-
-    def began(self) -> None:
-        if self.since is None:
-            self.since = time.monotonic()
-            log.warning("the jobbers state store cannot be reached: until it answers, this "
-                        "worker process gives the tasks it receives back to the broker (not "
-                        "run), and holds the outcomes of the tasks it ran until they are "
-                        "recorded")
-
-    def over(self) -> None:
-        if self.since is not None:
-            log.warning("the jobbers state store answers again (unreachable for %.1f s): "
-                        "tasks start and their outcomes are recorded",
-                        time.monotonic() - self.since)
-            self.since = None
-
-
-_outage = _Outage()
-
-
-class _HeldMessage:
-    """Whether this worker process holds a message it could neither start (the store is
-    away) nor give back (the broker is away too: one Redis for both, or both down). Said
-    once when the first give-back is refused and once when the broker takes it, not once
-    per try."""
-
-    __slots__ = ("since",)
-
-    def __init__(self) -> None:
-        self.since: float | None = None
-
-    def began(self, name: str, task_id: str | None, exc: BaseException) -> None:
-        if self.since is None:
-            self.since = time.monotonic()
-            log.warning("the broker cannot take the message of %s[%s] back either (%s): this "
-                        "worker process holds it (not run) and publishes it again, with a "
-                        "pause, until the broker takes it", name, task_id, exc)
-
-    def over(self) -> None:
-        if self.since is not None:
-            log.warning("the broker took back the message this worker process held for "
-                        "%.1f s", time.monotonic() - self.since)
-            self.since = None
-
-
-_held = _HeldMessage()
-
-
-def _givers(header: Any, retries: int) -> list[str]:
-    """The worker incarnations a ``jobbers_given_back`` header names for the delivery with
-    ``retries`` (none for another retry: a retry's message copies the header)."""
-    names, _, of = str(header or "").rpartition("/")
-    return [n for n in names.split(",") if n] if of == str(retries) else []
-
-
-def _givers_header(header: Any, retries: int) -> str:
-    """The ``jobbers_given_back`` header of a message this worker gives back: the givers
-    before it (a message can bounce between workers while the store is away; the start that
-    applied with its reply lost may be any of theirs) and this incarnation."""
-    givers = _givers(header, retries)
-    me = liveness.worker_id()
-    if me not in givers and len(givers) < GIVERS_KEPT:
-        givers.append(me)
-    return f"{','.join(givers)}/{retries}"
-
-
-def _giver_rule(jobbers: Jobbers) -> Giver:
-    """How a take-back judges the giver a header names: gone after ``worker_lost_after``
-    unseen; alive, it has had its chance to say it does not run the attempt (its liveness
-    refresh reports the attempts older than ``worker_lost_after`` it does not run) once
-    seen that long after the attempt started, plus a margin of a few refreshes."""
-    lost_s = jobbers.config.worker_lost_after
-    lost_ms = int(lost_s * 1000)
-    margin_ms = int(TAKE_BACK_MARGIN_PERIODS * liveness.refresh_period(lost_s) * 1000)
-    return Giver(gone_ms=lost_ms, settle_ms=lost_ms + margin_ms)
-
-
-def _broker_away(exc: BaseException) -> bool:
-    """``exc``, raised by a publish, means the broker cannot be reached or take the message
-    for now: kombu's ``OperationalError`` (a connection error, once the publish's own retries
-    are spent), or a Redis broker refusing writes (``OOM`` and the like)."""
-    return isinstance(exc, OperationalError) or is_outage(exc)
 
 
 class Revoked(Ignore):
@@ -209,12 +98,6 @@ class Revoked(Ignore):
 def _ends_cancelled(res: StepResult) -> bool:
     """The step ``res`` left the record ``cancelled`` (it applied so, or found it so)."""
     return (res.state is S.CANCELLED) if res.applied else res.previous == S.CANCELLED
-
-
-def _jobbers(task: Task[Any, Any]) -> Jobbers:
-    """The service of the task's app (``install(app)``): typed, so that mypy checks what
-    the task class asks of the store, the recorder and the publisher."""
-    return Jobbers.of(task.app)
 
 
 class JobbersTask(Task):  # type: ignore[type-arg]
@@ -313,98 +196,30 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         """``heartbeat()`` past the throttle: the first call of an attempt, the first one
         a gap after the last one sent, any call outside a worker or while it shuts down."""
         if not self._tracked():
-            # every call checks here: task code tested outside a worker meets the errors
-            if progress is not None:
-                encode("progress", progress, PROGRESS_MAX_BYTES)
-            if checkpoint is not None:
-                encode("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
+            hb.check(progress, checkpoint)  # every call checks: as in a worker, at the call
             return
         req = self.request
-        opts = self.jobbers_options
         beat = getattr(req, _HB, None)
         if beat is None:
-            gap = HEARTBEAT_MIN_GAP_S
-            if opts.max_heartbeat_interval:
-                gap = min(gap, opts.max_heartbeat_interval / 4)
-            beat = Beat(gap, stops=opts.on_shutdown is not ShutdownPolicy.CONTINUE)
+            beat = hb.new_beat(self.jobbers_options)
             setattr(req, _HB, beat)
             if self._request_top() is not req:  # never seen: then the public, slower way
                 stack = self.request_stack
                 self._request_top = lambda: stack.top
-        if beat.stops and shutdown.draining():
-            raise WorkerShuttingDown(f"the worker is shutting down (on_shutdown={opts.on_shutdown})")
-        if progress is not None:
-            beat.progress = snapshot("progress", progress, PROGRESS_MAX_BYTES)
-        if checkpoint is not None:
-            beat.ckpt = snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES)
-        now = time.monotonic()
-        if now < beat.due:
-            if checkpoint is not None:
-                setattr(req, _CHECKPOINT, checkpoint)
-            return
-        # Encode what is pending: an invalid value raises here, in the task, and is dropped.
-        encoded_progress = encoded_ckpt = None
-        if beat.progress is not None:
-            try:
-                encoded_progress = encoded("progress", beat.progress, PROGRESS_MAX_BYTES)
-            except (TypeError, ValueError):
-                beat.progress = None
-                raise
-        if beat.ckpt is not None:
-            try:
-                encoded_ckpt = encoded("checkpoint", beat.ckpt, CHECKPOINT_MAX_BYTES)
-            except (TypeError, ValueError):
-                beat.ckpt = None
-                raise
-        if checkpoint is not None:
-            setattr(req, _CHECKPOINT, checkpoint)
-        jobbers = _jobbers(self)
-        with softlimit.shielded(drop=False):
-            result = jobbers.store.heartbeat(
-                _id(req), self.attempt, progress=encoded_progress, checkpoint=encoded_ckpt,
-                name=self.name,
-                lease_cap_ms=self._lease_ms(jobbers) if opts.max_concurrent else None,
-            )
-        beat.due = now + beat.gap
-        if not result.delivered:  # Redis unreachable: keep it for the next one
-            return
-        beat.progress = beat.ckpt = None
-        if not result.accepted:
-            setattr(req, _DONE, True)  # nothing this attempt reports would be accepted
-            raise AttemptSuperseded(
-                f"{self.name}[{req.id}] attempt {self.attempt} is no longer the running "
-                f"attempt (the task is {result.state}, attempt {result.attempt})")
-        if result.cancel_requested:
-            raise TaskCancelled(f"{self.name}[{req.id}] was cancelled")
+        self._parts().heartbeats.send(req, beat, self.name, self.attempt, self.jobbers_options,
+                                      progress, checkpoint)
 
     def _pending_checkpoint(self) -> dict[str, str]:
-        """What throttled heartbeats left unsent (progress, checkpoint), encoded, to save
-        with the outcome. A value that does not encode can no longer reach the task: it is
-        logged and left out (the record keeps the last one sent)."""
-        req = self.request
-        beat = getattr(req, _HB, None)
-        if beat is None:
-            return {}
-        fields: dict[str, str] = {}
-        for attr, what, limit in (("progress", "progress", PROGRESS_MAX_BYTES),
-                                  ("ckpt", "checkpoint", CHECKPOINT_MAX_BYTES)):
-            value = getattr(beat, attr)
-            if value is None:
-                continue
-            try:
-                text = encoded(what, value, limit)
-            except (TypeError, ValueError) as exc:
-                setattr(beat, attr, None)
-                log.error("%s[%s] attempt %s: the %s its last heartbeat() left unsent is not "
-                          "saved with its outcome: %s", self.name, req.id, self.attempt, what,
-                          exc)
-                continue
-            fields[attr] = text  # the record's fields: progress, ckpt
-            setattr(beat, attr, Encoded(text))  # the step may be sent again: encode once
-        return fields
+        """What throttled heartbeats left unsent, encoded, to save with the outcome."""
+        return hb.pending(self.request, self.name, self.attempt)
 
-    def _lease_ms(self, jobbers: Jobbers) -> int:
-        return int(jobbers.config.worker_lost_after * 1000)
+    def _parts(self) -> Parts:
+        """What this task uses of its app's jobbers (``install(app)``), built once."""
+        jobbers = Jobbers.of(self.app)
+        parts: Parts | None = self.__dict__.get("_jobbers_parts")
+        if parts is None or parts.jobbers is not jobbers:
+            parts = self.__dict__["_jobbers_parts"] = Parts(jobbers)
+        return parts
 
     def _tracked(self) -> bool:
         req = self.request
@@ -465,14 +280,20 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         run: Run = getattr(self.request, _RUN)
         return run
 
-    def _start(self) -> None:
-        jobbers = _jobbers(self)
+    def _delivery(self) -> Delivery:
         req = self.request
+        return Delivery(self.name, _id(req), int(req.retries or 0), self._worker(), req,
+                        functools.partial(self.signature_from_request, req))
+
+    def _start(self) -> None:
+        parts = self._parts()
+        req = self.request
+        delivery = self._delivery()
         try:
-            res = self._start_recorded(jobbers)
+            res = parts.starter.start(delivery, self.jobbers_options)
         except UNREACHABLE:
-            self._give_back(jobbers)
-        _outage.over()
+            parts.starter.handover.give_back(delivery)
+        STORE_OUTAGE.over()
         if _ends_cancelled(res):
             log.info("not running %s[%s]: it was cancelled", self.name, req.id)
             raise Revoked("cancelled before it ran")
@@ -487,253 +308,24 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         setattr(req, _ATTEMPT, res.attempt)
         ckpt = res.values.get("ckpt")
         setattr(req, _CHECKPOINT, payload.loads(ckpt) if ckpt else None)
-        setattr(req, _RUN, jobbers.recorder.running(
+        setattr(req, _RUN, parts.recorder.running(
             res, _id(req), self.name, self._worker(), liveness.worker_id(),
             published_ms=metrics.ms_value(
                 payload.request_header(req, payload.HEADER_PUBLISHED_AT)),
             enqueued_ms=metrics.ms_value(
                 payload.request_header(req, payload.HEADER_ENQUEUED_AT))))
 
-    def _start_recorded(self, jobbers: Jobbers) -> StepResult:
-        """Record ``started`` (and the submission first, if the message has no record).
-        Raises ``UNREACHABLE`` if the store cannot be reached within the wait: then the
-        start is not recorded (or not known to be), and the task must not run here."""
+    def _ending(self) -> Ending:
+        """The outage policy of the steps that end this attempt, handed to the recorder:
+        held through a store outage, and the start recorded again if the store lost it."""
         req = self.request
-        res = self._start_once(jobbers)
-        if not res.applied and res.previous == "missing" and self._record_was_removed(jobbers):
-            log.warning("not running %s[%s]: its record was removed (purged, or older than "
-                        "jobbers_retention) after it was published", self.name, req.id)
-            raise Ignore()
-        if not res.applied and res.previous in ("missing", S.UNSUBMITTED):
-            # Published without a record (Redis was unreachable at publish, or by a client
-            # without jobbers): record the submission now rather than lose track of it.
-            self._record_late_submit(jobbers)
-            res = self._start_once(jobbers)
-        if not res.applied and res.previous in (S.STARTED, S.STALLED) \
-                and payload.request_header(req, HEADER_GIVEN_BACK):
-            res = self._take_back(jobbers, res)
-        return res
-
-    def _start_once(self, jobbers: Jobbers) -> StepResult:
-        try:
-            return self._start_step(jobbers)
-        except UNREACHABLE:
-            return self._start_reply_lost(jobbers)
-
-    def _give_back(self, jobbers: Jobbers) -> NoReturn:
-        """The store did not answer within ``jobbers_worker_lost_after``: the start is not
-        recorded (or not known to be), so this delivery does not run, and its message is not
-        consumed and dropped either: it is published again, unchanged (same id, arguments,
-        headers and retry count), without asking the store, for this worker or another to
-        run once the store answers, and this delivery ends (acknowledged: early ack already
-        did, ``acks_late`` does now, after the publish). The new message names this worker
-        incarnation (``jobbers_given_back``, after the givers of earlier deliveries of the
-        same message): should the start have been recorded after all (its reply was lost),
-        the delivery of the new message takes the task back from it.
-        The outage is logged once per worker process, not per task.
-
-        If the broker refuses the publish too (one Redis for both, or both away), the
-        message is held here, never dropped, and published again, with a pause growing
-        from ``OUTAGE_RESEND_FIRST_PAUSE_S`` to ``OUTAGE_RESEND_MAX_PAUSE_S``, until the
-        broker takes it. The task is not started here meanwhile, even if the store answers
-        first: a refused publish may have reached the broker (its reply lost), and the copy,
-        naming this incarnation, would take back a start made here and run the task twice."""
-        req = self.request
-        _outage.began()
-        sig = self.signature_from_request(req)
-        headers = dict(sig.options.get("headers") or {})
-        headers[HEADER_GIVEN_BACK] = _givers_header(
-            payload.request_header(req, HEADER_GIVEN_BACK), int(req.retries or 0))
-        sig.options["headers"] = headers
-        pause = OUTAGE_RESEND_FIRST_PAUSE_S
-        while True:
-            try:
-                jobbers.publisher.give_back(sig)
-            except Exception as exc:
-                if not _broker_away(exc):
-                    raise
-                _held.began(self.name, req.id, exc)
-                time.sleep(pause)
-                pause = min(2 * pause, OUTAGE_RESEND_MAX_PAUSE_S)
-                continue
-            _held.over()
-            log.debug("gave %s[%s] back to the broker (published again): the state store "
-                      "cannot be reached", self.name, req.id)
-            raise Ignore()
-
-    def _take_back(self, jobbers: Jobbers, res: StepResult) -> StepResult:
-        """The start of a message given back during an outage (see :meth:`_give_back`) was
-        refused: the task is ``started``, or ``stalled``. The header only names who may hold
-        that start; the store decides, in the step itself. If a worker incarnation that gave
-        it back holds that start (its ``started`` step applied, but its reply was lost, and
-        the task never ran) and that incarnation is gone, or its liveness refresh said it
-        does not run that attempt, the attempt is ended (``started -> unsubmitted``, fenced
-        by its attempt and worker) and this delivery records the submission and starts the
-        task; while the giver is alive and has not said so yet, the delivery asks again
-        later (:meth:`_ask_again_later`). The same if that worker's liveness thread stalled
-        the attempt meanwhile as an end that was not recorded (``stalled -> submitted``,
-        fenced the same way and by the store's mark of that verdict). A giver alive that
-        still holds the start after its liveness had its chance runs it (a copied or crafted
-        header): the refusal stands, as it does otherwise. Returns the start's result."""
-        req = self.request
-        givers = _givers(payload.request_header(req, HEADER_GIVEN_BACK), int(req.retries or 0))
-        if res.previous == S.STALLED:
-            return self._take_back_stall(jobbers, res, givers)
-        for giver in givers:
-            found = jobbers.store.started_by(_id(req), giver)
-            if found is not None and found.attempt == res.attempt:
-                break
-        else:
-            return res
-        back = jobbers.recorder.take_back(_id(req), self.name, attempt=found.attempt,
-                                          giver=giver, worker=self._worker(),
-                                          judge=_giver_rule(jobbers))
-        if back.why == "giver_alive":
-            self._ask_again_later(jobbers, giver)
-        if not (back.applied and back.state is S.UNSUBMITTED):
-            if back.why == "giver_runs_it":
-                log.warning("not running %s[%s]: its jobbers_given_back header names worker "
-                            "incarnation %s, which is alive and runs it (a copied or crafted "
-                            "header is not taken for a give-back)", self.name, req.id, giver)
-            return res
-        log.info("%s[%s]: its start was recorded during a state store outage but it never "
-                 "ran there; starting it now", self.name, req.id)
-        self._record_late_submit(jobbers)
-        jobbers.publisher.confirm([_id(req)])
-        return self._start_once(jobbers)
-
-    def _ask_again_later(self, jobbers: Jobbers, giver: str) -> NoReturn:
-        """The giver of this given-back message holds the start and is alive: its liveness
-        refresh may still say it does not run that attempt (then the next delivery takes it
-        back), or the giver runs it (a copied or crafted header: the next delivery is
-        refused for good). This delivery does not run: its message is published again,
-        unchanged, as Celery's ETA message (not recorded), to ask again a little later."""
-        req = self.request
-        sig = self.signature_from_request(req)
-        headers = dict(sig.options.get("headers") or {})
-        headers[HEADER_GIVEN_BACK] = str(payload.request_header(req, HEADER_GIVEN_BACK) or "")
-        sig.options["headers"] = headers
-        sig.options["countdown"] = max(1.0, TAKE_BACK_ASK_AGAIN_PERIODS * liveness.refresh_period(
-            jobbers.config.worker_lost_after))
-        try:
-            jobbers.publisher.give_back(sig)
-        except Exception:
-            log.exception("not running %s[%s]: worker incarnation %s, alive, holds its start; "
-                          "its message could not be put back to ask again (the cleaner ends "
-                          "that attempt if it does not run it)", self.name, req.id, giver)
-            raise Ignore() from None
-        log.info("not running %s[%s] yet: worker incarnation %s, alive, holds its start; "
-                 "asking again in %.1f s", self.name, req.id, giver, sig.options["countdown"])
-        raise Ignore()
-
-    def _take_back_stall(self, jobbers: Jobbers, res: StepResult,
-                         givers: list[str]) -> StepResult:
-        """See :meth:`_take_back`: the attempt a giver held was stalled by its worker as an
-        end not recorded (the giver's request was over, the task not running there)."""
-        req = self.request
-        task_id = _id(req)
-        raw = jobbers.store.get_raw(task_id)
-        giver = raw.get("wid") or ""
-        if giver not in givers or raw.get("state") != S.STALLED.value \
-                or int(raw.get("attempt") or 0) != res.attempt:
-            return res
-        history = jobbers.store.history(task_id)
-        if not history or ORPHAN_STALL not in (history[-1].reason or ""):
-            return res
-        back = jobbers.recorder.take_back_stall(task_id, self.name, attempt=res.attempt,
-                                                giver=giver, worker=self._worker())
-        if not (back.applied and back.state is S.SUBMITTED):
-            return res
-        log.warning("%s[%s]: its start was recorded during a state store outage but it never "
-                    "ran there, and it was stalled as an end not recorded meanwhile; starting "
-                    "it now", self.name, req.id)
-        return self._start_once(jobbers)
-
-    def _start_reply_lost(self, jobbers: Jobbers) -> StepResult:
-        """Redis went away after the ``started`` step was sent: whether it applied is
-        unknown. Once Redis answers again (waiting up to ``jobbers_worker_lost_after``), the
-        record tells: started by this worker incarnation (it applied), or not (send it again),
-        so that the task neither fails on the outage nor starts twice."""
-        deadline = time.monotonic() + jobbers.config.worker_lost_after
-        while True:
-            try:
-                found = jobbers.store.started_by(_id(self.request), liveness.worker_id())
-                return found if found is not None else self._start_step(jobbers)
-            except UNREACHABLE:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-
-    def _record_was_removed(self, jobbers: Jobbers) -> bool:
-        """Was this message's submission recorded in the current dataset? Then a missing
-        record was removed on purpose and the message must not run. Otherwise (published
-        while Redis was unreachable, by a client without jobbers, or before the dataset was
-        lost) the worker records it late and runs it."""
-        req = self.request
-        epoch = payload.request_header(req, payload.HEADER_EPOCH)
-        return bool(epoch) and epoch == jobbers.store.epoch(str(req.id))
-
-    def _start_step(self, jobbers: Jobbers) -> StepResult:
-        opts = self.jobbers_options
-        hb_ms = round(opts.max_heartbeat_interval * 1000) if opts.max_heartbeat_interval else None
-        fields = {}
-        if opts.max_stall_recoveries:
-            fields["srec"] = str(opts.max_stall_recoveries)
-        return jobbers.recorder.start(
-            _id(self.request), self.name, worker=self._worker(), wid=liveness.worker_id(),
-            heartbeat_ms=hb_ms, cap=opts.max_concurrent, lease_cap_ms=self._lease_ms(jobbers),
-            defer_ms=round(random.uniform(*DEFER_RANGE_S) * 1000), fields=fields,
-        )
-
-    def _record_late_submit(self, jobbers: Jobbers) -> None:
-        req = self.request
-        sig = self.signature_from_request(req)
-        data = payload.from_signature_options(req.args, req.kwargs, dict(sig.options))
-        opts = self.jobbers_options
-        jobbers.recorder.late_submit(
-            _id(req), self.name, opts.version, payload.queue_of(data["options"]),
-            opts.dead_letter_policy is DeadLetterPolicy.SAVE, jobbers.recorder.encode(data),
-            int(req.retries or 0))
-
-    def _terminal(self, step: Callable[[], StepResult]) -> StepResult:
-        """Run the step that ends this attempt; if the store no longer knows the attempt
-        started (the record is back at ``submitted`` with the attempt before: a failover or
-        restart lost that write), record the start again and run the step once more, so the
-        outcome is not lost with it."""
-        try:
-            res = step()
-        except UNREACHABLE:
-            res = self._resend_after_outage(step)
-        if (not res.applied and res.previous == S.SUBMITTED
-                and res.attempt == self.attempt - 1):
-            log.warning("the start of %s[%s] attempt %s was lost by the store (failover or "
-                        "restart); recording it again", self.name, self.request.id,
-                        self.attempt)
-            again = self._start_step(_jobbers(self))
-            if again.applied and again.state is S.STARTED and again.attempt == self.attempt:
-                res = step()
-        return res
-
-    def _resend_after_outage(self, step: Callable[[], StepResult]) -> StepResult:
-        """The step that ends this attempt could not be written: the store is unreachable
-        (each try waits up to ``jobbers_worker_lost_after``). The task's body has finished,
-        so its outcome is held and sent again, with a backoff up to
-        ``OUTAGE_RESEND_MAX_PAUSE_S`` between tries, until the store answers, however long
-        the outage lasts: never recorded failed, never run again because of it. The step
-        is fenced by the attempt, so if an earlier try applied (its reply lost), this one
-        is refused (the task is already in the end state) and nothing is applied twice.
-        Meanwhile this pool slot takes no other task."""
-        _outage.began()
-        pause = OUTAGE_RESEND_FIRST_PAUSE_S
-        while True:
-            try:
-                res = step()
-            except UNREACHABLE:
-                time.sleep(pause)
-                pause = min(2 * pause, OUTAGE_RESEND_MAX_PAUSE_S)
-                continue
-            _outage.over()
-            return res
+        ending: Ending | None = getattr(req, _ENDING, None)
+        if ending is None:
+            starter, delivery, opts = self._parts().starter, self._delivery(), self.jobbers_options
+            ending = Ending(self.name, delivery.task_id, self.attempt,
+                            lambda: starter.step(delivery, opts))
+            setattr(req, _ENDING, ending)
+        return ending
 
     def _complete(self, retval: Any) -> None:
         """Record ``completed``; with Celery's result write in the same script when it can.
@@ -744,11 +336,11 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         """
         req = self.request
         setattr(req, _DONE, True)
-        jobbers = _jobbers(self)
-        write = results.folded_result(self, jobbers.store, retval)
-        res = jobbers.recorder.complete(self._run(), fields=self._pending_checkpoint(),
-                                        drop=_DROP_ON_COMPLETION, write=write,
-                                        guard=self._terminal)
+        parts = self._parts()
+        write = parts.fold_result(self, retval)
+        res = parts.recorder.complete(self._run(), fields=self._pending_checkpoint(),
+                                      drop=_DROP_ON_COMPLETION, write=write,
+                                      guard=self._ending())
         if not res.applied:
             log.warning("late completion of %s[%s] attempt %s rejected: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
@@ -763,8 +355,8 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         record is now cancelled."""
         req = self.request
         setattr(req, _DONE, True)
-        res = _jobbers(self).recorder.cancel(self._run(), reason="cancellation honoured",
-                                             guard=self._terminal)
+        res = self._parts().recorder.cancel(self._run(), reason="cancellation honoured",
+                                            guard=self._ending())
         if not res.applied:
             log.warning("late cancelled of %s[%s] attempt %s rejected: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
@@ -775,10 +367,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         ended cancelled."""
         req = self.request
         setattr(req, _DONE, True)
-        res = _jobbers(self).recorder.fail(
+        res = self._parts().recorder.fail(
             self._run(), exc, reason=reason, fields=self._pending_checkpoint(),
             dead_letter=self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE,
-            guard=self._terminal)
+            guard=self._ending())
         if not res.applied:
             log.warning("failure of %s[%s] attempt %s not recorded: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
@@ -789,8 +381,8 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         solo: the consumer reads on for a moment) does not start there: its message is
         published again, unchanged, for another worker, and this delivery is dropped."""
         req = self.request
-        _jobbers(self).publisher.republish_signature(self.signature_from_request(req),
-                                                     leased=None)
+        self._parts().publisher.republish_signature(self.signature_from_request(req),
+                                                    leased=None)
         log.info("not starting %s[%s]: this worker is shutting down; published it again",
                  self.name, req.id)
         raise Ignore()
@@ -807,26 +399,26 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         setattr(req, _DONE, True)
         shutdown.rearm_child_signals()  # this child lives on: the next SIGTERM must work too
         policy = self.jobbers_options.on_shutdown
-        jobbers = _jobbers(self)
+        parts = self._parts()
         pending = self._pending_checkpoint()
         why = ("the worker shut down" if isinstance(exc, WorkerShuttingDown)
                else "interrupted by its worker (shutdown)")
         cancelled = "cancellation honoured: interrupted by its worker"
-        # like any step that ends the attempt, held through a store outage (see _terminal)
+        # like any step that ends the attempt, held through a store outage (see _ending)
         if policy is ShutdownPolicy.STOP:
-            res = jobbers.recorder.stop(
+            res = parts.recorder.stop(
                 self._run(), reason=f"{why} (on_shutdown=stop)", fields=pending,
                 cancel_reason=cancelled,
                 dead_letter=self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE,
-                guard=self._terminal)
+                guard=self._ending())
         else:
-            res = jobbers.recorder.requeue(
+            res = parts.recorder.requeue(
                 self._run(), reason=f"{why} (on_shutdown={policy.value}): resubmitted",
-                fields=pending, lease=True, cancel_reason=cancelled, guard=self._terminal)
+                fields=pending, lease=True, cancel_reason=cancelled, guard=self._ending())
             if res.applied and res.state is S.UNSUBMITTED:
                 # same id, same retry count: records unsubmitted -> submitted on publish
-                jobbers.publisher.republish_signature(self.signature_from_request(req),
-                                                      leased=req.id)
+                parts.publisher.republish_signature(self.signature_from_request(req),
+                                                    leased=req.id)
         if _ends_cancelled(res):
             # a revoke with terminate (its cancellation was recorded before the signal),
             # or cancel(terminate=True): cancelled whatever on_shutdown says, no dead letter
@@ -840,7 +432,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if getattr(exc, "requeue", False):
             # The broker hands the message back; its next start records a new submission.
             setattr(self.request, _DONE, True)
-            _jobbers(self).recorder.requeue(self._run(), reason="rejected with requeue")
+            self._parts().recorder.requeue(self._run(), reason="rejected with requeue")
         else:
             why = getattr(exc, "reason", None)
             cause = why if isinstance(why, BaseException) else RuntimeError(f"rejected: {why!r}")
@@ -851,7 +443,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         in task events, and jobbers records it (see :mod:`jobbers_celery.worker.taskrepr`)."""
         req = self.request
         try:
-            redact = taskrepr.redactor_of(_jobbers(self).config)
+            redact = self._parts().redactor
         except Exception:  # noqa: BLE001 - not installed: nothing to redact by
             return
         taskrepr.redact_exception(exc, self, req.args, req.kwargs, redact)
@@ -866,14 +458,15 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         ``scheduled`` (``run_at`` set, listed by ``scheduled()``) and a worker's scheduler
         publishes it when due, as it does a delayed retry. ``expires`` still counts from
         this call. If the store cannot take it, it goes out as Celery's ETA message."""
-        delay = _seconds_until(options.get("countdown"), options.get("eta"))
-        if delay > 0 and not publishing_unrecorded():  # a delivery put back: Celery's ETA
-            jobbers = Jobbers.find(self.app)
-            if jobbers is not None and not self.app.conf.task_always_eager:
-                later = self._publish_later(jobbers, args, kwargs, task_id, link, link_error,
-                                            shadow, options, delay)
-                if later is not None:
-                    return later
+        delay = seconds_until(options.get("countdown"), options.get("eta"))
+        # a delivery put back (publishing unrecorded) goes out as Celery's ETA message
+        if delay > 0 and not publishing_unrecorded() and Jobbers.find(self.app) is not None \
+                and not self.app.conf.task_always_eager:
+            later = self._parts().delays.publish_later(
+                self, self.jobbers_options, args, kwargs, task_id, link, link_error, shadow,
+                options, delay)
+            if later is not None:
+                return later
         if self.app.conf.task_send_sent_event and "argsrepr" not in options \
                 and "kwargsrepr" not in options:
             self._redacted_reprs(args, kwargs, options)
@@ -885,61 +478,13 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         publish gets its redacted reprs): give it redacted ones too."""
         try:
             reprs = taskrepr.sent_reprs(self.app, self, args, kwargs,
-                                        taskrepr.redactor_of(_jobbers(self).config))
+                                        self._parts().redactor)
         except Exception:  # not installed, odd arguments: Celery's own reprs
             log.debug("no redacted reprs for the task-sent event of %s", self.name,
                       exc_info=True)
             return
         if reprs is not None:
             options["argsrepr"], options["kwargsrepr"] = reprs
-
-    def _publish_later(self, jobbers: Jobbers, args: Any, kwargs: Any, task_id: str | None,
-                       link: Any, link_error: Any, shadow: str | None,
-                       options: dict[str, Any], delay: float) -> Any:
-        """Record the first publish ``scheduled`` after ``delay`` seconds; returns its
-        ``AsyncResult``, or ``None`` when it must go out as an ETA message instead."""
-        check = getattr(self, "__header__", None) if self.typing else None
-        if check is not None:
-            check(*(args or ()), **(kwargs or {}))  # the TypeError apply_async raises
-        namer: Callable[..., str | None] = self.shadow_name  # a subclass may name it
-        opts: dict[str, Any] = {**self._get_exec_options(),  # type: ignore[attr-defined]
-                                **options, "link": link, "link_error": link_error,
-                                "shadow": shadow or namer(args, kwargs, options)}
-        for key in ("countdown", "eta", "producer", "connection", "publisher"):
-            opts.pop(key, None)
-        opts.setdefault("ignore_result", self.ignore_result)
-        parent = self.app.current_worker_task
-        if parent is not None and parent.request.id:  # as send_task links it to its parent
-            opts.setdefault("parent_id", parent.request.id)
-            opts.setdefault("root_id", parent.request.root_id or parent.request.id)
-        headers = dict(opts.get("headers") or {})
-        tracing.stamp(headers)  # the publishing client's trace: the scheduler continues it
-        opts["headers"] = headers
-        routed = self.app.amqp.router.route(dict(opts), self.name, args, kwargs,
-                                            self)  # type: ignore[arg-type]  # as Celery does
-        queue = str(getattr(routed.get("queue"), "name", None) or routed.get("routing_key")
-                    or "")
-        task_id = task_id or uuid()
-        opt = self.jobbers_options
-        why = "countdown" if options.get("countdown") else "eta"
-        try:
-            res = jobbers.recorder.publish_later(
-                task_id, self.name, payload.deferred(args, kwargs, opts, queue, datetime.now(UTC)),
-                version=opt.version, dead_letter=opt.dead_letter_policy is DeadLetterPolicy.SAVE,
-                delay_ms=round(delay * 1000), reason=f"delayed first run ({why})")
-        except TypeError:
-            log.warning("%s[%s]: its publish options or arguments are not JSON: sent as an "
-                        "ETA message, which waits at the broker", self.name, task_id)
-            return None
-        except UNREACHABLE:
-            log.warning("%s[%s]: the state store cannot be reached: sent as an ETA message, "
-                        "which waits at the broker", self.name, task_id)
-            return None
-        if not (res.applied and res.state is S.SCHEDULED):
-            log.warning("%s[%s]: not recorded as a delayed first run (the task is %s): sent "
-                        "as an ETA message", self.name, task_id, res.previous)
-            return None
-        return self.AsyncResult(task_id)
 
     # ------------------------------------------------------------------ retries
     def retry(
@@ -984,7 +529,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             if self._fail(error, reason="retries exhausted"):
                 raise Revoked("cancellation requested") from error
             raise error
-        delay = self._retry_delay(n, eta, countdown)
+        delay = retry_delay(self.jobbers_options, n, eta, countdown)
         sig = self.signature_from_request(req, args, kwargs, retries=n, **options)
         headers = dict(sig.options.get("headers") or {})
         tracing.stamp(headers)  # this attempt's span, if any: the retry continues its trace
@@ -993,30 +538,27 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         fields = {**self._pending_checkpoint(),
                   **(error_fields(exc) if exc is not None else {}), "retries": str(n)}
         setattr(req, _DONE, True)
-        jobbers = _jobbers(self)
+        parts = self._parts()
         reason = f"retry {n}" + (f" of {limit}" if limit is not None else "")
         version = self.jobbers_options.version
         when: datetime | None = None
-        if delay > 0:
-            data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
-            fields["msg"] = jobbers.recorder.encode(data)
-            res = jobbers.recorder.retry_later(
-                self._run(), reason=reason, delay_ms=round(delay * 1000), fields=fields,
-                version=version, guard=self._terminal)
-            when = datetime.now(UTC) + timedelta(seconds=delay)
+        if delay > 0:  # waits in the store, not in an ETA message
+            res, when = parts.delays.retry_later(self._run(), sig, fields, reason=reason,
+                                                 delay=delay, version=version,
+                                                 guard=self._ending())
         else:
             try:
                 data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
-                fields["msg"] = jobbers.recorder.encode(data)
+                fields["msg"] = parts.recorder.encode(data)
             except TypeError:
                 pass  # not JSON: the record keeps the payload it had
             # the publish lease: should this process die before publishing, a scheduler
             # publishes the recorded payload once the lease expires
-            res = jobbers.recorder.retry_now(self._run(), reason=reason, fields=fields,
-                                             version=version, guard=self._terminal)
+            res = parts.recorder.retry_now(self._run(), reason=reason, fields=fields,
+                                           version=version, guard=self._ending())
             if res.applied and res.state is S.UNSUBMITTED:
                 # records unsubmitted -> submitted on publish
-                jobbers.publisher.republish_signature(sig, leased=req.id)
+                parts.publisher.republish_signature(sig, leased=req.id)
         if not res.applied:
             log.warning("retry of %s[%s] attempt %s not recorded: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
@@ -1027,29 +569,6 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if throw:
             raise retry
         return retry
-
-    def _retry_delay(self, n: int, eta: datetime | None, countdown: float | None) -> float:
-        opts = self.jobbers_options
-        if eta is not None:
-            aware = eta if eta.tzinfo else eta.replace(tzinfo=UTC)
-            return max(0.0, (aware - datetime.now(UTC)).total_seconds())
-        if countdown is not None:
-            return max(0.0, float(countdown))
-        if opts.retry_delay is None:
-            return 0.0
-        return compute_delay(opts.backoff_strategy, opts.retry_delay, n, opts.max_retry_delay)
-
-
-def _seconds_until(countdown: Any, eta: Any) -> float:
-    """Seconds a publish's ``countdown`` (which wins, as in Celery) or ``eta`` (naive: UTC)
-    puts it off; 0 for neither, or one already past."""
-    if countdown:
-        return max(0.0, float(countdown))
-    if not eta:
-        return 0.0
-    when = datetime.fromisoformat(eta) if isinstance(eta, str) else eta
-    aware = when if when.tzinfo else when.replace(tzinfo=UTC)
-    return max(0.0, (aware - datetime.now(UTC)).total_seconds())
 
 
 def _id(req: Any) -> str:

@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from jobbers_celery import JobbersTask, install
-from jobbers_celery.worker.task import _seconds_until
+from jobbers_celery.worker.delays import seconds_until as _seconds_until
 from tests.conftest import free_port
 
 

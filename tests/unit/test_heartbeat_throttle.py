@@ -18,6 +18,7 @@ from celery import Celery
 
 from jobbers_celery import AttemptSuperseded, CheckpointTooLarge, JobbersTask, TaskCancelled
 from jobbers_celery.store.base import Heartbeat
+from jobbers_celery.worker import heartbeat as heartbeat_module
 from jobbers_celery.worker import task as task_module
 from jobbers_celery.worker.shutdown import WorkerShuttingDown
 from jobbers_celery.worker.task import (
@@ -57,7 +58,8 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock()
-    monkeypatch.setattr(task_module, "time", c)  # task.py's clock only
+    monkeypatch.setattr(task_module, "time", c)  # the throttle's clock
+    monkeypatch.setattr(heartbeat_module, "time", c)  # the sender's
     return c
 
 

@@ -35,8 +35,8 @@ FOLDERS: dict[str, list[str]] = {
     "lifecycle": ["payload", "results", "liveness", "recorder", "publisher", "cleaner",
                   "scheduler"],
     "root": ["jobbers"],
-    "worker": ["shutdown", "logfilter", "taskrepr", "beat", "task", "runtime", "signals",
-               "request", "refusals"],
+    "worker": ["shutdown", "logfilter", "taskrepr", "outage", "heartbeat", "start", "delays",
+               "parts", "task", "runtime", "signals", "request", "refusals"],
     "cli": ["output", "base", "aside", "dlq"],
     "entry": ["codec", "metrics", "sinks", "install"],
 }

@@ -7,6 +7,7 @@ end in tests/integration/test_store_outage.py."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import logging
@@ -20,20 +21,31 @@ from kombu.exceptions import OperationalError
 
 from jobbers_celery.lifecycle.publisher import Publisher
 from jobbers_celery.lifecycle.recorder import Recorder
-from jobbers_celery.worker import task as task_module
-from jobbers_celery.worker.task import (
+from jobbers_celery.worker import outage as outage_module
+from jobbers_celery.worker.outage import (
     OUTAGE_RESEND_FIRST_PAUSE_S,
     OUTAGE_RESEND_MAX_PAUSE_S,
-    JobbersTask,
+    Delivery,
+    Handover,
+    OutageLog,
+    loop_outage_log,
+    resend_until_recorded,
 )
+
+
+def _fresh(log: OutageLog) -> OutageLog:
+    """The same outage log, not begun (a test's outage must not leak into the next)."""
+    fresh = copy.copy(log)
+    fresh.since = None
+    return fresh
 
 
 @pytest.fixture
 def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
-    monkeypatch.setattr(task_module.time, "sleep", slept.append)
-    monkeypatch.setattr(task_module, "_outage", task_module._Outage())
-    monkeypatch.setattr(task_module, "_held", task_module._HeldMessage())
+    monkeypatch.setattr(outage_module.time, "sleep", slept.append)
+    monkeypatch.setattr(outage_module, "STORE_OUTAGE", _fresh(outage_module.STORE_OUTAGE))
+    monkeypatch.setattr(outage_module, "HELD_MESSAGE", _fresh(outage_module.HELD_MESSAGE))
     return slept
 
 
@@ -47,9 +59,8 @@ def test_a_finished_tasks_outcome_is_sent_again_until_the_store_answers(
             raise redis.ConnectionError("Connection refused")
         return "recorded"
 
-    self: Any = None  # the method uses nothing of the task
     with caplog.at_level(logging.WARNING, logger="jobbers.task"):
-        assert JobbersTask._resend_after_outage(self, step) == "recorded"
+        assert resend_until_recorded(step, outage_module.STORE_OUTAGE) == "recorded"
     assert len(tries) == 9
     assert pauses[0] == OUTAGE_RESEND_FIRST_PAUSE_S
     assert all(b == min(2 * a, OUTAGE_RESEND_MAX_PAUSE_S) for a, b in itertools.pairwise(pauses))
@@ -62,7 +73,7 @@ def test_a_finished_tasks_outcome_is_sent_again_until_the_store_answers(
 
 def test_the_outage_is_logged_once_however_many_tasks_meet_it(
         pauses: list[float], caplog: pytest.LogCaptureFixture) -> None:
-    outage = task_module._outage
+    outage = outage_module.STORE_OUTAGE
     with caplog.at_level(logging.WARNING, logger="jobbers.task"):
         for _ in range(50):
             outage.began()
@@ -89,13 +100,13 @@ class _Signature:
         self.published.append(dict(self.options["headers"]))
 
 
-def _delivery(sig: _Signature) -> Any:
-    return SimpleNamespace(request=SimpleNamespace(id="t1", retries=2), name="proj.add",
-                           signature_from_request=lambda req: sig)
+def _delivery(sig: _Signature, retries: int = 2) -> Delivery:
+    return Delivery("proj.add", "t1", retries, "w@h", SimpleNamespace(), lambda: sig)
 
 
-#: What ``_give_back`` uses of the service: the publisher's give-back (no store call).
-_SERVICE = SimpleNamespace(publisher=Publisher)
+def _handover(store: Any = None, recorder: Any = None) -> Handover:
+    """A give-back uses the publisher's give-back only (no store call)."""
+    return Handover(store, recorder, Publisher, 60.0)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("refusal", [
@@ -106,10 +117,10 @@ def test_a_message_the_broker_cannot_take_back_is_held_until_it_can(
         pauses: list[float], caplog: pytest.LogCaptureFixture, refusal: Exception) -> None:
     sig = _Signature([refusal] * 6)
     with caplog.at_level(logging.WARNING, logger="jobbers.task"), pytest.raises(Ignore):
-        JobbersTask._give_back(_delivery(sig), _SERVICE)
+        _handover().give_back(_delivery(sig))
     [headers] = sig.published  # published once it could be, never dropped
     assert headers["kept"] == "1"
-    assert headers[task_module.HEADER_GIVEN_BACK].endswith("/2")
+    assert headers[outage_module.HEADER_GIVEN_BACK].endswith("/2")
     assert len(pauses) == 6
     assert pauses[0] == OUTAGE_RESEND_FIRST_PAUSE_S
     assert max(pauses) == OUTAGE_RESEND_MAX_PAUSE_S
@@ -124,7 +135,7 @@ def test_a_message_given_back_at_once_logs_only_the_outage(
         pauses: list[float], caplog: pytest.LogCaptureFixture) -> None:
     sig = _Signature([])
     with caplog.at_level(logging.WARNING, logger="jobbers.task"), pytest.raises(Ignore):
-        JobbersTask._give_back(_delivery(sig), _SERVICE)
+        _handover().give_back(_delivery(sig))
     assert len(sig.published) == 1
     assert pauses == []
     assert [r.getMessage()[:40] for r in caplog.records] == [
@@ -134,7 +145,7 @@ def test_a_message_given_back_at_once_logs_only_the_outage(
 def test_a_publish_error_that_is_not_an_outage_is_raised(pauses: list[float]) -> None:
     sig = _Signature([TypeError("not serializable")])
     with pytest.raises(TypeError):
-        JobbersTask._give_back(_delivery(sig), _SERVICE)
+        _handover().give_back(_delivery(sig))
     assert pauses == []
 
 
@@ -142,17 +153,17 @@ def test_a_message_given_back_again_names_every_giver_of_that_delivery(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A message can bounce between workers while the store is away; the start applied with
     its reply lost may be the first giver's, so none is forgotten (up to GIVERS_KEPT)."""
-    monkeypatch.setattr(task_module.liveness, "worker_id", lambda: "w2@h:2:b")
-    assert task_module._givers_header(None, 0) == "w2@h:2:b/0"
-    assert task_module._givers_header("w1@h:1:a/1", 1) == "w1@h:1:a,w2@h:2:b/1"
-    assert task_module._givers_header("w2@h:2:b/1", 1) == "w2@h:2:b/1"
+    monkeypatch.setattr(outage_module.liveness, "worker_id", lambda: "w2@h:2:b")
+    assert outage_module.givers_header(None, 0) == "w2@h:2:b/0"
+    assert outage_module.givers_header("w1@h:1:a/1", 1) == "w1@h:1:a,w2@h:2:b/1"
+    assert outage_module.givers_header("w2@h:2:b/1", 1) == "w2@h:2:b/1"
     # a retry's message copies the header of the delivery it retries: not this delivery's
-    assert task_module._givers_header("w1@h:1:a/0", 1) == "w2@h:2:b/1"
-    full = ",".join(f"w{n}@h:{n}:x" for n in range(task_module.GIVERS_KEPT))
-    assert task_module._givers_header(f"{full}/0", 0) == f"{full}/0"
-    assert task_module._givers("w1@h:1:a,w2@h:2:b/3", 3) == ["w1@h:1:a", "w2@h:2:b"]
-    assert task_module._givers("w1@h:1:a/3", 2) == []
-    assert task_module._givers(None, 0) == []
+    assert outage_module.givers_header("w1@h:1:a/0", 1) == "w2@h:2:b/1"
+    full = ",".join(f"w{n}@h:{n}:x" for n in range(outage_module.GIVERS_KEPT))
+    assert outage_module.givers_header(f"{full}/0", 0) == f"{full}/0"
+    assert outage_module.givers("w1@h:1:a,w2@h:2:b/3", 3) == ["w1@h:1:a", "w2@h:2:b"]
+    assert outage_module.givers("w1@h:1:a/3", 2) == []
+    assert outage_module.givers(None, 0) == []
 
 
 class _Store:
@@ -174,17 +185,17 @@ class _Store:
         return SimpleNamespace(applied=True, state=to)
 
 
-def _service(store: _Store) -> Any:
+def _stall_handover(store: _Store) -> Handover:
     """The store and the recorder's take-back (the recorder is the only caller of steps)."""
     recorder = SimpleNamespace(store=store)
     take_back = functools.partial(Recorder.take_back_stall, recorder)  # type: ignore[arg-type]
-    return SimpleNamespace(store=store, recorder=SimpleNamespace(take_back_stall=take_back))
+    return _handover(store, SimpleNamespace(take_back_stall=take_back))
 
 
-def _taker(store: _Store) -> Any:
-    started = SimpleNamespace(applied=True, state="started", attempt=2)
-    return SimpleNamespace(request=SimpleNamespace(id="t1", retries=0), name="proj.add",
-                           _worker=lambda: "w@h", _start_once=lambda jobbers: started)
+def _given_back(givers: str) -> Delivery:
+    """A delivery of a message given back by ``givers``."""
+    request = SimpleNamespace(headers={outage_module.HEADER_GIVEN_BACK: f"{givers}/0"})
+    return Delivery("proj.add", "t1", 0, "w@h", request, lambda: None)  # type: ignore[arg-type, return-value]
 
 
 ORPHAN = ("stalled: worker w@h (g1@h:1:a) no longer runs it and its end was not recorded "
@@ -194,13 +205,11 @@ ORPHAN = ("stalled: worker w@h (g1@h:1:a) no longer runs it and its end was not 
 def test_a_message_given_back_takes_back_its_givers_attempt_stalled_as_an_end_lost() -> None:
     store = _Store("g1@h:1:a", ORPHAN)
     refused = SimpleNamespace(applied=False, previous="stalled", attempt=1)
-    res = JobbersTask._take_back_stall(_taker(store), _service(store), refused,
-                                       ["g0@h:0:z", "g1@h:1:a"])
-    assert res.applied  # started again
-    assert res.attempt == 2
+    back = _stall_handover(store).take_back(_given_back("g0@h:0:z,g1@h:1:a"), refused)
+    assert back is outage_module.S.SUBMITTED  # the caller starts it again
     [step] = store.steps
-    assert step["to"] == task_module.S.SUBMITTED
-    assert step["sources"] == (task_module.S.STALLED,)
+    assert step["to"] == outage_module.S.SUBMITTED
+    assert step["sources"] == (outage_module.S.STALLED,)
     assert (step["fence"], step["wid_fence"]) == (1, "g1@h:1:a")
 
 
@@ -211,7 +220,26 @@ def test_a_message_given_back_takes_back_its_givers_attempt_stalled_as_an_end_lo
 def test_a_stall_the_givers_did_not_cause_so_stands(wid: str, reason: str) -> None:
     store = _Store(wid, reason)
     refused = SimpleNamespace(applied=False, previous="stalled", attempt=1)
-    res = JobbersTask._take_back_stall(_taker(store), _service(store), refused,
-                                       ["g1@h:1:a"])
-    assert res is refused
+    assert _stall_handover(store).take_back(_given_back("g1@h:1:a"), refused) is None
     assert store.steps == []
+
+
+def test_one_outage_log_says_an_outage_once_for_every_place_that_meets_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The task's outage, the held message and the main process's loops share one logger:
+    a warning when it begins (debug lines between, where asked), one when it is over."""
+    loop = loop_outage_log(logging.getLogger("jobbers.scheduler"), "jobbers scheduler pass")
+    with caplog.at_level(logging.DEBUG, logger="jobbers.scheduler"):
+        loop.began(ConnectionError("refused"))
+        loop.began(ConnectionError("refused"))
+        loop.over()
+        loop.over()
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    began = ("jobbers scheduler pass: the jobbers state store cannot be reached (refused); "
+             "retrying until it answers")
+    still = "jobbers scheduler pass: the jobbers state store still cannot be reached (refused)"
+    assert lines[:2] == [(logging.WARNING, began), (logging.DEBUG, still)]
+    [(level, over)] = lines[2:]
+    assert level == logging.WARNING
+    assert over.startswith("jobbers scheduler pass: the jobbers state store answers again "
+                           "(unreachable for ")
