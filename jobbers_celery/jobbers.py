@@ -11,20 +11,18 @@ actions.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-import redis
 from kombu.utils.imports import symbol_by_name
 
 from jobbers_celery.core.codec import PayloadCodec
 from jobbers_celery.core.config import JobbersConfig
-from jobbers_celery.core.errors import ConfigurationError, StoreUnavailable
+from jobbers_celery.core.errors import ConfigurationError
 from jobbers_celery.core.options import ResubmitVersion
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.records import (
@@ -48,6 +46,7 @@ from jobbers_celery.resubmit.pace import ResubmitPace, ResubmitRunInfo
 from jobbers_celery.resubmit.resubmit import Resubmitter
 from jobbers_celery.store import RedisStore
 from jobbers_celery.store.connect import redis_client
+from jobbers_celery.store.errors import store_call as _store_call
 from jobbers_celery.telemetry.history import CountHistory, CountSample
 
 if TYPE_CHECKING:
@@ -56,64 +55,6 @@ if TYPE_CHECKING:
 __all__ = ["Jobbers", "PurgeReport"]
 
 log = escaped_logger("jobbers")
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-#: Per redis-py (or OSError) class, that class made a StoreUnavailable too.
-_UNAVAILABLE: dict[type[BaseException], type[StoreUnavailable]] = {}
-
-
-def _unavailable_type(cls: type[BaseException]) -> type[StoreUnavailable]:
-    """``cls`` that is also a :class:`StoreUnavailable`: same name and module (logs and
-    Celery's exception serialisation read as before), pickled as plain ``cls``."""
-    made = _UNAVAILABLE.get(cls)
-    if made is None:
-        def __reduce__(self: BaseException) -> tuple[Any, ...]:
-            return cls, self.args, self.__dict__ or None
-
-        made = cast("type[StoreUnavailable]", type(
-            cls.__name__, (StoreUnavailable, cls),
-            {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
-             "__reduce__": __reduce__}))
-        made = _UNAVAILABLE.setdefault(cls, made)
-    return made
-
-
-def _as_unavailable(exc: BaseException) -> StoreUnavailable | None:
-    """``exc`` as a :class:`StoreUnavailable` that is still of its own class."""
-    try:
-        kind = _unavailable_type(type(exc))
-        unavailable = kind.__new__(kind, *exc.args)
-    except TypeError:  # a class that cannot be combined (none of redis-py's or OSError's)
-        return None
-    unavailable.__dict__.update(vars(exc))
-    return unavailable
-
-
-def _store_call(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    """A failing Redis call leaves ``method`` as :class:`StoreUnavailable` (see there)."""
-
-    @functools.wraps(method)
-    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return method(*args, **kwargs)
-        except StoreUnavailable:
-            raise
-        except (redis.RedisError, OSError) as exc:
-            unavailable = _as_unavailable(exc)
-            if unavailable is None:
-                raise
-            try:
-                raise unavailable.with_traceback(exc.__traceback__) from exc.__cause__
-            finally:
-                # the traceback holds this frame: a name left bound to the error would be a
-                # cycle keeping the Jobbers (and its app) alive until the collector runs
-                del unavailable
-
-    return call
-
 
 @dataclass(frozen=True, slots=True)
 class PurgeReport:

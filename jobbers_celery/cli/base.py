@@ -13,13 +13,13 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 import click
-import redis
 from celery.bin.base import CeleryCommand, CeleryOption
 from kombu.exceptions import OperationalError
 
 from jobbers_celery.core.errors import StoreUnavailable
 from jobbers_celery.core.redaction import Parameters, Redactor
 from jobbers_celery.jobbers import Jobbers
+from jobbers_celery.store import StoreError
 from jobbers_celery.worker.taskrepr import redactor_of, task_parameters
 
 __all__ = ["EXIT_FAILURE", "EXIT_NOT_FOUND", "Command", "Env", "Failure", "NotFound",
@@ -50,7 +50,7 @@ class Command(CeleryCommand):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (StoreUnavailable, redis.RedisError) as exc:
+        except (StoreUnavailable, StoreError) as exc:
             raise Failure(f"the jobbers store is unreachable: {type(exc).__name__}: {exc}"
                           ) from exc
         except OperationalError as exc:  # kombu's: publishing a cancel or a resubmit

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.records import DeadLetter, SetAside, SetAsideReport
 from jobbers_celery.core.storable import ID_LIMIT, storable_form
+from jobbers_celery.store import deadletters
 
 if TYPE_CHECKING:
-    import redis
-
+    from jobbers_celery.store.connect import Client
     from jobbers_celery.store.keys import Keys
 
 __all__ = ["KEEP", "SetAsideList"]
@@ -37,7 +37,7 @@ _MAX_WHY = 1_000
 class SetAsideList:
     """The set-aside list of one dataset (its global keys)."""
 
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(self, client: Client, keys: Keys) -> None:
         self.client = client
         self.keys = keys
 
@@ -54,26 +54,16 @@ class SetAsideList:
             "reason": shown.reason[:ID_LIMIT] if shown else None,
             "entry": raw,
         })
-        pipe = self.client.pipeline(transaction=True)
-        pipe.lpush(self.keys.dead_letter_set_aside, item)
-        pipe.ltrim(self.keys.dead_letter_set_aside, 0, KEEP - 1)
-        pipe.incr(self.keys.dead_letter_set_aside_count)
-        length, _, _ = pipe.execute()
-        if int(length) > KEEP:
+        if deadletters.set_aside_push(self, item, KEEP) > KEEP:
             log.error("the set-aside list %s holds %d items: its oldest one was dropped (it is "
                       "still counted in %s)", self.keys.dead_letter_set_aside, KEEP,
                       self.keys.dead_letter_set_aside_count)
 
     def report(self, limit: int = 100) -> SetAsideReport:
         """The newest ``limit`` items, how many are kept and how many were ever set aside."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.lrange(self.keys.dead_letter_set_aside, 0, max(limit, 1) - 1)
-        pipe.llen(self.keys.dead_letter_set_aside)
-        pipe.get(self.keys.dead_letter_set_aside_count)
-        items, kept, total = pipe.execute()
-        entries = [parse(text) for text in cast("list[str]", items)[:limit]]
-        return SetAsideReport(kept=int(kept), total=max(int(total or 0), int(kept)),
-                              entries=entries)
+        items, kept, total = deadletters.set_aside_read(self, limit)
+        return SetAsideReport(kept=kept, total=max(total, kept),
+                              entries=[parse(text) for text in items])
 
 
 def parse(text: str) -> SetAside:

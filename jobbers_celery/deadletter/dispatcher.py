@@ -24,7 +24,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.records import DeadLetter
@@ -33,11 +33,11 @@ from jobbers_celery.deadletter.aside import SetAsideList
 from jobbers_celery.deadletter.errors import describe_error, refused_for_itself
 from jobbers_celery.deadletter.sink import DeadLetterSink
 from jobbers_celery.deadletter.spool import DeadLetterSpool
+from jobbers_celery.store import deadletters
 from jobbers_celery.telemetry import metrics
 
 if TYPE_CHECKING:
-    import redis
-
+    from jobbers_celery.store.connect import Client
     from jobbers_celery.store.keys import Keys
 
 __all__ = ["DeadLetterDispatcher", "close_all"]
@@ -74,7 +74,7 @@ class DeadLetterDispatcher:
     the payload as it was.
     """
 
-    def __init__(self, sink: DeadLetterSink, client: redis.Redis, keys: Keys,
+    def __init__(self, sink: DeadLetterSink, client: Client, keys: Keys,
                  written: Callable[[Sequence[DeadLetter]], None] | None = None,
                  spool: DeadLetterSpool | None = None) -> None:
         self.sink = sink
@@ -219,7 +219,7 @@ class DeadLetterDispatcher:
     def _park_durably(self, entries: Sequence[DeadLetter]) -> str | None:
         """The outbox (one ``RPUSH``), else the spool; ``None`` if both refused."""
         try:
-            self.client.rpush(self.keys.dead_letter_outbox, *(_dumps(e) for e in entries))
+            deadletters.outbox_push(self, [_dumps(e) for e in entries])
             return f"the Redis outbox {self.keys.dead_letter_outbox}"
         except Exception as exc:  # noqa: BLE001 - logged with the spool's outcome
             outbox_error = describe_error(exc, entries)
@@ -391,7 +391,7 @@ class DeadLetterDispatcher:
 
     def _to_outbox(self, entries: Sequence[DeadLetter]) -> bool:
         try:
-            self.client.rpush(self.keys.dead_letter_outbox, *(_dumps(e) for e in entries))
+            deadletters.outbox_push(self, [_dumps(e) for e in entries])
         except Exception:  # noqa: BLE001 - Redis down: the entries stay in the spool
             return False
         return True
@@ -402,10 +402,9 @@ class DeadLetterDispatcher:
         meanwhile loses nothing, and two workers draining at once write an entry twice at
         worst (sinks are idempotent). The sink down: the head entry and the rest wait, in
         order; the head entry refused for itself: it is set aside, the next one follows."""
-        key = self.keys.dead_letter_outbox
         for _ in range(limit):
             try:
-                raw = cast("str | None", self.client.lindex(key, 0))
+                raw = deadletters.outbox_head(self)
             except Exception:  # noqa: BLE001 - Redis down: the outbox waits for it
                 return
             if raw is None:
@@ -428,7 +427,7 @@ class DeadLetterDispatcher:
             else:
                 done.append(entry)
             try:
-                self.client.lrem(key, 1, raw)
+                deadletters.outbox_remove(self, raw)
             except Exception:  # noqa: BLE001 - written; it is written again later (idempotent)
                 return
 
@@ -442,7 +441,7 @@ class DeadLetterDispatcher:
         key = self.keys.dead_letter_outbox
         if self._set_aside(raw, "unreadable: not a dead-letter entry's JSON", "outbox"):
             try:
-                self.client.lrem(key, 1, raw)
+                deadletters.outbox_remove(self, raw)
             except Exception:  # noqa: BLE001 - set aside twice at worst, never lost
                 return False
             return True
@@ -451,7 +450,7 @@ class DeadLetterDispatcher:
             return False
         try:
             target = self.spool.set_aside([raw.encode()], "outbox.jsonl")
-            self.client.lrem(key, 1, raw)
+            deadletters.outbox_remove(self, raw)
         except Exception:
             log.exception("could not set aside an unreadable entry of %s; it stays there", key)
             return False

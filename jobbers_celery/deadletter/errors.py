@@ -13,12 +13,11 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import redis.exceptions
-
 from jobbers_celery.core import errortext
 from jobbers_celery.core.errors import DeadLetterRefused
 from jobbers_celery.core.records import DeadLetter
 from jobbers_celery.core.redaction import redactor
+from jobbers_celery.store.errors import StoreValueError
 
 __all__ = ["describe_error", "describe_exception", "describe_traceback", "refused_for_itself"]
 
@@ -28,7 +27,7 @@ _MIN_SCRUBBED = 4
 _MAX_ERROR_CHARS = 500
 #: Errors that are about the value written, never about the store being down.
 _ENTRY_ERRORS = (DeadLetterRefused, ValueError, TypeError, RecursionError, OverflowError,
-                 redis.exceptions.DataError)
+                 StoreValueError)
 
 
 def refused_for_itself(exc: BaseException) -> bool:

@@ -1,18 +1,19 @@
-"""The default dead-letter sink: the entries in Redis, in the jobbers namespace."""
+"""The default dead-letter sink: the entries in Redis, in the jobbers namespace.
+
+It reads and writes the entries' JSON; the store's dead-letter part
+(:mod:`jobbers_celery.store.deadletters`) runs the Redis commands.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Iterable, Sequence
-from typing import cast
-
-import redis
 
 from jobbers_celery.core.records import DeadLetter
 from jobbers_celery.core.storable import storable_form, storable_id
 from jobbers_celery.deadletter.sink import SinkContext
-from jobbers_celery.store.keys import Keys
+from jobbers_celery.store.parts import DeadLetterStore
 
 __all__ = ["SELECT_EXAMINED", "RedisDeadLetterSink"]
 
@@ -25,51 +26,32 @@ class RedisDeadLetterSink:
     """The default sink: a hash of JSON entries plus a time index, in the jobbers namespace."""
 
     def __init__(self, jobbers: SinkContext) -> None:
-        self.client: redis.Redis = jobbers.store.client
-        self.keys: Keys = jobbers.store.keys
+        self.store: DeadLetterStore = jobbers.store
 
     def write(self, entry: DeadLetter) -> None:
         """Store the storable form of ``entry`` (:func:`~jobbers_celery.core.storable.storable`)."""
-        pipe = self.client.pipeline(transaction=True)
-        self._queue(pipe, entry)
-        pipe.execute()
+        self.store.put_entries([_row(entry)], atomic=True)
 
     def write_many(self, entries: Sequence[DeadLetter]) -> None:
         """One round trip for all ``entries``: the per-entry commands of ``write`` in one
         pipeline, without MULTI (each command is idempotent on its own, and a batch cut
         short is written again entry by entry)."""
-        if not entries:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for entry in entries:
-            self._queue(pipe, entry)
-        pipe.execute()
-
-    def _queue(self, pipe: redis.client.Pipeline, entry: DeadLetter) -> None:
-        entry = storable_form(entry)
-        member = f"{entry.task_id}:{entry.attempt}"
-        pipe.hsetnx(self.keys.dead_letters, member, json.dumps(entry.to_json(), default=str))
-        pipe.zadd(self.keys.dead_letter_index, {member: entry.failed_at.timestamp()}, nx=True)
+        self.store.put_entries([_row(entry) for entry in entries], atomic=False)
 
     def size(self) -> int:
         """Entries stored (one ``HLEN``)."""
-        return int(self.client.hlen(self.keys.dead_letters))
+        return self.store.entry_count()
 
     def entry(self, task_id: str, attempt: int) -> DeadLetter | None:
         """The entry of ``(task_id, attempt)`` (one ``HGET``), ``None`` if absent; found by
         the task's own id whatever it holds (stored under :func:`~jobbers_celery.core.storable.storable_id`)."""
-        raw = cast("str | None", self.client.hget(self.keys.dead_letters,
-                                                  f"{storable_id(task_id)}:{attempt}"))
+        raw = self.store.entry_text(f"{storable_id(task_id)}:{attempt}")
         return DeadLetter.from_json(json.loads(raw)) if raw else None
 
     def entries(self, limit: int = 100) -> list[DeadLetter]:
         """Newest first."""
-        members = cast("list[str]",
-                       self.client.zrevrange(self.keys.dead_letter_index, 0, limit - 1))
-        if not members:
-            return []
-        raw = cast("list[str | None]", self.client.hmget(self.keys.dead_letters, members))
-        return [DeadLetter.from_json(json.loads(r)) for r in raw if r]
+        return [DeadLetter.from_json(json.loads(r)) for r in self.store.entry_texts(0, limit)
+                if r]
 
     def select(self, queue: str | None = None, name: str | None = None,
                version: int | None = None, limit: int = 100) -> list[DeadLetter]:
@@ -79,12 +61,10 @@ class RedisDeadLetterSink:
         found: list[DeadLetter] = []
         offset = 0
         while len(found) < limit and offset < SELECT_EXAMINED:
-            members = cast("list[str]", self.client.zrevrange(
-                self.keys.dead_letter_index, offset, offset + _SELECT_PAGE - 1))
-            if not members:
+            raw = self.store.entry_texts(offset, _SELECT_PAGE)
+            if not raw:
                 break
-            offset += len(members)
-            raw = cast("list[str | None]", self.client.hmget(self.keys.dead_letters, members))
+            offset += len(raw)
             for text in raw:
                 if not text:
                     continue
@@ -103,19 +83,19 @@ class RedisDeadLetterSink:
         task_id = storable_id(task_id)  # as the entries are stored
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", task_id) + ":*"
         found = [DeadLetter.from_json(json.loads(text)) for member, text
-                 in self.client.hscan_iter(self.keys.dead_letters, match=pattern, count=1000)
+                 in self.store.entries_matching(pattern)
                  if member.rpartition(":")[0] == task_id]
         return sorted(found, key=lambda e: e.attempt, reverse=True)
 
     def discard(self, entries: Iterable[DeadLetter]) -> int:
         """Remove ``entries``; how many were there (a discarded entry is gone for good: its
         task can no longer be resubmitted from it)."""
-        members = list(dict.fromkeys(f"{e.task_id}:{e.attempt}" for e in entries))
-        if not members:
-            return 0
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hdel(self.keys.dead_letters, *members)
-        pipe.zrem(self.keys.dead_letter_index, *members)
-        removed, _ = pipe.execute()
-        return int(removed)
+        return self.store.remove_entries(
+            list(dict.fromkeys(f"{e.task_id}:{e.attempt}" for e in entries)))
 
+
+def _row(entry: DeadLetter) -> tuple[str, str, float]:
+    """What the store keeps of ``entry``: its member, its storable form's JSON, its time."""
+    entry = storable_form(entry)
+    return (f"{entry.task_id}:{entry.attempt}", json.dumps(entry.to_json(), default=str),
+            entry.failed_at.timestamp())

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from jobbers_celery.core.records import DeadLetter
 
 if TYPE_CHECKING:
-    from jobbers_celery.store import RedisStore
+    from jobbers_celery.store import DeadLetterStore
 
 __all__ = [
     "BatchDeadLetterSink",
@@ -82,5 +82,5 @@ class SinkContext(Protocol):
     ``app``); typed by what the default sink reads, so that this module stays below it."""
 
     @property
-    def store(self) -> RedisStore: ...
+    def store(self) -> DeadLetterStore: ...
 

@@ -23,16 +23,15 @@ from celery import states
 from celery.app import task as celery_task
 from celery.backends.redis import RedisBackend
 from kombu.exceptions import EncodeError
-from redis.connection import SSLConnection, UnixDomainSocketConnection
 
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.store import ResultWrite
-from jobbers_celery.store.connect import is_cluster
+from jobbers_celery.store.connect import endpoint
 
 if TYPE_CHECKING:
     from celery import Task
 
-    from jobbers_celery.store import RedisStore
+    from jobbers_celery.store import LayoutStore
 
 __all__ = ["check_layout", "folded_result", "mark_revoked", "not_folded"]
 
@@ -41,23 +40,11 @@ log = escaped_logger("jobbers.results")
 #: Celery's own rule (request option over task option) for whether a result is stored.
 _ignore_result: Callable[[Any, Any], bool] = celery_task.get_actual_ignore_result  # type: ignore[attr-defined]
 
-def _endpoint(kwargs: dict[str, Any], cls: Any) -> tuple[tuple[Any, ...], int]:
-    """What identifies the server and user a connection talks to (whose keys it may
-    write), and its db."""
-    kind = ("unix" if isinstance(cls, type) and issubclass(cls, UnixDomainSocketConnection)
-            else "ssl" if isinstance(cls, type) and issubclass(cls, SSLConnection) else "tcp")
-    if kind == "unix":
-        where: tuple[Any, ...] = (kwargs.get("path"),)
-    else:
-        where = (kwargs.get("host") or "localhost", int(kwargs.get("port") or 6379))
-    return (kind, *where, kwargs.get("username") or None), int(kwargs.get("db") or 0)
-
-
 #: Why a result write cannot be folded when the result backend is elsewhere.
 ELSEWHERE = "the result backend is not on the jobbers Redis server (or uses another user)"
 
 
-def _fold_db(store: RedisStore, backend: Any) -> tuple[str | None, int | None]:
+def _fold_db(store: LayoutStore, backend: Any) -> tuple[str | None, int | None]:
     """(why ``backend``'s writes cannot be folded into the store's steps, or ``None`` if
     they can; the result db to select when it is not the store's own)."""
     cls: Any = type(backend)
@@ -65,19 +52,19 @@ def _fold_db(store: RedisStore, backend: Any) -> tuple[str | None, int | None]:
         return f"the result backend is {cls.__name__}, not Celery's RedisBackend", None
     if backend.serializer != "json" or backend.compression:
         return "results are not plain JSON (result_serializer or result_compression)", None
-    if is_cluster(store.client):
+    where = store.endpoint()
+    if where is None:
         return ("the jobbers store is a Redis Cluster: Celery's result key is not in the "
                 "slot of the task's record"), None
-    pool = store.client.connection_pool
-    mine, my_db = _endpoint(pool.connection_kwargs, pool.connection_class)
+    mine, my_db = where
     params = backend.connparams
-    theirs, their_db = _endpoint(params, params.get("connection_class"))
+    theirs, their_db = endpoint(params, params.get("connection_class"))
     if mine != theirs:
         return ELSEWHERE, None
     return None, (None if their_db == my_db else their_db)
 
 
-def _why_not(store: RedisStore, backend: Any) -> str | None:
+def _why_not(store: LayoutStore, backend: Any) -> str | None:
     """Why ``backend``'s writes cannot be folded into the store's steps; ``None`` if they can."""
     return _fold_db(store, backend)[0]
 
@@ -87,7 +74,7 @@ def _why_not(store: RedisStore, backend: Any) -> str | None:
 _targets: weakref.WeakKeyDictionary[Any, tuple[bool, int | None]] = weakref.WeakKeyDictionary()
 
 
-def _target(store: RedisStore, backend: Any) -> tuple[bool, int | None]:
+def _target(store: LayoutStore, backend: Any) -> tuple[bool, int | None]:
     known = _targets.get(backend)
     if known is None:
         why, db = _fold_db(store, backend)
@@ -111,7 +98,7 @@ def not_folded(task: Task[Any, Any]) -> None:
                     "completed step could not select the result db (SELECT refused)")
 
 
-def check_layout(store: RedisStore, backend: Any) -> str | None:
+def check_layout(store: LayoutStore, backend: Any) -> str | None:
     """At worker start: warn, once, when results cannot be folded into ``completed`` because
     the result backend is on another Redis server (or user): every task then costs two more
     round trips (Celery's GET, then MULTI SETEX PUBLISH EXEC). Returns the reason, if any."""
@@ -126,7 +113,7 @@ def check_layout(store: RedisStore, backend: Any) -> str | None:
     return why
 
 
-def folded_result(task: Task[Any, Any], store: RedisStore, retval: Any) -> ResultWrite | None:
+def folded_result(task: Task[Any, Any], store: LayoutStore, retval: Any) -> ResultWrite | None:
     """The result write to fold into this request's ``completed`` step, or ``None``.
 
     ``None`` means Celery's tracer stores the result itself, as for any task.

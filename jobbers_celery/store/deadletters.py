@@ -16,17 +16,20 @@ import redis
 
 from jobbers_celery.store.keys import Keys
 
-__all__ = ["RedisDeadLetters", "entries_matching", "entry_count", "entry_text", "entry_texts",
+__all__ = ["Connection", "RedisDeadLetters", "entries_matching", "entry_count", "entry_text", "entry_texts",
            "outbox_head", "outbox_push", "outbox_remove", "put_entries", "remove_entries",
            "set_aside_push", "set_aside_read"]
 
 
-class _Connection(Protocol):
+class Connection(Protocol):
+    """What the functions use: a client and the dataset's keys (``RedisStore``, the
+    dispatcher, the set-aside list)."""
+
     client: redis.Redis
     keys: Keys
 
 
-def put_entries(s: _Connection, entries: Sequence[tuple[str, str, float]], *,
+def put_entries(s: Connection, entries: Sequence[tuple[str, str, float]], *,
                 atomic: bool) -> None:
     """``(member, JSON, failed at)`` each, kept if absent, in one round trip: one MULTI
     (``atomic``), or a plain pipeline (each command is idempotent on its own, and a batch
@@ -40,17 +43,17 @@ def put_entries(s: _Connection, entries: Sequence[tuple[str, str, float]], *,
     pipe.execute()
 
 
-def entry_count(s: _Connection) -> int:
+def entry_count(s: Connection) -> int:
     """Entries stored (one ``HLEN``)."""
     return int(s.client.hlen(s.keys.dead_letters))
 
 
-def entry_text(s: _Connection, member: str) -> str | None:
+def entry_text(s: Connection, member: str) -> str | None:
     """The JSON of one entry (one ``HGET``)."""
     return cast("str | None", s.client.hget(s.keys.dead_letters, member))
 
 
-def entry_texts(s: _Connection, offset: int, count: int) -> list[str | None]:
+def entry_texts(s: Connection, offset: int, count: int) -> list[str | None]:
     """The JSON of the entries ``offset`` to ``offset + count - 1``, newest first (two
     round trips; ``None`` for an index entry without its entry), ``[]`` past the end."""
     members = cast("list[str]", s.client.zrevrange(s.keys.dead_letter_index, offset,
@@ -60,13 +63,13 @@ def entry_texts(s: _Connection, offset: int, count: int) -> list[str | None]:
     return cast("list[str | None]", s.client.hmget(s.keys.dead_letters, members))
 
 
-def entries_matching(s: _Connection, pattern: str) -> Iterator[tuple[str, str]]:
+def entries_matching(s: Connection, pattern: str) -> Iterator[tuple[str, str]]:
     """``(member, JSON)`` of the members matching the glob ``pattern`` (``HSCAN``)."""
     return cast("Iterator[tuple[str, str]]",
                 s.client.hscan_iter(s.keys.dead_letters, match=pattern, count=1000))
 
 
-def remove_entries(s: _Connection, members: Sequence[str]) -> int:
+def remove_entries(s: Connection, members: Sequence[str]) -> int:
     """Remove ``members`` and their index entries (one MULTI); how many were there."""
     if not members:
         return 0
@@ -77,22 +80,22 @@ def remove_entries(s: _Connection, members: Sequence[str]) -> int:
     return int(removed)
 
 
-def outbox_push(s: _Connection, texts: Sequence[str]) -> None:
+def outbox_push(s: Connection, texts: Sequence[str]) -> None:
     """Park ``texts`` at the tail of the outbox (one ``RPUSH``)."""
     s.client.rpush(s.keys.dead_letter_outbox, *texts)
 
 
-def outbox_head(s: _Connection) -> str | None:
+def outbox_head(s: Connection) -> str | None:
     """The outbox's head (``LINDEX``), left in place."""
     return cast("str | None", s.client.lindex(s.keys.dead_letter_outbox, 0))
 
 
-def outbox_remove(s: _Connection, text: str) -> None:
+def outbox_remove(s: Connection, text: str) -> None:
     """Remove one ``text`` from the outbox (``LREM``), once written or set aside."""
     s.client.lrem(s.keys.dead_letter_outbox, 1, text)
 
 
-def set_aside_push(s: _Connection, item: str, keep: int) -> int:
+def set_aside_push(s: Connection, item: str, keep: int) -> int:
     """Add ``item`` to the set-aside list, keep the newest ``keep``, count it (one MULTI);
     the list's length before trimming."""
     pipe = s.client.pipeline(transaction=True)
@@ -103,7 +106,7 @@ def set_aside_push(s: _Connection, item: str, keep: int) -> int:
     return int(length)
 
 
-def set_aside_read(s: _Connection, limit: int) -> tuple[list[str], int, int]:
+def set_aside_read(s: Connection, limit: int) -> tuple[list[str], int, int]:
     """The newest ``limit`` items, how many are kept, how many were ever added (one
     round trip)."""
     pipe = s.client.pipeline(transaction=False)

@@ -59,11 +59,6 @@ ALLOWED: dict[str, set[str]] = {
 # The one exception, named: the payload codec imports cryptography (the ``crypto`` extra),
 # and only inside the function that runs once payload keys are set.
 EXCEPTIONS = {(f"{NAME}.core.codec", "cryptography")}
-# Still to move into the store (issue 25 is moving them; this set ends empty).
-PENDING = {(f"{NAME}.{m}", "redis") for m in
-           ("cli.base", "deadletter.aside", "deadletter.errors", "deadletter.redis_sink",
-             "deadletter.dispatcher", "jobbers", "lifecycle.results")}
-
 
 def _name(layer: str, module: str) -> str:
     if layer in TOP_LEVEL:
@@ -151,13 +146,13 @@ def test_imports_point_to_a_lower_layer_or_an_earlier_module() -> None:
 def test_each_layer_imports_only_its_third_party_packages() -> None:
     wrong = sorted(f"{m} ({LAYER[m]}) imports {t}"
                    for m, third in THIRD.items() for t in third
-                   if t not in ALLOWED[LAYER[m]] and (m, t) not in EXCEPTIONS | PENDING)
+                   if t not in ALLOWED[LAYER[m]] and (m, t) not in EXCEPTIONS)
     assert wrong == []
 
 
 def test_only_the_store_imports_redis() -> None:
     assert sorted(m for m, third in THIRD.items() if "redis" in third
-                  and LAYER[m] != "store" and (m, "redis") not in PENDING) == []
+                  and LAYER[m] != "store") == []
 
 
 def test_no_import_cycle_among_the_files() -> None:
