@@ -260,7 +260,7 @@ class ItemOutcome(models.TextChoices):
     REFUSED = "refused", "refused"
     COMPLETED = "completed", "completed"
     FAILED_AGAIN = "failed_again", "failed again"
-    #: ended otherwise (cancelled), or its record expired before it was read
+    #: ended otherwise: its record expired before it was read
     OTHER = "other", "ended otherwise"
 
 
