@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from jobbers_celery.core.errors import ResubmitRunConflict
 from jobbers_celery.core.options import ResubmitVersion
@@ -50,8 +50,9 @@ from jobbers_celery.resubmit.pace import (
     run_outcome,
     when,
 )
+from jobbers_celery.store.parts import PacerStore, RunStore
 
-__all__ = ["Pacer", "RunStore", "control", "read", "start"]
+__all__ = ["Pacer", "control", "read", "start"]
 
 log = escaped_logger("jobbers.pacing")
 
@@ -61,26 +62,6 @@ MAX_SETTLE = 500
 MAX_RUNS_PER_PASS = 20
 
 Fate = tuple[str, str, str]  # member, RunOutcome code, note
-
-
-class RunStore(Protocol):
-    """The part of the store a Redis-sink run uses."""
-
-    def now_ms(self) -> int: ...
-    def create_run(self, fields: Mapping[str, str | int | float], members: Sequence[str],
-                   event: str) -> int: ...
-    def run(self, run_id: int
-            ) -> tuple[dict[str, str], int, int, list[str], dict[str, str]] | None: ...
-    def run_fields(self, run_id: int, names: Sequence[str]) -> list[str | None]: ...
-    def control_run(self, run_id: int, action: str, by: str) -> tuple[bool, str]: ...
-    def active_runs(self, limit: int) -> list[int]: ...
-    def try_lock(self, name: str, ttl_ms: int) -> bool: ...
-    def claim_run(self, run_id: int, most: int) -> list[str]: ...
-    def run_unsettled(self, run_id: int, limit: int) -> tuple[list[str], dict[str, int]]: ...
-    def settle_run(self, run_id: int, outcomes: Sequence[tuple[str, str, str]],
-                   window: int) -> tuple[str, str]: ...
-    def fields(self, ids: Sequence[str], names: Sequence[str]
-               ) -> list[list[str | None]]: ...
 
 
 def _opt_int(raw: str | None) -> int | None:
@@ -190,7 +171,7 @@ class Pacer:
     ``claim_timeout_s``: after this long, a claimed member whose publish was never
     confirmed is settled from its record (the pass that claimed it died)."""
 
-    def __init__(self, store: RunStore, entry: EntryReader, publish: Publish,
+    def __init__(self, store: PacerStore, entry: EntryReader, publish: Publish,
                  claim_timeout_s: float, exclusive_s: float = 0.0,
                  unopenable: Callable[[DeadLetter], str | None] = lambda _: None) -> None:
         self.store = store
