@@ -56,6 +56,7 @@ __all__ = ["Jobbers", "PurgeReport"]
 
 log = escaped_logger("jobbers")
 
+
 @dataclass(frozen=True, slots=True)
 class PurgeReport:
     """What ``purge`` did: terminal records removed, pending tasks cancelled, and matching
@@ -299,8 +300,8 @@ class Jobbers:
         if choice is ResubmitVersion.CURRENT:
             self.current_versions(e.name for e in batch if not e.unpublishable)
         run_id = pacer.start(self.store, batch, pace, reset_retry_count=reset_retry_count,
-                              version=choice, selection=selection, source=source,
-                              username=username)
+                             version=choice, selection=selection, source=source,
+                             username=username)
         info = pacer.read(self.store, run_id)
         assert info is not None
         return info
