@@ -16,9 +16,9 @@ import redis
 
 from jobbers_celery.store.keys import Keys
 
-__all__ = ["Connection", "RedisDeadLetters", "entries_matching", "entry_count", "entry_text", "entry_texts",
-           "outbox_head", "outbox_push", "outbox_remove", "put_entries", "remove_entries",
-           "set_aside_push", "set_aside_read"]
+__all__ = ["Connection", "RedisDeadLetters", "entries_matching", "entry_count", "entry_text",
+           "entry_texts", "outbox_head", "outbox_push", "outbox_remove", "put_entries",
+           "remove_entries", "set_aside_push", "set_aside_read"]
 
 
 class Connection(Protocol):

@@ -141,7 +141,7 @@ def stall(
     stalled = kept = 0
     for group_shard, group in groups.items():
         part = _stall(s, group_shard, group, lost_ms, lease_ms,
-                           forget if group_shard == shard else ())
+                      forget if group_shard == shard else ())
         recovered += part.recovered
         dead += part.dead
         stalled += part.stalled
@@ -184,7 +184,8 @@ def tidy_cancelling(s: Sharded, ids: Sequence[str]) -> None:
         s.client.zrem(of(group[0]).cancelling, *group)
 
 
-def record_pass(s: Sharded, at_ms: int, duration_ms: float, by: str, report: dict[str, Any]) -> None:
+def record_pass(s: Sharded, at_ms: int, duration_ms: float, by: str,
+                report: dict[str, Any]) -> None:
     s.client.hset(s.keys.clock, mapping={
         "last_at": at_ms, "last_ms": f"{duration_ms:.3f}", "by": by, "report": to_json(report),
     })

@@ -27,7 +27,8 @@ def run_keys(s: Sharded, run_id: int) -> list[str]:
             k.resubmit_runs_active]
 
 
-def create_run(s: Sharded, fields: Mapping[str, str | int | float], members: Sequence[str], event: str) -> int:
+def create_run(s: Sharded, fields: Mapping[str, str | int | float], members: Sequence[str],
+               event: str) -> int:
     """A new run (id from a counter) with ``members`` pending, in one MULTI; returns
     its id. Finished runs older than the retention period leave the index here."""
     k = s.keys

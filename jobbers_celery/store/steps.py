@@ -63,8 +63,8 @@ def submit(
     scheduled`` in the same script, a first publish with a delay (``state`` says
     ``scheduled`` when both applied)."""
     return step(s, task_id, TaskState.SUBMITTED, sources=sources, create=create,
-                     set_fields=fields, delete=delete, lease_ms=lease_ms, reason=reason,
-                     ret=ret, name=name, later=later)
+                set_fields=fields, delete=delete, lease_ms=lease_ms, reason=reason,
+                ret=ret, name=name, later=later)
 
 
 def start(
@@ -102,7 +102,7 @@ def start(
         spec["worker"] = worker
     spec["ret"] = list(_START_RETURNS)
     return _run(s, task_id, TaskState.STARTED, src | targets, spec, wid, name, None,
-                     None, _START_RETURNS, None, False)
+                None, _START_RETURNS, None, False)
 
 
 def _take_lease(s: Sharded, name: str, task_id: str, cap: int, lease_ms: int) -> int:
@@ -137,7 +137,7 @@ def complete(
     if worker:
         spec["worker"] = worker
     return _run(s, task_id, TaskState.COMPLETED, src | _COMPLETED, spec, wid, name,
-                     None, write_result, (), fence, False)
+                None, write_result, (), fence, False)
 
 
 def end(
@@ -166,10 +166,10 @@ def end(
     process). ``cancellable``: a pending cancellation ends it ``cancelled`` instead.
     ``giver``: a take-back, applied only if ``wid_fence`` is gone (see :meth:`step`)."""
     return step(s, task_id, to, sources=_FROM_STARTED, fence=fence, wid_fence=wid_fence,
-                     set_fields=fields, wid=wid, cancellable=cancellable,
-                     cancel_reason=cancel_reason, delay_ms=delay_ms, lease_ms=lease_ms,
-                     worker=worker, reason=reason, ret=ret, name=name,
-                     expect_refusal=expect_refusal, giver=giver)
+                set_fields=fields, wid=wid, cancellable=cancellable,
+                cancel_reason=cancel_reason, delay_ms=delay_ms, lease_ms=lease_ms,
+                worker=worker, reason=reason, ret=ret, name=name,
+                expect_refusal=expect_refusal, giver=giver)
 
 
 def unstarted(
@@ -185,7 +185,7 @@ def unstarted(
     """``submitted -> to`` of a message that is not run here: ``dropped`` (counts an
     attempt, so that its dead letter has its own attempt number) or ``cancelled``."""
     return step(s, task_id, to, sources=_FROM_SUBMITTED, set_fields=fields,
-                     bump=to is TaskState.DROPPED, worker=worker, reason=reason, ret=ret)
+                bump=to is TaskState.DROPPED, worker=worker, reason=reason, ret=ret)
 
 
 def step(
@@ -302,7 +302,7 @@ def step(
         spec["later"] = {"delay_ms": int(later[0]), "reason": later[1]}
         targets.add(TaskState.SCHEDULED)
     return _run(s, task_id, to, src.union(targets), spec, wid, name, create,
-                     write_result, ret, fence, expect_refusal)
+                write_result, ret, fence, expect_refusal)
 
 
 def _run(s: Sharded, task_id: str, to: TaskState, states: frozenset[TaskState] | set[TaskState],
@@ -327,7 +327,7 @@ def _run(s: Sharded, task_id: str, to: TaskState, states: frozenset[TaskState] |
             # happen gives back a lease it took (one that fails unconfirmed lets it
             # expire), never one its task already held (a running attempt's)
             took = _take_lease(s, name or "", task_id, int(spec["cap"]),
-                                    int(spec["lease_cap_ms"]))
+                               int(spec["lease_cap_ms"]))
             spec["cap_held"] = took > 0
             fresh = took == 1
     if create is not None:
@@ -342,7 +342,7 @@ def _run(s: Sharded, task_id: str, to: TaskState, states: frozenset[TaskState] |
         raw = s._complete(keys, [layout, to_json(spec), write_result.value,
                                     str(write_result.expires), db])
         result = _step_result(task_id, to, raw[:-1], ret, fence, expect_refusal,
-                                   split)
+                              split)
         if int(raw[-1]):
             result = dataclasses.replace(result, result_written=True)
     else:
