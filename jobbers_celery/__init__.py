@@ -50,6 +50,15 @@ from jobbers_celery.core.redaction import (
 from jobbers_celery.core.states import TaskState
 from jobbers_celery.core.storable import storable_form, storable_id, storable_value
 from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
+from jobbers_celery.deadletter.selection import (
+    DlqExit,
+    DlqFilters,
+    DlqRunView,
+    DlqUsageError,
+    check_pace_options,
+    check_task_id,
+    dlq_criteria,
+)
 from jobbers_celery.deadletter.sink import DeadLetterSink
 from jobbers_celery.install import get_jobbers, install
 from jobbers_celery.jobbers import Jobbers, PurgeReport
@@ -89,6 +98,10 @@ __all__ = [
     "DeadLetterPolicy",
     "DeadLetterRefused",
     "DeadLetterSink",
+    "DlqExit",
+    "DlqFilters",
+    "DlqRunView",
+    "DlqUsageError",
     "ErrorInfo",
     "InvalidTaskOption",
     "InvalidTransition",
@@ -121,6 +134,9 @@ __all__ = [
     "WorkerInfo",
     "WorkerShuttingDown",
     "__version__",
+    "check_pace_options",
+    "check_task_id",
+    "dlq_criteria",
     "escaped_logger",
     "get_jobbers",
     "install",

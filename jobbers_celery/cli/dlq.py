@@ -26,6 +26,14 @@ from jobbers_celery.core.printable import printable
 from jobbers_celery.core.records import DeadLetter
 from jobbers_celery.core.states import RESUBMITTABLE
 from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
+from jobbers_celery.deadletter.selection import (
+    DlqExit,
+    DlqFilters,
+    DlqRunView,
+    DlqUsageError,
+    check_pace_options,
+    dlq_criteria,
+)
 from jobbers_celery.resubmit.pace import PaceError, ResubmitPace, ResubmitRunInfo
 
 __all__ = ["dlq"]
@@ -104,23 +112,18 @@ def _newest(e: Env, sink: RedisDeadLetterSink, task_id: str) -> list[DeadLetter]
     return [entry] if entry else []
 
 
-def _check(ids: Sequence[str], queue: str | None, name: str | None,
-           version: int | None) -> None:
+def _check(ids: Sequence[str], filters: DlqFilters) -> None:
     """Usage errors, before the store is read: malformed ids, no ids and no filter."""
-    for given in ids:
-        out.parse_dead_letter_id(given)
-    if not ids and queue is None and name is None and version is None:
-        raise click.UsageError("give entry ids or at least one filter (--queue, --task, "
-                               "--version); never all entries by default")
+    try:
+        dlq_criteria(ids, filters, per_attempt=True)
+    except DlqUsageError as exc:
+        raise out.usage(exc) from None
 
 
-def _select(e: Env, sink: RedisDeadLetterSink, ids: Sequence[str], queue: str | None,
-            name: str | None, version: int | None, limit: int,
-            every_attempt: bool) -> list[DeadLetter]:
-    found = (sink.select(queue, name, version, limit) if not ids else
-             [x for x in _by_ids(e, sink, ids, every_attempt)
-              if (queue is None or x.queue == queue) and (name is None or x.name == name)
-              and (version is None or x.version == version)])
+def _select(e: Env, sink: RedisDeadLetterSink, ids: Sequence[str], filters: DlqFilters,
+            limit: int, every_attempt: bool) -> list[DeadLetter]:
+    found = (sink.select(filters.queue, filters.task, filters.version, limit) if not ids else
+             [x for x in _by_ids(e, sink, ids, every_attempt) if filters.matches(x)])
     if every_attempt:
         return found
     # a task is resubmitted once, from its newest entry (the others would be skipped)
@@ -200,9 +203,10 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
     """Publish the entries' tasks again (same ids), from their entries' payloads; with
     --rate, paced, in the background (follow it with `dlq run ID`)."""
     pace = _pace(rate, halt_after, of_last)
-    _check(ids, queue, name, version)
+    filters = DlqFilters(queue, name, version)
+    _check(ids, filters)
     e = env(ctx, as_json)
-    entries = _select(e, _sink(e), ids, queue, name, version, limit, every_attempt=False)
+    entries = _select(e, _sink(e), ids, filters, limit, every_attempt=False)
     shown = _shown(e, entries)
     if dry_run:
         if as_json:
@@ -216,9 +220,7 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
     version_of = ResubmitVersion.CURRENT if current_version else ResubmitVersion.ENTRY
     if pace is not None:
         selection: dict[str, Any] = ({"task_ids": list(ids)} if ids else {
-            "filters": {k: v for k, v in (("queue", queue), ("task", name),
-                                          ("version", version)) if v is not None},
-            "limit": limit})
+            "filters": filters.given(), "limit": limit})
         # a run takes the entries whose tasks are dead now (an entry stays in the sink
         # after its task was resubmitted); the others would only count as skipped
         dead = {s["id"] for s in shown
@@ -236,8 +238,7 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
             return
         root = ctx.find_root()
         app = root.params.get("app") or root.obj.app.main or "proj"  # what -A named
-        click.echo(f"Started paced resubmit #{run.id}: {run.total} entries at {run.rate:g} "
-                   f"per second; {run.rule}.")
+        click.echo(DlqRunView(run).started)
         click.echo(f"Follow it: celery -A {app} jobbers dlq run {run.id}; it runs on the "
                    "Celery workers (their scheduler passes).")
         if left_out:
@@ -263,7 +264,7 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
              else "resubmitted") for s in shown]))
         click.echo(f"Resubmitted {len(done)} of {len(entries)}.")
     if why:
-        ctx.exit(1)
+        ctx.exit(DlqExit.RUNTIME)
 
 
 @dlq.command(cls=Command)
@@ -277,10 +278,11 @@ def resubmit(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: 
 def discard(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: str | None,
             version: int | None, limit: int, yes: bool, as_json: bool) -> None:
     """Remove entries for good (a TASK_ID: every entry of that task)."""
-    _check(ids, queue, name, version)
+    filters = DlqFilters(queue, name, version)
+    _check(ids, filters)
     e = env(ctx, as_json)
     sink = _sink(e)
-    entries = _select(e, sink, ids, queue, name, version, limit, every_attempt=True)
+    entries = _select(e, sink, ids, filters, limit, every_attempt=True)
     shown = _shown(e, entries)
     if not entries:
         click.echo(out.to_json({"discarded": 0, "ids": []}) if as_json
@@ -330,11 +332,8 @@ def run(ctx: click.Context, run_id: int, action: str | None, as_json: bool) -> N
 
 def _run_text(info: ResubmitRunInfo) -> str:
     """As ``manage.py jobbers_dlq run`` shows a Django sink's run."""
-    lines = [f"Paced resubmit #{info.id}: {info.status}, {info.rate:g}/s, {info.rule}",
-             out.table(("SELECTED", "PUBLISHED", "COMPLETED", "FAILED AGAIN", "SKIPPED",
-                        "REMAINING"),
-                       [(info.total, info.published, info.completed, info.failed_again,
-                         info.skipped, info.remaining)])]
+    view = DlqRunView(info)
+    lines = [view.headline, out.table(view.COLUMNS, [view.row])]
     if info.publish_failed or info.ended_otherwise:
         lines.append(f"publish failed: {info.publish_failed}; ended otherwise (record gone): "
                      f"{info.ended_otherwise}")
@@ -350,14 +349,13 @@ def _run_text(info: ResubmitRunInfo) -> str:
 def _pace(rate: float | None, halt_after: int | None, of_last: int | None
           ) -> ResubmitPace | None:
     """The pace the options give (usage errors naming the option), ``None`` if unpaced."""
-    if rate is None:
-        if halt_after is not None or of_last is not None:
-            raise click.UsageError("--halt-after and --of-last need --rate")
-        return None
     try:
-        return ResubmitPace(rate, halt_after, of_last)
+        check_pace_options(rate, halt_after, of_last)
+        return None if rate is None else ResubmitPace(rate, halt_after, of_last)
     except PaceError as exc:
-        raise click.UsageError(f"--{exc.field.replace('_', '-')}: {exc.message}") from None
+        raise out.usage(DlqUsageError.of_field(exc.field, exc.message)) from None
+    except DlqUsageError as exc:
+        raise out.usage(exc) from None
 
 
 def _user() -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,6 +26,13 @@ from jobbers_celery.core.printable import printable, unprintable
 from jobbers_celery.core.records import DeadLetter, TaskRecord, Transition, WorkerInfo
 from jobbers_celery.core.redaction import Parameters, Redactor
 from jobbers_celery.core.states import TaskState
+from jobbers_celery.deadletter.selection import (
+    TASK_ID_MAX,
+    DlqIdError,
+    DlqUsageError,
+    check_task_id,
+)
+from jobbers_celery.deadletter.selection import DlqId as DeadLetterId
 from jobbers_celery.lifecycle.cleaner import CleanerStatus, CleanReport
 
 __all__ = [
@@ -46,13 +52,9 @@ __all__ = [
     "table",
     "to_json",
     "transition_json",
+    "usage",
 ]
 
-#: The longest task id looked up (the REST API's bound too,
-#: ``jobbers_django.api.serializers.fields.TASK_ID_MAX_LENGTH``): any character is accepted,
-#: as Celery accepts any string, but no one types an id of megabytes.
-TASK_ID_MAX = 4096
-_SURROGATE = re.compile("[\ud800-\udfff]")
 #: A table cell is cut to this many characters (the whole value is in ``show`` and --json).
 MAX_CELL = 48
 _DURATION_RE = re.compile(r"(?P<n>\d+)(?P<unit>[smhdw])")
@@ -73,35 +75,29 @@ def parse_state(value: str | None) -> TaskState | None:
 
 
 def parse_task_id(value: str) -> str:
-    """A task id as given, whatever its characters (Celery runs any string); one over
-    :data:`TASK_ID_MAX` characters is a usage error (nothing is looked up)."""
-    if len(value) > TASK_ID_MAX:
-        raise click.BadParameter(f"task id of {len(value)} characters: at most {TASK_ID_MAX}",
-                                 param_hint="'ID'")
-    if _SURROGATE.search(value):  # bytes the shell passed that are not UTF-8
-        raise click.BadParameter(f"task id {printable(value)} is not UTF-8: no task has it",
-                                 param_hint="'ID'")
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterId:
-    """``TASK_ID`` (its entries, newest attempt first) or ``TASK_ID:ATTEMPT`` (one entry)."""
-
-    task_id: str
-    attempt: int | None = None
-
-    def __str__(self) -> str:
-        return self.task_id if self.attempt is None else f"{self.task_id}:{self.attempt}"
+    """A task id as given, whatever its characters (Celery runs any string); one no store
+    can hold (:func:`~jobbers_celery.deadletter.selection.check_task_id`) is a usage error
+    (nothing is looked up)."""
+    try:
+        return check_task_id(value)
+    except DlqUsageError as exc:
+        raise usage(exc) from None
 
 
 def parse_dead_letter_id(value: str) -> DeadLetterId:
     """A dead-letter entry id: ``TASK_ID`` or ``TASK_ID:ATTEMPT``."""
-    parse_task_id(value)
-    head, _, tail = value.rpartition(":")
-    if head and tail.isdigit():
-        return DeadLetterId(head, int(tail))
-    return DeadLetterId(value)
+    try:
+        return DeadLetterId.parse(value)
+    except DlqUsageError as exc:
+        raise usage(exc) from None
+
+
+def usage(exc: DlqUsageError) -> click.UsageError:
+    """The dead-letter model's usage error as click's (exit 2): an id names the ``ID``
+    argument (``Invalid value for 'ID': ...``)."""
+    if isinstance(exc, DlqIdError):
+        return click.BadParameter(exc.message, param_hint="'ID'")
+    return click.UsageError(exc.message)
 
 
 def parse_before(value: str | None, now: datetime) -> datetime | None:

@@ -10,9 +10,11 @@ import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from jobbers_celery.cli import jobbers as celery_jobbers
 from jobbers_django.models import DeadLetterAudit, DeadLetterEntry, ResubmitRun, Status
 from tests.conftest import ROOT, subprocess_env
 
@@ -75,6 +77,20 @@ def test_bad_input_and_not_found(make_entries):
     fails(3, "run", "424242")
     assert DeadLetterEntry.objects.get().status == Status.DEAD
     assert not DeadLetterAudit.objects.exists()
+
+
+@pytest.mark.parametrize(("args", "model"), [
+    (["resubmit", "x" * 4097], "task id of 4097 characters: at most 4096 characters"),
+    (["discard", "--yes", "a\udcff"], "task id a\\udcff is not UTF-8: it names no task"),
+    (["resubmit", "--task", "t", "--halt-after", "1"], "--halt-after and --of-last need --rate"),
+])
+def test_both_command_lines_refuse_alike(args: list[str], model: str) -> None:
+    """The same bad input, the same words and exit code from ``celery jobbers dlq`` (the
+    dead-letter command-line model, ``jobbers_celery.deadletter.selection``)."""
+    assert fails(2, *args) == model
+    celery = CliRunner().invoke(celery_jobbers, ["dlq", *args], obj=None)
+    assert celery.exit_code == 2, celery.output
+    assert model in celery.output
 
 
 @pytest.mark.django_db(transaction=True)

@@ -30,7 +30,7 @@ FOLDERS: dict[str, list[str]] = {
               "redis"],
     "telemetry": ["tracing", "history", "metrics"],
     "deadletter": ["payloadjson", "spool", "aside", "errors", "sink", "redis_sink", "dispatcher",
-                   "entry"],
+                   "entry", "selection"],
     "resubmit": ["pace", "claimed", "pacer", "resubmit"],
     "lifecycle": ["payload", "results", "liveness", "recorder", "publisher", "cleaner",
                   "scheduler"],

@@ -14,7 +14,10 @@
 Everything goes through :mod:`jobbers_django.services` and :mod:`jobbers_django.runs`, as the
 admin and the API do (audited, source ``code``), and is shown redacted as the API shows it
 (``--json`` prints the API's answers). No ids and no filter is an error, never "everything".
-An id is any string Celery ran (at most ``TASK_ID_MAX_LENGTH`` characters); every value a
+Ids, filters, the rule that no criteria is refused, the exit codes and a run's columns are
+jobbers_celery's dead-letter command-line model (``dlq_criteria``, ``DlqFilters``,
+``DlqExit``, ``DlqRunView``), which ``celery jobbers dlq`` reads its input with too.
+An id is any string Celery ran (at most 4,096 characters, text); every value a
 publisher chose is printed through :func:`jobbers_celery.core.printable` (control characters,
 newlines and bidi overrides shown escaped, never obeyed by the terminal).
 Exit codes: 0 ok, 1 a runtime failure (Redis or the database unreachable), 2 bad input,
@@ -34,14 +37,19 @@ from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from jobbers_celery import ConfigurationError, StoreUnavailable, printable
-from jobbers_django import conf, runs, services
-from jobbers_django.api.serializers.fields import (
-    NOT_UNICODE_MESSAGE,
-    TASK_ID_MAX_LENGTH,
-    TASK_ID_MESSAGE,
-    not_unicode,
+from jobbers_celery import (
+    ConfigurationError,
+    DlqExit,
+    DlqFilters,
+    DlqRunView,
+    DlqUsageError,
+    StoreUnavailable,
+    check_pace_options,
+    check_task_id,
+    dlq_criteria,
+    printable,
 )
+from jobbers_django import conf, runs, services
 from jobbers_django.api.serializers.responses import (
     DeadLetterEntrySerializer,
     FailureSerializer,
@@ -50,7 +58,7 @@ from jobbers_django.api.serializers.responses import (
 from jobbers_django.models import DeadLetterEntry, ResubmitRun, Source, Status, VersionChoice
 from jobbers_django.redaction import arguments, text
 
-OK, RUNTIME, USAGE, NOT_FOUND = 0, 1, 2, 3
+OK, RUNTIME, USAGE, NOT_FOUND = DlqExit.OK, DlqExit.RUNTIME, DlqExit.USAGE, DlqExit.NOT_FOUND
 LIST_LIMIT = 50
 
 
@@ -70,11 +78,23 @@ def _usage(message: str) -> CommandError:
 
 
 def _check_id(task_id: str) -> None:
-    """Any string is an id (Celery runs any); only one longer than the bound is refused."""
-    if len(task_id) > TASK_ID_MAX_LENGTH:
-        raise _usage(f"a task id of {len(task_id)} characters: {TASK_ID_MESSAGE}")
-    if not_unicode(task_id):  # a shell's byte that is not UTF-8
-        raise _usage(f"{printable(task_id)}: {NOT_UNICODE_MESSAGE}")
+    """Any string is an id (Celery runs any); only one no store can hold is refused."""
+    try:
+        check_task_id(task_id)
+    except DlqUsageError as exc:
+        raise _usage(exc.message) from None
+
+
+def _filters(options: dict[str, Any]) -> DlqFilters:
+    return DlqFilters(options.get("queue"), options.get("task"), options.get("version"))
+
+
+def _entry_filters(filters: DlqFilters) -> dict[str, Any]:
+    """The filters as :func:`jobbers_django.services.filter_entries` names the fields."""
+    return {name: value for name, value in (("queue", filters.queue),
+                                            ("task_name", filters.task),
+                                            ("task_version", filters.version))
+            if value is not None}
 
 
 class Command(BaseCommand):
@@ -165,33 +185,29 @@ class Command(BaseCommand):
     # -------------------------------------------------------------- selection
     def selection(self, options: dict[str, Any], limit_default: int) -> services.Selection:
         ids = tuple(options.get("task_ids") or ())
-        for task_id in ids:
-            _check_id(task_id)
-        filters = {name: options[opt] for name, opt in
-                   (("queue", "queue"), ("task_name", "task"), ("task_version", "version"))
-                   if options.get(opt) is not None}
+        given = _filters(options)
+        try:
+            dlq_criteria(ids, given, per_attempt=False)
+        except DlqUsageError as exc:
+            raise _usage(exc.message) from None
+        filters = _entry_filters(given)
         limit = options.get("limit")
         if ids and limit is not None:
             raise _usage("--limit applies to filters only; ids select exactly the ids given")
-        if not ids and not filters:
-            raise _usage("give task ids or at least one filter (--queue, --task, --version); "
-                         "no criteria never means everything")
         try:
             if ids:
                 return services.Selection(task_ids=ids, limit=conf.MAX_IDS)
             return services.Selection(filters=filters,
                                       limit=limit if limit is not None else limit_default)
         except services.SelectionError as exc:
-            raise _usage(f"--{exc.field.replace('_', '-')}: {exc.message}") from None
+            raise _usage(DlqUsageError.of_field(exc.field, exc.message).message) from None
 
     # -------------------------------------------------------------- commands
     def do_list(self, options: dict[str, Any]) -> None:
         limit = options["limit"]
         if not 1 <= limit <= conf.MAX_LIMIT:
             raise _usage(f"--limit: must be between 1 and {conf.MAX_LIMIT}")
-        filters = {name: options[opt] for name, opt in
-                   (("queue", "queue"), ("task_name", "task"), ("task_version", "version"))
-                   if options.get(opt) is not None}
+        filters = _entry_filters(_filters(options))
         if options["status"] != "all":
             filters["status"] = options["status"]
         qs = services.filter_entries(DeadLetterEntry.objects.defer("traceback"), filters)
@@ -251,8 +267,10 @@ class Command(BaseCommand):
         version = VersionChoice.CURRENT if options["current_version"] else VersionChoice.ENTRY
         reset = not options["keep_retry_count"]
         rate, halt_after, of_last = options["rate"], options["halt_after"], options["of_last"]
-        if rate is None and (halt_after is not None or of_last is not None):
-            raise _usage("--halt-after and --of-last need --rate")
+        try:
+            check_pace_options(rate, halt_after, of_last)
+        except DlqUsageError as exc:
+            raise _usage(exc.message) from None
         try:
             pace = runs.Pace(rate, halt_after, of_last) if rate is not None else None
             if pace is not None and not options["dry_run"]:
@@ -263,7 +281,7 @@ class Command(BaseCommand):
             result = services.resubmit(selection, reset_retry_count=reset, version=version,
                                        source=Source.CODE, dry_run=options["dry_run"])
         except services.SelectionError as exc:
-            raise _usage(f"--{exc.field.replace('_', '-')}: {exc.message}") from None
+            raise _usage(DlqUsageError.of_field(exc.field, exc.message).message) from None
         self.action_result(result, "resubmit", options["json"])
 
     def do_discard(self, options: dict[str, Any]) -> None:
@@ -350,17 +368,13 @@ class Command(BaseCommand):
         if as_json:
             self.emit_json(ResubmitRunSerializer(run).data)
             return
+        view = DlqRunView(run)
         if started:
-            self.stdout.write(f"Started paced resubmit #{run.pk}: {run.total} entries at "
-                              f"{run.rate:g} per second; {run.rule}.")
+            self.stdout.write(view.started)
             self.stdout.write(f"Follow it: manage.py jobbers_dlq run {run.pk} (or the admin's "
                               "Paced resubmits page); it runs on the Celery workers.")
             return
-        self.stdout.write(f"Paced resubmit #{run.pk}: {run.status}, {run.rate:g}/s, "
-                          f"{run.rule}")
-        self.table(("SELECTED", "PUBLISHED", "COMPLETED", "FAILED AGAIN", "SKIPPED",
-                    "REMAINING"),
-                   [(run.total, run.published, run.completed, run.failed_again, run.skipped,
-                     run.remaining)])
+        self.stdout.write(view.headline)
+        self.table(view.COLUMNS, [view.row])
         if run.halt_reason:
             self.stdout.write(f"halted: {printable(run.halt_reason)}")
