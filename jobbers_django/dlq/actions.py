@@ -83,7 +83,6 @@ def _skipped(selection: Selection, acted: Sequence[str]) -> list[dict[str, str]]
     rest = [i for i in dict.fromkeys(selection.task_ids) if i not in set(acted)]
     if not rest:
         return []
-    key = UNPUBLISHABLE
     codec = bridge.payload_codec()
     status: dict[str, str] = {}
     unpublishable: dict[str, str] = {}
@@ -91,8 +90,8 @@ def _skipped(selection: Selection, acted: Sequence[str]) -> list[dict[str, str]]
             DeadLetterEntry.objects.filter(task_id__in=rest)
             .values_list("task_id", "status", "options", "args", "kwargs")):
         status[task_id] = state
-        if state == Status.DEAD and isinstance(options, dict) and options.get(key):
-            unpublishable[task_id] = str(options[key])
+        if state == Status.DEAD and isinstance(options, dict) and options.get(UNPUBLISHABLE):
+            unpublishable[task_id] = str(options[UNPUBLISHABLE])
         elif state == Status.DEAD and (sealed := bridge.unopenable(args, kwargs, codec)):
             unpublishable[task_id] = f"{sealed}; resubmit it where that key is held"
 
