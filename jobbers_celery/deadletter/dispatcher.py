@@ -63,15 +63,16 @@ class DeadLetterDispatcher:
     in the spool) write them again: memory first, then the spool (what the sink still
     refuses moves on to the outbox once Redis answers), then the outbox.
 
-    An entry the sink refuses for a reason of its own (:func:`~jobbers_celery.deadletter.errors.refused_for_itself`), also in
-    its storable form, is set aside (:class:`~jobbers_celery.deadletter.aside.SetAsideList`) and the
-    ones behind it go on; when Redis refuses the set-aside too, it waits as any other.
+    An entry the sink refuses for a reason of its own
+    (:func:`~jobbers_celery.deadletter.errors.refused_for_itself`), also in its storable form,
+    is set aside (:class:`~jobbers_celery.deadletter.aside.SetAsideList`) and the ones behind
+    it go on; when Redis refuses the set-aside too, it waits as any other.
 
     ``written``: called with the entries the sink took as they were (after each write or
     batch; an exception it raises is logged, never lost entries): ``Jobbers`` drops the
     records' copies of the payloads there when the sink keeps them
-    (:class:`~jobbers_celery.deadletter.sink.PayloadDeadLetterSink`). An entry stored altered is left out: its record keeps
-    the payload as it was.
+    (:class:`~jobbers_celery.deadletter.sink.PayloadDeadLetterSink`). An entry stored altered
+    is left out: its record keeps the payload as it was.
     """
 
     def __init__(self, sink: DeadLetterSink, client: Client, keys: Keys,

@@ -49,7 +49,8 @@ def describe_exception(exc: BaseException, message_max: int = errortext.MESSAGE_
     :mod:`traceback` shows it (``<exception str() failed>``)."""
     cls = type(exc)
     module = cls.__module__
-    name = cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+    name = (cls.__qualname__ if module in ("builtins", "__main__")
+            else f"{module}.{cls.__qualname__}")
     redact = redactor().text
     message = errortext.safe_str(exc)
     try:

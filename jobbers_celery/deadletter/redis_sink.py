@@ -44,7 +44,8 @@ class RedisDeadLetterSink:
 
     def entry(self, task_id: str, attempt: int) -> DeadLetter | None:
         """The entry of ``(task_id, attempt)`` (one ``HGET``), ``None`` if absent; found by
-        the task's own id whatever it holds (stored under :func:`~jobbers_celery.core.storable.storable_id`)."""
+        the task's own id whatever it holds (stored under
+        :func:`~jobbers_celery.core.storable.storable_id`)."""
         raw = self.store.entry_text(f"{storable_id(task_id)}:{attempt}")
         return DeadLetter.from_json(json.loads(raw)) if raw else None
 
