@@ -83,3 +83,9 @@ def _rewire(jobbers: Jobbers, store: InMemoryStore, sink: InMemoryDeadLetterSink
     was = jobbers.resubmitter
     jobbers.resubmitter = Resubmitter(jobbers.app, fake, jobbers.recorder, jobbers.publisher,
                                       None, was.unopenable, was.fresh_headers)
+    # Each JobbersTask keeps the collaborators it built from this instance's services
+    # (worker/parts.py, rebuilt only for another instance): left, the next test's tasks
+    # would start, heartbeat and end in the previous test's store (a cancel never seen,
+    # the worker never stopping). Dropped, they are built again over the new fakes.
+    for task in jobbers.app.tasks.values():
+        vars(task).pop("_jobbers_parts", None)

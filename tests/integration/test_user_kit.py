@@ -5,6 +5,7 @@ in-memory fakes and once against the session's private Redis with Celery's fixtu
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,9 @@ def _write(workdir: Path) -> list[str]:
 
 
 def _pytest(workdir: Path, folder: str, redis_url: str) -> subprocess.CompletedProcess[str]:
-    env = subprocess_env({"REDIS_URL": redis_url, "PYTHONPATH": str(workdir)})
+    # this checkout's jobbers, whatever the environment has installed
+    env = subprocess_env({"REDIS_URL": redis_url,
+                          "PYTHONPATH": os.pathsep.join((str(workdir), str(ROOT)))})
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
          "--timeout", "60", "--rootdir", str(workdir), folder],

@@ -5,13 +5,18 @@ one entry per attempt. End to end (an embedded worker on them): tests/integratio
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
 
-from jobbers_celery import DeadLetter, TaskState
+from jobbers_celery import DeadLetter, JobbersTask, TaskState
 from jobbers_celery.core.states import TRANSITIONS
-from jobbers_celery.testing import InMemoryDeadLetterSink, InMemoryStore
+from jobbers_celery.testing import InMemoryDeadLetterSink, InMemoryStore, in_memory
 
 S = TaskState
 
@@ -103,3 +108,39 @@ def test_the_sink_keeps_one_entry_per_attempt() -> None:
     assert sink.size() == 1
     assert sink.entry("t1", 1) is entry
     assert sink.of("t1") == [entry]
+
+
+def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_each_in_memory_store_gets_the_tasks_of_the_worker_started_after_it() -> None:
+    """The how-to's suite: a fresh store per test, a worker per test. The tasks built their
+    collaborators over the first store once; without dropping them at in_memory(), the
+    second test's task started and heartbeat in the first store (its cancel never seen, its
+    worker never stopping: the suite hung)."""
+    app = Celery("kit_two_stores", broker="memory://", backend="cache+memory://")
+    app.conf.broker_transport_options = {"polling_interval": 0.01}
+
+    @app.task(base=JobbersTask, bind=True, name="kit.beat", shared=False)
+    def beat(self: JobbersTask, n: int) -> int:
+        self.heartbeat(progress={"n": n})
+        return n
+
+    for n in (1, 2):
+        store = InMemoryStore()
+        in_memory(app, store, InMemoryDeadLetterSink())
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+            result: Any = beat.delay(n)
+            assert result.get(timeout=10) == n
+
+            def completed(store: InMemoryStore = store, task_id: str = result.id) -> bool:
+                record = store.get(task_id)
+                return record is not None and record.state is S.COMPLETED
+
+            _wait_for(completed)
+        assert [(h.task_id, h.progress) for h in store.heartbeats] == [
+            (result.id, f'{{"n": {n}}}')]
