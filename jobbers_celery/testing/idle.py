@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobbers_celery.store import CleanerScan, StallVerdict
+from jobbers_celery.store.base import Alive, CleanerScan, StallVerdict
 from jobbers_celery.store.keys import Keys, Shards
 
 __all__ = ["IdleHousekeeping"]
@@ -50,18 +50,15 @@ class IdleHousekeeping:
     def maxmemory_policy(self) -> str | None:
         return None  # nothing is evicted
 
+    def endpoint(self) -> tuple[tuple[Any, ...], int] | None:
+        return None  # no server
+
     def alive(self, wid: str, gaps: tuple[int, int], leases: Sequence[tuple[str, str]],
               lease_cap_ms: int, running: Sequence[str] | None = None, orphan_ms: int = 0,
               orphan_grace_ms: int | None = None,
-              notes: Sequence[tuple[str, int, str]] = ()) -> Any:
+              notes: Sequence[tuple[str, int, str]] = ()) -> Alive:
         """A liveness refresh: no task to interrupt, no orphan, no halt."""
-        import importlib
-
-        for where in ("jobbers_celery.store.base", "jobbers_celery.store.redis"):
-            alive = getattr(importlib.import_module(where), "Alive", None)
-            if alive is not None:  # store/base.py once the store is cut into parts
-                return alive([], [], (), self.now_ms())
-        raise ImportError("jobbers_celery.store has no Alive")
+        return Alive([], [], (), self.now_ms())
 
     def cleaner_due(self, gaps: tuple[int, int], lost_ms: int, limit: int
                     ) -> list[CleanerScan]:
