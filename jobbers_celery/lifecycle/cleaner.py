@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from jobbers_celery.core.config import JobbersConfig
     from jobbers_celery.lifecycle.publisher import Publisher
     from jobbers_celery.lifecycle.recorder import Recorder
-    from jobbers_celery.store import RedisStore
+    from jobbers_celery.store import CleanerStore
 
 __all__ = ["CleanReport", "Cleaner", "CleanerStatus"]
 
@@ -89,7 +89,7 @@ class Cleaner:
     constants of the same names, their defaults).
     """
 
-    def __init__(self, store: RedisStore, config: JobbersConfig, recorder: Recorder,
+    def __init__(self, store: CleanerStore, config: JobbersConfig, recorder: Recorder,
                  publisher: Publisher, *, pass_limit: int = PASS_LIMIT,
                  stall_chunk: int = STALL_CHUNK,
                  publish_budget_s: float = PUBLISH_BUDGET_S) -> None:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from jobbers_celery.core.config import JobbersConfig
     from jobbers_celery.core.options import TaskOptions
-    from jobbers_celery.store import Halt, RedisStore
+    from jobbers_celery.store import Halt, RunningStore
 
 __all__ = ["HALTED", "HALT_GRACE_S", "Liveness", "gaps", "refresh_period", "set_worker_id", "worker_id"]
 
@@ -131,7 +131,7 @@ class Liveness:
     """The liveness refresh of one worker incarnation (a thread of its main process calls
     :meth:`refresh`, see :mod:`jobbers_celery.worker.runtime`)."""
 
-    def __init__(self, store: RedisStore, config: JobbersConfig, wid: str, pool: Any = None,
+    def __init__(self, store: RunningStore, config: JobbersConfig, wid: str, pool: Any = None,
                  recover_orphans: Callable[[str, list[str]], object] | None = None) -> None:
         self.store = store
         self.config = config

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from jobbers_celery.lifecycle.cleaner import Cleaner
     from jobbers_celery.lifecycle.publisher import Publisher
     from jobbers_celery.resubmit.pacer import Pacer
-    from jobbers_celery.store import Claimed, RedisStore
+    from jobbers_celery.store import Claimed, SchedulerStore
     from jobbers_celery.telemetry.history import CountHistory
 
 __all__ = ["Scheduler"]
@@ -51,7 +51,7 @@ class Scheduler:
     housekeeping samples once a minute) may be left out by a caller that only publishes.
     """
 
-    def __init__(self, store: RedisStore, config: JobbersConfig, publisher: Publisher,
+    def __init__(self, store: SchedulerStore, config: JobbersConfig, publisher: Publisher,
                  dead_letters: DeadLetterDispatcher | None = None,
                  cleaner: Cleaner | None = None, worker_name: str | None = None, *,
                  batch: int = _BATCH, history: CountHistory | None = None,

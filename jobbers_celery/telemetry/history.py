@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from jobbers_celery.core.states import TaskState
 
 if TYPE_CHECKING:
-    from jobbers_celery.store import RedisStore
+    from jobbers_celery.store import ReadStore
 
 __all__ = ["KEEP", "CountHistory", "CountSample"]
 
@@ -31,7 +31,7 @@ class CountSample:
 class CountHistory:
     """Takes and reads the count samples of one jobbers namespace."""
 
-    def __init__(self, store: RedisStore, keep: int = KEEP) -> None:
+    def __init__(self, store: ReadStore, keep: int = KEEP) -> None:
         self.store = store
         self.keep = keep
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from jobbers_celery.core.config import JobbersConfig
     from jobbers_celery.core.records import DeadLetter
-    from jobbers_celery.store import RedisStore
+    from jobbers_celery.store import MetricsStore
 
 __all__ = [
     "GAUGES",
@@ -149,7 +149,7 @@ class GaugeSource(Protocol):
     """What the gauges read of an installed instance (a ``Jobbers``)."""
 
     @property
-    def store(self) -> RedisStore: ...
+    def store(self) -> MetricsStore: ...
     @property
     def sink(self) -> object: ...
     @property

@@ -25,7 +25,7 @@ from jobbers_celery.worker import shutdown
 from jobbers_celery.worker.shutdown import WorkerShuttingDown
 
 if TYPE_CHECKING:
-    from jobbers_celery.store import RedisStore
+    from jobbers_celery.store import RunningStore
 
 __all__ = ["BEAT", "CHECKPOINT", "CHECKPOINT_MAX_BYTES", "DONE", "HEARTBEAT_MIN_GAP_S",
            "IMMUTABLE", "PROGRESS_MAX_BYTES", "Beat", "Encoded", "Heartbeats", "check",
@@ -163,7 +163,7 @@ class Heartbeats:
     calls left pending to an attempt's outcome. Handed the store's heartbeat and
     ``jobbers_worker_lost_after`` (the lease a ``max_concurrent`` task's heartbeat renews)."""
 
-    def __init__(self, store: RedisStore, lost_after: float) -> None:
+    def __init__(self, store: RunningStore, lost_after: float) -> None:
         self.store = store
         self.lease_ms = int(lost_after * 1000)
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from jobbers_celery.lifecycle.publisher import Publisher
     from jobbers_celery.lifecycle.recorder import Recorder
-    from jobbers_celery.store import RedisStore
+    from jobbers_celery.store import ReadStore
 
 __all__ = ["GIVERS_KEPT", "HEADER_GIVEN_BACK", "ORPHAN_STALL", "OUTAGE_RESEND_FIRST_PAUSE_S",
            "OUTAGE_RESEND_MAX_PAUSE_S", "Delivery", "Ending", "Handover", "OutageLog",
@@ -217,7 +217,7 @@ class Handover:
     a start, the recorder's take-back steps, the publisher's give-back, and
     ``jobbers_worker_lost_after`` (the liveness timing a giver is judged by)."""
 
-    def __init__(self, store: RedisStore, recorder: Recorder, publisher: Publisher,
+    def __init__(self, store: ReadStore, recorder: Recorder, publisher: Publisher,
                  lost_after: float) -> None:
         self.store = store
         self.recorder = recorder

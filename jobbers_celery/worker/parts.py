@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from jobbers_celery.jobbers import Jobbers
     from jobbers_celery.lifecycle.publisher import Publisher
     from jobbers_celery.lifecycle.recorder import Recorder
-    from jobbers_celery.store import RedisStore, ResultWrite
+    from jobbers_celery.store import LayoutStore, ResultWrite
 
 __all__ = ["Parts"]
 
@@ -69,5 +69,5 @@ class Parts:
         return taskrepr.redactor_of(self.jobbers.config)
 
 
-def _folded(store: RedisStore, task: Task[Any, Any], retval: Any) -> ResultWrite | None:
+def _folded(store: LayoutStore, task: Task[Any, Any], retval: Any) -> ResultWrite | None:
     return results.folded_result(task, store, retval)

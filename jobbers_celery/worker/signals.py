@@ -42,7 +42,7 @@ from jobbers_celery.lifecycle.payload import (
     publishing_app,
     request_header,
 )
-from jobbers_celery.store import RedisStore
+from jobbers_celery.store import HousekeepingStore
 from jobbers_celery.telemetry import metrics
 from jobbers_celery.worker import shutdown, taskrepr
 from jobbers_celery.worker.task import JobbersTask
@@ -234,7 +234,7 @@ def on_worker_after_setup(sender: Any = None, instance: Any = None, **_: Any) ->
         check_eviction(jobbers.store)
 
 
-def check_eviction(store: RedisStore) -> str | None:
+def check_eviction(store: HousekeepingStore) -> str | None:
     """Warn (once, at worker start) if the store's ``maxmemory-policy`` evicts keys: an
     evicted record loses its task's state and history (and an evicted index entry hides the
     task from the cleaner). Returns the warning, ``None`` if the policy is ``noeviction`` or

@@ -27,7 +27,7 @@ from jobbers_celery.worker.outage import HEADER_GIVEN_BACK, Delivery, Handover
 if TYPE_CHECKING:
     from jobbers_celery.lifecycle.publisher import Publisher
     from jobbers_celery.lifecycle.recorder import Recorder
-    from jobbers_celery.store import RedisStore
+    from jobbers_celery.store import TaskStore
 
 __all__ = ["DEFER_RANGE_S", "Starter"]
 
@@ -41,7 +41,7 @@ DEFER_RANGE_S = (0.5, 1.5)
 class Starter:
     """Records the start of a delivery (see the module)."""
 
-    def __init__(self, store: RedisStore, recorder: Recorder, publisher: Publisher,
+    def __init__(self, store: TaskStore, recorder: Recorder, publisher: Publisher,
                  handover: Handover, lost_after: float) -> None:
         self.store = store
         self.recorder = recorder
