@@ -19,7 +19,7 @@ from jobbers_celery.core.codec import PayloadCodec
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.lifecycle import payload as pl
 from jobbers_celery.lifecycle.recorder import internal_publish, unrecorded_publish
-from jobbers_celery.store import RedisStore
+from jobbers_celery.store import SchedulingStore
 from jobbers_celery.telemetry import tracing
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class UnpublishablePayload(ValueError):
 class Publisher:
     """Republishes recorded tasks through one Celery app."""
 
-    def __init__(self, app: Celery, store: RedisStore,
+    def __init__(self, app: Celery, store: SchedulingStore,
                  codec: PayloadCodec | None = None) -> None:
         self.app = app
         self.store = store

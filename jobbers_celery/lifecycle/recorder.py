@@ -28,7 +28,7 @@ from jobbers_celery.core.states import RESUBMITTABLE, TaskState
 from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
 from jobbers_celery.deadletter.entry import DEAD_LETTER_FIELDS, dead_letter_entry
 from jobbers_celery.lifecycle import payload as pl
-from jobbers_celery.store import CancelOutcome, Giver, RedisStore, ResultWrite, StepResult
+from jobbers_celery.store import CancelOutcome, Giver, ResultWrite, StepResult, StepStore
 from jobbers_celery.telemetry import metrics, tracing
 
 __all__ = [
@@ -127,7 +127,7 @@ def _clip(text: str) -> str:
 class Recorder:
     """Records outcomes: the only caller of the store's lifecycle step."""
 
-    def __init__(self, store: RedisStore, dead_letters: DeadLetterDispatcher, *,
+    def __init__(self, store: StepStore, dead_letters: DeadLetterDispatcher, *,
                  payload_warn_bytes: int = 0, publish_lease_s: float = 30.0,
                  codec: PayloadCodec | None = None) -> None:
         self.store = store
