@@ -15,6 +15,7 @@ from typing import Any
 
 from jobbers_celery.store.base import Alive, CleanerScan, StallVerdict
 from jobbers_celery.store.keys import Keys, Shards
+from jobbers_celery.store.scripts import to_json
 
 __all__ = ["IdleHousekeeping"]
 
@@ -28,7 +29,7 @@ class IdleHousekeeping:
     sharded = False
 
     def __init__(self) -> None:
-        self._last_pass: tuple[int, dict[str, Any]] | None = None
+        self._last_pass: tuple[int, dict[str, str]] | None = None
 
     def now_ms(self) -> int:  # the store's own clock overrides this one
         return int(time.time() * 1000)
@@ -81,12 +82,13 @@ class IdleHousekeeping:
 
     def record_pass(self, at_ms: int, duration_ms: float, by: str,
                     report: dict[str, Any]) -> None:
-        self._last_pass = (at_ms, dict(report, by=by, duration_ms=duration_ms))
+        """The cleaner's last pass, in the fields the Redis store keeps (its status reads
+        them)."""
+        self._last_pass = (at_ms, {"last_at": str(at_ms), "last_ms": f"{duration_ms:.3f}",
+                                   "by": by, "report": to_json(report)})
 
     def clock(self) -> dict[str, str]:
-        if self._last_pass is None:
-            return {}
-        return {"last_pass": str(self._last_pass[0])}
+        return {} if self._last_pass is None else dict(self._last_pass[1])
 
     def last_pass_age_ms(self) -> int | None:
         return None if self._last_pass is None else self.now_ms() - self._last_pass[0]
