@@ -3,7 +3,8 @@
 One part per module, as the Redis store is cut (``store/parts.py``): the steps
 (:mod:`~jobbers_celery.testing.steps`), heartbeats (:mod:`~jobbers_celery.testing.running`),
 reads (:mod:`~jobbers_celery.testing.reads`), delayed tasks and publish leases
-(:mod:`~jobbers_celery.testing.scheduling`), and the housekeeping that has nothing to do in one
+(:mod:`~jobbers_celery.testing.scheduling`), paced resubmits' runs
+(:mod:`~jobbers_celery.testing.runs`), and the housekeeping that has nothing to do in one
 process (:mod:`~jobbers_celery.testing.idle`), over one shared state
 (:mod:`~jobbers_celery.testing.memory`). mypy checks below that it satisfies each Protocol.
 
@@ -20,6 +21,7 @@ from jobbers_celery.testing.idle import IdleHousekeeping
 from jobbers_celery.testing.memory import HeartbeatSent
 from jobbers_celery.testing.reads import MemoryReads
 from jobbers_celery.testing.running import MemoryRunning
+from jobbers_celery.testing.runs import MemoryRuns
 from jobbers_celery.testing.scheduling import MemoryScheduling
 
 if TYPE_CHECKING:
@@ -28,7 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["HeartbeatSent", "InMemoryStore"]
 
 
-class InMemoryStore(MemoryScheduling, MemoryRunning, MemoryReads, IdleHousekeeping):
+class InMemoryStore(MemoryScheduling, MemoryRuns, MemoryRunning, MemoryReads,
+                    IdleHousekeeping):
     """The store a JobbersTask, the recorder, the publisher, the scheduler and the cleaner
     use, in memory. Thread-safe (one lock: each step is atomic, as a Lua script is).
 
@@ -48,3 +51,5 @@ if TYPE_CHECKING:  # the fake satisfies the seams its consumers are typed on
     _task: parts.TaskStore = InMemoryStore()
     _scheduler: parts.SchedulerStore = InMemoryStore()
     _cleaner: parts.CleanerStore = InMemoryStore()
+    _runs: parts.RunStore = InMemoryStore()
+    _pacer: parts.PacerStore = InMemoryStore()
