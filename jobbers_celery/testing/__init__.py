@@ -67,6 +67,7 @@ def _rewire(jobbers: Jobbers, store: InMemoryStore, sink: InMemoryDeadLetterSink
     from jobbers_celery.lifecycle.publisher import Publisher
     from jobbers_celery.lifecycle.recorder import Recorder
     from jobbers_celery.resubmit.resubmit import Resubmitter
+    from jobbers_celery.telemetry.history import CountHistory
 
     fake: Any = store  # the services are typed on the Redis store's parts
     jobbers.store = fake
@@ -80,6 +81,7 @@ def _rewire(jobbers: Jobbers, store: InMemoryStore, sink: InMemoryDeadLetterSink
                                 publish_lease_s=config.publish_lease, codec=jobbers.codec)
     jobbers.publisher = Publisher(jobbers.app, fake, jobbers.codec)
     jobbers.cleaner = Cleaner(fake, config, jobbers.recorder, jobbers.publisher)
+    jobbers.count_sampler = CountHistory(fake)
     was = jobbers.resubmitter
     jobbers.resubmitter = Resubmitter(jobbers.app, fake, jobbers.recorder, jobbers.publisher,
                                       None, was.unopenable, was.fresh_headers)
