@@ -107,6 +107,40 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+#: Tests that share something costly of a module or of the session, by path: scripts/test
+#: runs pytest-xdist with ``--dist loadgroup``, and each group goes to one worker (where it is
+#: built or started once); every other test is sent on its own. Each worker is a session of
+#: its own: its private redis-server, RabbitMQ vhost and PostgreSQL database (pytest-django
+#: suffixes the name with the worker's id: ``test_jobbers_gw0``).
+XDIST_GROUPS = {
+    "tests/distribution/": "distribution",  # one build of the sdist and the wheel
+    "tests/browser/": "browser",  # one Chromium
+    "tests/integration/test_on_cluster.py": "cluster",  # one Redis Cluster (six servers)
+    "tests/integration/test_tls_acl.py": "tls",  # one TLS redis-server
+    "tests/integration/test_cli.py": "cli",  # one worker for the module
+    "tests/integration/test_paced_redis.py": "paced_redis",  # one worker for the module
+    "tests/integration/test_beat_django.py": "beat_django",  # one migrated database
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with the groups above, read from the test's path. (pytest-xdist
+    3.8 marks an ``xdist_group`` by editing the node id, which pytest 9.2 no longer reads:
+    pytest-xdist#1386. The mark still works here, should a test carry one.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class PathGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = next((g for prefix, g in XDIST_GROUPS.items() if nodeid.startswith(prefix)),
+                         None)
+            return group if group is not None else super()._split_scope(nodeid)
+
+    return PathGroups(config, log)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failed test's report ends with the logs its processes wrote under ``tmp_path``
