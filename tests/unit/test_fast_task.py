@@ -1,0 +1,126 @@
+"""A JobbersTask's outcome decisions, through its public behaviour on the in-memory fakes
+(one embedded worker on the memory broker for the module, no Redis): a return completes, an
+unexpected error fails at once and is dead-lettered, an expected one is retried while
+retries are left and then fails, a cancellation honoured at a heartbeat cancels, a task
+that does not save dead letters leaves none, and the checkpoint reaches the next attempt."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+
+from jobbers_celery import JobbersTask, TaskState
+from jobbers_celery.jobbers import Jobbers
+from jobbers_celery.testing import InMemoryDeadLetterSink, InMemoryStore, in_memory
+
+S = TaskState
+app = Celery("fast_task", broker="memory://", backend="cache+memory://")
+app.conf.broker_transport_options = {"polling_interval": 0.01}
+
+
+class Unavailable(Exception):
+    pass
+
+
+@app.task(base=JobbersTask, bind=True, name="fast.work", max_retries=2, retry_delay=0,
+          expected_exceptions=(Unavailable,), dead_letter_policy="save", shared=False)
+def work(self: JobbersTask, fail_times: int, unexpected: bool = False) -> int:
+    self.heartbeat(checkpoint=(self.checkpoint or 0) + 1)
+    if unexpected:
+        raise KeyError("bug")
+    if self.request.retries < fail_times:
+        raise Unavailable(f"attempt {self.attempt}")
+    return int(self.checkpoint or 0)
+
+
+@app.task(base=JobbersTask, bind=True, name="fast.quiet", dead_letter_policy="none",
+          shared=False)
+def quiet(self: JobbersTask) -> None:
+    raise KeyError("bug")
+
+
+@app.task(base=JobbersTask, bind=True, name="fast.loop", shared=False)
+def loop(self: JobbersTask) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # bounded: stops at a heartbeat once cancelled
+        self.heartbeat()
+        time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def jobbers() -> Iterator[Jobbers]:
+    jobbers = in_memory(app, InMemoryStore(), InMemoryDeadLetterSink())
+    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
+        yield jobbers
+
+
+def _wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+    return found
+
+
+def _ends(jobbers: Jobbers, task_id: str, state: TaskState) -> list[TaskState]:
+    def ended() -> bool:
+        record = jobbers.get(task_id)
+        return record is not None and record.state is state
+    _wait_for(ended)
+    return [t.to_state for t in jobbers.history(task_id)]
+
+
+def _sink(jobbers: Jobbers) -> InMemoryDeadLetterSink:
+    assert isinstance(jobbers.sink, InMemoryDeadLetterSink)
+    return jobbers.sink
+
+
+def test_a_return_completes(jobbers: Jobbers) -> None:
+    result: Any = work.delay(0)
+    assert _ends(jobbers, result.id, S.COMPLETED) == [S.SUBMITTED, S.STARTED, S.COMPLETED]
+    assert _sink(jobbers).of(result.id) == []
+
+
+def test_an_unexpected_error_fails_at_once_and_is_dead_lettered(jobbers: Jobbers) -> None:
+    result: Any = work.delay(0, unexpected=True)
+    assert _ends(jobbers, result.id, S.FAILED).count(S.STARTED) == 1  # no retry
+    [entry] = _wait_for(lambda: _sink(jobbers).of(result.id))
+    assert (entry.attempt, entry.exception_type) == (1, "KeyError")
+
+
+def test_an_expected_error_is_retried_and_the_checkpoint_carried(jobbers: Jobbers) -> None:
+    result: Any = work.delay(1)
+    assert _ends(jobbers, result.id, S.COMPLETED).count(S.STARTED) == 2
+    record = jobbers.get(result.id)
+    assert record is not None
+    assert record.checkpoint == 2  # the second attempt saw the first one's
+    assert _sink(jobbers).of(result.id) == []
+
+
+def test_an_expected_error_out_of_retries_fails_and_is_dead_lettered(jobbers: Jobbers
+                                                                      ) -> None:
+    result: Any = work.delay(5)
+    assert _ends(jobbers, result.id, S.FAILED).count(S.STARTED) == 3  # two retries
+    [entry] = _wait_for(lambda: _sink(jobbers).of(result.id))
+    assert entry.attempt == 3
+    assert entry.exception_type is not None
+    assert entry.exception_type.endswith("Unavailable")
+
+
+def test_a_task_that_drops_dead_letters_leaves_none(jobbers: Jobbers) -> None:
+    result: Any = quiet.delay()
+    _ends(jobbers, result.id, S.FAILED)
+    assert _sink(jobbers).of(result.id) == []
+
+
+def test_a_cancellation_is_honoured_at_the_next_heartbeat(jobbers: Jobbers) -> None:
+    result: Any = loop.delay()
+    _ends(jobbers, result.id, S.STARTED)
+    assert jobbers.cancel(result.id)
+    assert _ends(jobbers, result.id, S.CANCELLED)[-1] is S.CANCELLED
+    assert _sink(jobbers).of(result.id) == []
