@@ -27,6 +27,7 @@ from jobbers_celery.store.base import (
     ResultWrite,
     StepResult,
 )
+from jobbers_celery.store.parts import StepStore
 from jobbers_celery.store.scripts import EXPIRY_SLACK_S, to_json
 from jobbers_celery.store.sharded import Sharded
 
@@ -44,7 +45,7 @@ _START_RETURNS = ("ckpt", "queue")
 
 
 def submit(
-    s: Sharded,
+    s: StepStore,
     task_id: str,
     *,
     sources: Iterable[TaskState],
@@ -62,9 +63,9 @@ def submit(
     lease the publisher confirms). ``later`` (delay in ms, reason): then ``submitted ->
     scheduled`` in the same script, a first publish with a delay (``state`` says
     ``scheduled`` when both applied)."""
-    return step(s, task_id, TaskState.SUBMITTED, sources=sources, create=create,
-                set_fields=fields, delete=delete, lease_ms=lease_ms, reason=reason,
-                ret=ret, name=name, later=later)
+    return s.step(task_id, TaskState.SUBMITTED, sources=sources, create=create,
+                  set_fields=fields, delete=delete, lease_ms=lease_ms, reason=reason,
+                  ret=ret, name=name, later=later)
 
 
 def start(
@@ -141,7 +142,7 @@ def complete(
 
 
 def end(
-    s: Sharded,
+    s: StepStore,
     task_id: str,
     to: TaskState,
     *,
@@ -165,15 +166,15 @@ def end(
     pool) or of whichever attempt worker incarnation ``wid_fence`` runs (its main
     process). ``cancellable``: a pending cancellation ends it ``cancelled`` instead.
     ``giver``: a take-back, applied only if ``wid_fence`` is gone (see :meth:`step`)."""
-    return step(s, task_id, to, sources=_FROM_STARTED, fence=fence, wid_fence=wid_fence,
-                set_fields=fields, wid=wid, cancellable=cancellable,
-                cancel_reason=cancel_reason, delay_ms=delay_ms, lease_ms=lease_ms,
-                worker=worker, reason=reason, ret=ret, name=name,
-                expect_refusal=expect_refusal, giver=giver)
+    return s.step(task_id, to, sources=_FROM_STARTED, fence=fence, wid_fence=wid_fence,
+                  set_fields=fields, wid=wid, cancellable=cancellable,
+                  cancel_reason=cancel_reason, delay_ms=delay_ms, lease_ms=lease_ms,
+                  worker=worker, reason=reason, ret=ret, name=name,
+                  expect_refusal=expect_refusal, giver=giver)
 
 
 def unstarted(
-    s: Sharded,
+    s: StepStore,
     task_id: str,
     to: TaskState,
     *,
@@ -184,8 +185,8 @@ def unstarted(
 ) -> StepResult:
     """``submitted -> to`` of a message that is not run here: ``dropped`` (counts an
     attempt, so that its dead letter has its own attempt number) or ``cancelled``."""
-    return step(s, task_id, to, sources=_FROM_SUBMITTED, set_fields=fields,
-                bump=to is TaskState.DROPPED, worker=worker, reason=reason, ret=ret)
+    return s.step(task_id, to, sources=_FROM_SUBMITTED, set_fields=fields,
+                  bump=to is TaskState.DROPPED, worker=worker, reason=reason, ret=ret)
 
 
 def step(
