@@ -30,7 +30,8 @@ from jobbers_celery.lifecycle import payload as pl
 from jobbers_celery.lifecycle import recorder
 from jobbers_celery.lifecycle.publisher import Publisher
 from jobbers_celery.lifecycle.scheduler import Scheduler
-from jobbers_celery.store import Claimed, StepResult
+from jobbers_celery.store import StepResult
+from jobbers_celery.testing import InMemoryStore
 
 OLD = new_key("old")
 NEW = new_key("new")
@@ -194,26 +195,17 @@ def test_a_new_key_is_in_the_settings_form():
 
 
 # ---------------------------------------------------------------------- the seal points
-class StepRecorder:
-    """Stands in for the store: records the steps, applies every one."""
-
-    def __init__(self) -> None:
-        self.steps: list[dict[str, Any]] = []
-
-    def submit(self, task_id: str, **kwargs: Any) -> StepResult:
-        self.steps.append({"task_id": task_id, **kwargs})
-        return StepResult(applied=True, previous="missing", now_ms=1_000, attempt=0,
-                          state=TaskState.SUBMITTED, epoch="e1")
-
-    def epoch(self, task_id: str, max_age: float = 0.0) -> str:
-        return "e1"
-
-
 SECRET = "s3cr3t-hunter2-value"
 
 
 def _recorder(c: PayloadCodec | None) -> Any:
-    return recorder.Recorder(StepRecorder(), SimpleNamespace(), codec=c)  # type: ignore[arg-type]
+    return recorder.Recorder(InMemoryStore(), SimpleNamespace(), codec=c)
+
+
+def _msg(rec: Any, task_id: str = "t-1") -> str:
+    """The payload the store keeps for ``task_id``."""
+    msg: str = rec.store.get_raw(task_id)["msg"]
+    return msg
 
 
 def test_the_record_holds_the_published_arguments_sealed():
@@ -222,8 +214,7 @@ def test_the_record_holds_the_published_arguments_sealed():
                 "celery", {}, version=None, dead_letter=True)
     rec.publish_later("t-2", "proj.login", {"args": [SECRET], "kwargs": {}, "options": {
         "queue": "celery"}}, version=None, dead_letter=True, delay_ms=1000, reason="later")
-    for step in rec.store.steps:
-        msg = step["fields"]["msg"]
+    for msg in (_msg(rec, "t-1"), _msg(rec, "t-2")):
         assert SECRET not in msg
         stored = pl.loads(msg)
         assert stored["options"]["queue"] == "celery"
@@ -234,7 +225,7 @@ def test_arguments_that_are_not_json_are_kept_sealed_too():
     rec = _recorder(codec(NEW))
     rec.publish("proj.login", {"id": "t-1"}, ([object(), SECRET], {}, {}), "", "celery", {},
                 version=None, dead_letter=True)
-    msg = rec.store.steps[0]["fields"]["msg"]
+    msg = _msg(rec)
     assert SECRET not in msg
     assert pl.loads(msg)["unserializable"] is True
 
@@ -286,7 +277,7 @@ def test_opened_arguments_are_shown_in_the_storable_form_and_published_as_they_a
     json.dumps(shown, allow_nan=False).encode()  # strict JSON, encodable as UTF-8
     sent: list[dict[str, Any]] = []
     app = SimpleNamespace(send_task=lambda name, **kw: sent.append(kw))
-    Publisher(app, SimpleNamespace(), codec(NEW)).republish(  # type: ignore[arg-type]
+    Publisher(app, InMemoryStore(), codec(NEW)).republish(
         "t-1", "proj.login", sealed, 0, 1_000)
     assert json.dumps([sent[0]["args"], sent[0]["kwargs"]]) == json.dumps([args, kwargs])
 
@@ -295,34 +286,14 @@ def test_a_republish_opens_the_arguments_and_refuses_without_the_key():
     sent: list[dict[str, Any]] = []
     app = SimpleNamespace(send_task=lambda name, **kw: sent.append(kw))
     data = pl.seal_arguments({"args": [SECRET], "kwargs": {"a": 1}, "options": {}}, codec(NEW))
-    Publisher(app, SimpleNamespace(), codec(NEW)).republish(  # type: ignore[arg-type]
+    Publisher(app, InMemoryStore(), codec(NEW)).republish(
         "t-1", "proj.login", data, 0, 1_000)
     assert (sent[0]["args"], sent[0]["kwargs"]) == ([SECRET], {"a": 1})
     for reader in (None, codec(OLD)):
         with pytest.raises(CannotOpen):
-            Publisher(app, SimpleNamespace(), reader).republish(  # type: ignore[arg-type]
+            Publisher(app, InMemoryStore(), reader).republish(
                 "t-1", "proj.login", data, 0, 1_000)
     assert len(sent) == 1  # never published with the sealed form as arguments
-
-
-class _Store:
-    def __init__(self, msg: str) -> None:
-        self.msg, self.confirmed, self.claims = msg, [], 0
-
-    def due(self, batch: int) -> tuple[list[str], None]:
-        return ["t-1"], None
-
-    def claim(self, ids: list[str], lease_ms: int, worker: str | None) -> list[Claimed]:
-        if not ids:
-            return []
-        self.claims += 1
-        return [Claimed("t-1", self.msg, 1, "proj.login", None, "celery")]
-
-    def now_ms(self) -> int:
-        return 1_000
-
-    def confirm_published(self, ids: list[str]) -> None:
-        self.confirmed.extend(ids)
 
 
 def test_a_scheduler_without_the_key_leaves_the_due_task_to_one_that_holds_it(caplog):
@@ -331,16 +302,23 @@ def test_a_scheduler_without_the_key_leaves_the_due_task_to_one_that_holds_it(ca
     sent: list[Any] = []
     app = SimpleNamespace(send_task=lambda name, **kw: sent.append(kw))
     config = JobbersConfig.from_mapping({}, "redis://h/0")
-    for reader, published in ((codec(OLD), 0), (codec(NEW), 1)):
-        store = _Store(msg)
-        scheduler = Scheduler(store, config, Publisher(app, store, reader))  # type: ignore[arg-type]
-        with caplog.at_level(logging.WARNING, logger="jobbers.scheduler"):
-            assert scheduler.run_once()[0] == published
-        assert store.confirmed == (["t-1"] if published else [])  # unconfirmed: lease expires
-        scheduler.run_once()  # without the key: left alone, a worker holding it claims it
-        assert store.claims == (2 if published else 1)
-    # only the key holder published (once per pass: this stand-in store claims every time)
-    assert [(s["args"], s["kwargs"]) for s in sent] == [([SECRET], {})] * 2
+    store = InMemoryStore()
+    store.submit("t-1", sources=(TaskState.UNSUBMITTED,), reason="published",
+                 name="proj.login", create={"name": "proj.login", "queue": "celery"},
+                 fields={"msg": msg, "retries": "1"}, later=(0, "countdown"))
+    without = Scheduler(store, config, Publisher(app, store, codec(OLD)))
+    with caplog.at_level(logging.WARNING, logger="jobbers.scheduler"):
+        assert without.run_once()[0] == 0
+    leased = store.publishing()
+    assert list(leased) == ["t-1"]  # unconfirmed: its lease expires
+    store.advance(config.publish_lease + 1)
+    assert without.run_once()[0] == 0  # without the key: left alone
+    assert store.publishing() == leased  # not claimed again
+    holder = Scheduler(store, config, Publisher(app, store, codec(NEW)))
+    assert holder.run_once()[0] == 1  # a worker holding it claims it
+    assert store.publishing() == {}
+    # only the key holder published
+    assert [(s["args"], s["kwargs"]) for s in sent] == [([SECRET], {})]
     assert any("holds that key" in r.getMessage() and SECRET not in r.getMessage()
                for r in caplog.records)
 
@@ -351,7 +329,7 @@ def test_a_publishers_kwargs_shaped_like_a_sealed_value_are_sealed_and_come_back
     rec = _recorder(codec(NEW))
     rec.publish("proj.login", {"id": "t-1"}, ([], fake, {}), "", "celery", {}, version=None,
                 dead_letter=True)
-    stored = pl.loads(rec.store.steps[0]["fields"]["msg"])
+    stored = pl.loads(_msg(rec))
     assert stored["kwargs"] != fake  # sealed like any other
     assert pl.open_arguments(stored["args"], stored["kwargs"], codec(NEW)) == ([], fake)
 
