@@ -21,6 +21,7 @@ from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
 from jobbers_celery.deadletter.sink import SizedDeadLetterSink
 from jobbers_celery.store.keys import Keys
 from jobbers_celery.telemetry import metrics
+from jobbers_celery.testing import InMemoryStore
 
 PACKAGE = Path(__file__).resolve().parents[2] / "jobbers_celery"
 
@@ -139,21 +140,33 @@ def test_time_stamps_from_headers_and_records():
 
 
 # ----------------------------------------------------------------------------- gauges
-class FakeStore:
+class Leases(InMemoryStore):
+    """The in-memory store in namespace ``jb``, keeping every lease asked for; two tasks
+    submitted, one completed, and a cleaner pass 2.5 s ago."""
+
+    prefix = "jb"
+
     def __init__(self, holder: bool) -> None:
-        self.keys = Keys("jb")
-        self.holder = holder
+        super().__init__()
         self.leases: list[tuple[str, str, int]] = []
+        if not holder:  # another process holds the gauges' lease
+            super().hold_lease(self.keys.metrics_lease, "another", 60_000)
+        for task_id in ("a", "b", "c"):
+            self.submit(task_id, sources=(TaskState.UNSUBMITTED,), reason="published",
+                        create={"name": "n", "queue": "q"})
+        attempt = self.start("c", name="n", worker=None, wid="w:1", heartbeat_ms=None,
+                             cap=None, lease_cap_ms=60_000, defer_ms=1000, fields={}).attempt
+        self.complete("c", attempt, name="n", worker=None, wid="w:1", fields={}, delete=(),
+                      write_result=None)
+        self.record_pass(self.now_ms() - 2_500, 1.0, "test", {})
 
     def hold_lease(self, key: str, token: str, ttl_ms: int) -> bool:
         self.leases.append((key, token, ttl_ms))
-        return self.holder
+        return super().hold_lease(key, token, ttl_ms)
 
-    def counts(self) -> dict[TaskState, int]:
-        return {state: n for n, state in enumerate(TaskState)}
 
-    def last_pass_age_ms(self) -> int | None:
-        return 2_500
+COUNTS = {state.value: {TaskState.SUBMITTED: 2, TaskState.COMPLETED: 1}.get(state, 0)
+          for state in TaskState}
 
 
 class SizedSink:
@@ -169,21 +182,23 @@ class PlainSink:
         pass
 
 
-class FakeJobbers:
-    def __init__(self, holder: bool, sink: Any) -> None:
-        self.store = FakeStore(holder)
+class Source:
+    """What the gauges read of an installed instance (``metrics.GaugeSource``)."""
+
+    def __init__(self, holder: bool, sink: object) -> None:
+        self.store = Leases(holder)
         self.sink = sink
         self.config = JobbersConfig(redis_url="redis://127.0.0.1:1/0", metrics_gauge_lease=30)
 
 
 def test_the_lease_holder_reports_the_gauges(reader):
-    jobbers = FakeJobbers(holder=True, sink=SizedSink())
-    metrics.watch(lambda: [jobbers])  # type: ignore[list-item]
+    jobbers = Source(holder=True, sink=SizedSink())
+    metrics.watch(lambda: [jobbers])
     got = collect(reader)
-    assert {a["state"]: v for a, v in got["tasks_in_state"]} == {
-        state.value: n for n, state in enumerate(TaskState)}
+    assert {a["state"]: v for a, v in got["tasks_in_state"]} == COUNTS
     assert got["dead_letter_queue_size"] == [({}, 7)]
-    assert got["cleaner_last_pass_age"] == [({}, 2.5)]
+    [(labels, age)] = got["cleaner_last_pass_age"]
+    assert (labels, age) == ({}, pytest.approx(2.5, abs=0.5))
     assert units(reader)["cleaner_last_pass_age"] == "s"
     # one lease round trip for the three gauges of a collection; the key from keys.py
     [(key, token, ttl_ms)] = jobbers.store.leases
@@ -192,8 +207,8 @@ def test_the_lease_holder_reports_the_gauges(reader):
 
 
 def test_other_processes_report_no_gauges(reader):
-    jobbers = FakeJobbers(holder=False, sink=SizedSink())
-    metrics.watch(lambda: [jobbers])  # type: ignore[list-item]
+    jobbers = Source(holder=False, sink=SizedSink())
+    metrics.watch(lambda: [jobbers])
     got = collect(reader)
     assert not set(got) & set(metrics.GAUGES)
     assert len(jobbers.store.leases) == 1
@@ -202,8 +217,8 @@ def test_other_processes_report_no_gauges(reader):
 def test_no_dead_letter_gauge_for_a_sink_without_size(reader):
     assert isinstance(SizedSink(), SizedDeadLetterSink)
     assert callable(getattr(RedisDeadLetterSink, "size", None))
-    jobbers = FakeJobbers(holder=True, sink=PlainSink())
-    metrics.watch(lambda: [jobbers])  # type: ignore[list-item]
+    jobbers = Source(holder=True, sink=PlainSink())
+    metrics.watch(lambda: [jobbers])
     got = collect(reader)
     assert "dead_letter_queue_size" not in got
     assert "tasks_in_state" in got
@@ -211,8 +226,8 @@ def test_no_dead_letter_gauge_for_a_sink_without_size(reader):
 
 
 def test_a_forked_child_asks_for_the_lease_with_its_own_token(reader, monkeypatch):
-    jobbers = FakeJobbers(holder=True, sink=PlainSink())
-    metrics.watch(lambda: [jobbers])  # type: ignore[list-item]
+    jobbers = Source(holder=True, sink=PlainSink())
+    metrics.watch(lambda: [jobbers])
     collect(reader)
     monkeypatch.setattr("os.getpid", lambda: 4_000_000)
     collect(reader)  # within the cache period, but another process: asks again
@@ -249,6 +264,7 @@ _EXERCISE = """
 from celery import Celery
 from jobbers_celery import install
 from jobbers_celery.telemetry import metrics
+from jobbers_celery.testing import InMemoryStore
 app = Celery("x", broker="redis://127.0.0.1:1/0")
 install(app)  # creates the instruments and watches the gauges; no Redis call
 metrics.selected("t", "q", metrics.ROLE_WORKER, 1.0)
