@@ -10,6 +10,7 @@ import logging
 import signal
 import time
 import weakref
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,19 +21,24 @@ from jobbers_celery.core.config import JobbersConfig
 from jobbers_celery.lifecycle import liveness
 from jobbers_celery.lifecycle.liveness import HALT_GRACE_S, Liveness
 from jobbers_celery.store import Alive, Halt
+from jobbers_celery.testing import InMemoryStore
 
 
-class _Store:
-    """Answers each ``alive`` call with the halts given; keeps the notes it was sent."""
+class _Store(InMemoryStore):
+    """The in-memory store whose liveness refresh answers with the halts given (the
+    cleaner's verdicts, which no worker of one process reaches); keeps the notes sent."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.halts: tuple[Halt, ...] = ()
-        self.now_ms = 1_000_000
         self.notes: list[tuple[str, int, str]] = []
 
-    def alive(self, *_: Any, notes: Any = (), **__: Any) -> Alive:
+    def alive(self, wid: str, gaps: tuple[int, int], leases: Sequence[tuple[str, str]],
+              lease_cap_ms: int, running: Sequence[str] | None = None, orphan_ms: int = 0,
+              orphan_grace_ms: int | None = None,
+              notes: Sequence[tuple[str, int, str]] = ()) -> Alive:
         self.notes += list(notes)
-        return Alive([], [], self.halts, self.now_ms)
+        return Alive([], [], self.halts, self.now_ms())
 
 
 class _Pool:
@@ -67,7 +73,7 @@ def active(monkeypatch: pytest.MonkeyPatch) -> weakref.WeakSet[Any]:
 
 def _liveness(store: _Store, pool: _Pool) -> Liveness:
     config = JobbersConfig(redis_url="redis://unused", worker_lost_after=3)
-    return Liveness(store, config, "w@h:1:abc", pool)  # type: ignore[arg-type]
+    return Liveness(store, config, "w@h:1:abc", pool)
 
 
 def test_the_stalled_attempt_is_terminated_then_killed_and_noted(
@@ -78,7 +84,7 @@ def test_the_stalled_attempt_is_terminated_then_killed_and_noted(
     later = _Request("t1", 102, accepted_ago_s=0.5)  # the recovered attempt, same worker
     active.add(frozen)
     active.add(later)
-    store.halts = (Halt("t1", store.now_ms - 2000, 1),)  # declared stalled 2 s ago
+    store.halts = (Halt("t1", store.now_ms() - 2000, 1),)  # declared stalled 2 s ago
     live.refresh()
     assert pool.signalled == [(101, signal.SIGTERM)]
     assert frozen._already_cancelled
@@ -114,7 +120,7 @@ def test_a_request_accepted_after_the_verdict_is_left_alone(
     live = _liveness(store, pool)
     later = _Request("t2", 201, accepted_ago_s=0.2)
     active.add(later)
-    store.halts = (Halt("t2", store.now_ms - 1000, 1),)
+    store.halts = (Halt("t2", store.now_ms() - 1000, 1),)
     live.refresh()
     live.refresh()
     assert pool.signalled == []
@@ -127,7 +133,7 @@ def test_a_pool_that_cannot_stop_a_task_warns_once_per_attempt(
     live = _liveness(store, pool)
     frozen = _Request("t3", 301, accepted_ago_s=60)
     active.add(frozen)
-    store.halts = (Halt("t3", store.now_ms - 1000, 2),)
+    store.halts = (Halt("t3", store.now_ms() - 1000, 2),)
     with caplog.at_level(logging.WARNING, logger="jobbers.liveness"):
         for _ in range(4):
             live.refresh()
