@@ -1,7 +1,7 @@
 """``JobbersTask.heartbeat()`` without Redis: the throttle decides first, a throttled call
 encodes nothing, what it keeps goes out with the next heartbeat sent or with the outcome,
 and invalid values still reach the task (at the latest at the send) or are logged at the
-outcome. A fake store and a fake clock stand in for Redis and time; the request is pushed
+outcome. The kit's in-memory store and a fake clock stand in for Redis and time; the request is pushed
 as Celery's tracer does in a worker. End to end: tests/integration/test_heartbeat.py."""
 
 from __future__ import annotations
@@ -9,15 +9,22 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from celery import Celery
 
-from jobbers_celery import AttemptSuperseded, CheckpointTooLarge, JobbersTask, TaskCancelled
+from jobbers_celery import (
+    AttemptSuperseded,
+    CheckpointTooLarge,
+    JobbersTask,
+    TaskCancelled,
+    TaskState,
+    get_jobbers,
+)
 from jobbers_celery.store.base import Heartbeat
+from jobbers_celery.testing import InMemoryDeadLetterSink, InMemoryStore, in_memory
 from jobbers_celery.worker import heartbeat as heartbeat_module
 from jobbers_celery.worker import task as task_module
 from jobbers_celery.worker.shutdown import WorkerShuttingDown
@@ -28,20 +35,25 @@ from jobbers_celery.worker.task import (
 )
 
 
-@dataclass
-class FakeStore:
-    """Records every heartbeat sent (JSON text as the real store gets it)."""
+class SentStore(InMemoryStore):
+    """The in-memory store keeping every heartbeat sent to it, accepted or not (JSON text as
+    the real store gets it); ``outage`` makes it answer as an unreachable store does."""
 
-    sent: list[dict[str, Any]] = field(default_factory=list)
-    reply: Heartbeat = field(default_factory=lambda: Heartbeat(
-        accepted=True, cancel_requested=False, now_ms=0))
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[dict[str, Any]] = []
+        self.outage = False
 
     def heartbeat(self, task_id: str, fence: int, *, progress: str | None = None,
                   checkpoint: str | None = None, name: str | None = None,
                   lease_cap_ms: int | None = None) -> Heartbeat:
         self.sent.append({"id": task_id, "fence": fence, "progress": progress,
                           "ckpt": checkpoint})
-        return self.reply
+        if self.outage:
+            return Heartbeat(accepted=False, cancel_requested=False, now_ms=0,
+                             delivered=False)
+        return super().heartbeat(task_id, fence, progress=progress, checkpoint=checkpoint,
+                                 name=name, lease_cap_ms=lease_cap_ms)
 
 
 class Clock:
@@ -97,14 +109,31 @@ def keep_going(self: JobbersTask) -> None:  # pragma: no cover
 
 @pytest.fixture
 def app() -> Any:
-    """The app, with a fresh fake store where ``_jobbers(task)`` looks for jobbers."""
-    APP._jobbers = SimpleNamespace(  # type: ignore[attr-defined]
-        store=FakeStore(), config=SimpleNamespace(worker_lost_after=60.0, publish_lease=30.0))
+    """The app, installed over a fresh in-memory store."""
+    in_memory(APP, SentStore(), InMemoryDeadLetterSink())
     return APP
 
 
+def _store(app: Any) -> SentStore:
+    store = get_jobbers(app).store
+    assert isinstance(store, SentStore)
+    return store
+
+
+def started(app: Any, task_id: str, name: str = "hb.loop", attempt: int = 1) -> None:
+    """``task_id``'s attempt ``attempt`` started in the store (its heartbeats accepted)."""
+    store = _store(app)
+    if not store.get_raw(task_id):
+        store.submit(task_id, sources=(TaskState.UNSUBMITTED,), reason="published",
+                     name=name, create={"name": name, "queue": "celery",
+                                        "attempt": str(attempt - 1)})
+        store.start(task_id, name=name, worker="w@host", wid="w@host:1:a", heartbeat_ms=None,
+                    cap=None, lease_cap_ms=60_000, defer_ms=1000, fields={})
+
+
 def running(app: Any, name: str = "hb.loop", task_id: str = "t1") -> Any:
-    """The task with a worker's request pushed (tracked, attempt 1)."""
+    """The task with a worker's request pushed (tracked, attempt 1, started in the store)."""
+    started(app, task_id, name)
     task = app.tasks[name]
     task.push_request(id=task_id, called_directly=False, is_eager=False,
                       hostname="w@host", jobbers_attempt=1, jobbers_checkpoint=None)
@@ -112,7 +141,7 @@ def running(app: Any, name: str = "hb.loop", task_id: str = "t1") -> Any:
 
 
 def sent(app: Any) -> list[dict[str, Any]]:
-    return list(app._jobbers.store.sent)
+    return list(_store(app).sent)
 
 
 def test_a_tight_loop_sends_the_first_call_then_nothing_until_the_gap_and_encodes_nothing(
@@ -322,6 +351,7 @@ def test_a_task_called_directly_inside_an_attempt_records_nothing(app, clock):
 
 def test_threads_each_have_their_own_attempt(app, clock):
     task = running(app, task_id="main")
+    started(app, "thread", attempt=4)
     seen: dict[str, Any] = {}
 
     def other_thread() -> None:
@@ -389,13 +419,12 @@ def test_a_throttled_call_raises_when_the_worker_shuts_down(app, clock, monkeypa
 
 def test_not_delivered_keeps_the_values_for_the_next_heartbeat(app, clock):
     task = running(app)
-    store = app._jobbers.store
+    store = _store(app)
     try:
-        store.reply = Heartbeat(accepted=False, cancel_requested=False, now_ms=0,
-                                delivered=False)
+        store.outage = True
         task.heartbeat(progress=1, checkpoint=1)
         task.heartbeat(progress=2)  # throttled after the attempt
-        store.reply = Heartbeat(accepted=True, cancel_requested=False, now_ms=0)
+        store.outage = False
         clock.now += HEARTBEAT_MIN_GAP_S
         task.heartbeat()
         assert [(s["progress"], s["ckpt"]) for s in sent(app)] == [("1", "1"), ("2", "1")]
@@ -405,14 +434,13 @@ def test_not_delivered_keeps_the_values_for_the_next_heartbeat(app, clock):
 
 def test_superseded_and_cancelled_are_raised_at_the_heartbeat_sent(app, clock):
     task = running(app)
-    store = app._jobbers.store
+    store = _store(app)
     try:
-        store.reply = Heartbeat(accepted=True, cancel_requested=True, now_ms=0)
+        store.cancel("t1", "by test")
         with pytest.raises(TaskCancelled):
             task.heartbeat(progress=1)
         task.heartbeat(progress=2)  # throttled: no round trip, no exception
-        store.reply = Heartbeat(accepted=False, cancel_requested=False, now_ms=0,
-                                state="stalled", attempt=1)
+        store.step("t1", TaskState.STALLED, sources=(TaskState.STARTED,), reason="stalled")
         clock.now += HEARTBEAT_MIN_GAP_S
         with pytest.raises(AttemptSuperseded, match="the task is stalled"):
             task.heartbeat()
