@@ -9,34 +9,19 @@ from typing import Any
 
 import pytest
 
-from jobbers_celery import ConfigurationError, JobbersConfig, TaskState
+from jobbers_celery import ConfigurationError, JobbersConfig
 from jobbers_celery.lifecycle import recorder
-from jobbers_celery.store import StepResult
+from jobbers_celery.testing import InMemoryStore
 
 NAME = "proj.import_catalog"
-
-
-class StepRecorder:
-    """Stands in for the store: records the steps, applies every one."""
-
-    def __init__(self) -> None:
-        self.steps: list[dict[str, Any]] = []
-
-    def submit(self, task_id: str, **kwargs: Any) -> StepResult:
-        self.steps.append({"task_id": task_id, "to": TaskState.SUBMITTED, **kwargs})
-        return StepResult(applied=True, previous="missing", now_ms=1_000, attempt=0,
-                          state=TaskState.SUBMITTED, epoch="e1")
-
-    def epoch(self, task_id: str, max_age: float = 0.0) -> str:
-        return "e1"
 
 
 def _jobbers(**conf: Any) -> Any:
     config = JobbersConfig.from_mapping({f"jobbers_{k}": v for k, v in conf.items()},
                                         "redis://127.0.0.1:1/0")
-    store: Any = StepRecorder()
+    store = InMemoryStore()
     return SimpleNamespace(config=config, store=store, recorder=recorder.Recorder(
-        store, SimpleNamespace(), payload_warn_bytes=config.payload_warn_bytes))  # type: ignore[arg-type]
+        store, SimpleNamespace(), payload_warn_bytes=config.payload_warn_bytes))
 
 
 def _publish(jobbers: Any, args: list[Any], task_id: str = "t-1", **headers: Any) -> None:
@@ -64,7 +49,7 @@ def test_a_payload_above_the_threshold_warns_once_naming_task_size_and_setting(c
     with caplog.at_level(logging.WARNING, logger="jobbers.lifecycle"):
         _publish(jobbers, ["x" * 2000])
     [message] = _warnings(caplog)
-    stored = jobbers.store.steps[0]["fields"]["msg"]
+    stored = jobbers.store.get_raw("t-1")["msg"]
     assert f"task {NAME}[t-1]" in message
     assert f"is {len(stored)} bytes as JSON" in message
     assert "above jobbers_payload_warn_bytes=1000" in message
@@ -75,10 +60,10 @@ def test_a_payload_at_the_threshold_does_not_warn(caplog):
     jobbers = _jobbers(payload_warn_bytes=1000)
     probe = _jobbers(payload_warn_bytes=1000)
     _publish(probe, [""])
-    overhead = len(probe.store.steps[0]["fields"]["msg"])  # the JSON around the argument
+    overhead = len(probe.store.get_raw("t-1")["msg"])  # the JSON around the argument
     with caplog.at_level(logging.WARNING, logger="jobbers.lifecycle"):
         _publish(jobbers, ["x" * (1000 - overhead)])
-    assert len(jobbers.store.steps[0]["fields"]["msg"]) == 1000
+    assert len(jobbers.store.get_raw("t-1")["msg"]) == 1000
     assert _warnings(caplog) == []
 
 
@@ -89,7 +74,7 @@ def test_retry_publishes_and_internal_publishes_do_not_warn_again(caplog):
         with recorder.internal_publish(5_000):  # a resubmit or the scheduler
             _publish(jobbers, ["x" * 2000])
     assert _warnings(caplog) == []
-    assert jobbers.store.steps[0]["fields"]["retries"] == "1"
+    assert jobbers.store.get_raw("t-1")["retries"] == "1"
 
 
 def test_zero_never_warns(caplog):
