@@ -11,8 +11,9 @@ jobbers on a Celery app with them.
   transition is refused as Redis refuses it.
 - :class:`InMemoryDeadLetterSink`: the dead letters, in a list a test reads.
 - :func:`in_memory`: ``install(app)`` with both; run the tasks on Celery's embedded worker
-  (``celery.contrib.testing.worker.start_worker``, or the ``celery_worker`` fixture) with the
-  ``memory://`` broker. Not eager mode: an eager call (``task_always_eager``, ``apply()``)
+  (:func:`embedded_worker`, ``celery.contrib.testing.worker.start_worker`` or the
+  ``celery_worker`` fixture) with the ``memory://`` broker.
+- :func:`embedded_worker`: ``start_worker``, leaving the process as it found it. Not eager mode: an eager call (``task_always_eager``, ``apply()``)
   runs a JobbersTask untracked, as in production, so nothing would be recorded.
 
 See ``docs/howto/testing.md``.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from jobbers_celery.testing.embedded import embedded_worker
 from jobbers_celery.testing.sink import InMemoryDeadLetterSink
 from jobbers_celery.testing.store import HeartbeatSent, InMemoryStore
 
@@ -30,7 +32,8 @@ if TYPE_CHECKING:
 
     from jobbers_celery.jobbers import Jobbers
 
-__all__ = ["HeartbeatSent", "InMemoryDeadLetterSink", "InMemoryStore", "in_memory"]
+__all__ = ["HeartbeatSent", "InMemoryDeadLetterSink", "InMemoryStore", "embedded_worker",
+           "in_memory"]
 
 
 def in_memory(app: Celery, store: InMemoryStore | None = None,

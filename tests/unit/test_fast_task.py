@@ -12,11 +12,15 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.contrib.testing.worker import start_worker
 
 from jobbers_celery import JobbersTask, TaskState
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.testing import InMemoryDeadLetterSink, InMemoryStore, in_memory
+from jobbers_celery.testing import (
+    InMemoryDeadLetterSink,
+    InMemoryStore,
+    embedded_worker,
+    in_memory,
+)
 
 S = TaskState
 app = Celery("fast_task", broker="memory://", backend="cache+memory://")
@@ -55,7 +59,7 @@ def loop(self: JobbersTask) -> None:
 @pytest.fixture(scope="module")
 def jobbers() -> Iterator[Jobbers]:
     jobbers = in_memory(app, InMemoryStore(), InMemoryDeadLetterSink())
-    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
+    with embedded_worker(app, shutdown_timeout=30):
         yield jobbers
 
 

@@ -40,7 +40,7 @@ FOLDERS: dict[str, list[str]] = {
     "cli": ["output", "base", "aside", "dlq"],
     "entry": ["codec", "metrics", "sinks", "install"],
     "testing": ["idle", "memory", "steps", "running", "reads", "scheduling", "runs", "store",
-                "sink"],  # the users' kit: on top, it installs jobbers
+                "embedded", "sink"],  # the users' kit: on top, it installs jobbers
 }
 TOP_LEVEL = {"root", "entry"}  # layers whose modules sit at the package's top level
 

@@ -12,11 +12,15 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.contrib.testing.worker import start_worker
 
 from jobbers_celery import DeadLetter, JobbersTask, TaskState
 from jobbers_celery.core.states import TRANSITIONS
-from jobbers_celery.testing import InMemoryDeadLetterSink, InMemoryStore, in_memory
+from jobbers_celery.testing import (
+    InMemoryDeadLetterSink,
+    InMemoryStore,
+    embedded_worker,
+    in_memory,
+)
 
 S = TaskState
 
@@ -133,7 +137,7 @@ def test_each_in_memory_store_gets_the_tasks_of_the_worker_started_after_it() ->
     for n in (1, 2):
         store = InMemoryStore()
         in_memory(app, store, InMemoryDeadLetterSink())
-        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+        with embedded_worker(app, shutdown_timeout=10):
             result: Any = beat.delay(n)
             assert result.get(timeout=10) == n
 
