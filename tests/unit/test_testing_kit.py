@@ -5,6 +5,7 @@ one entry per attempt. End to end (an embedded worker on them): tests/integratio
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from jobbers_celery.testing import (
     embedded_worker,
     in_memory,
 )
+from jobbers_celery.worker import shutdown
 
 S = TaskState
 
@@ -134,6 +136,7 @@ def test_each_in_memory_store_gets_the_tasks_of_the_worker_started_after_it() ->
         self.heartbeat(progress={"n": n})
         return n
 
+    before = set(threading.enumerate())
     for n in (1, 2):
         store = InMemoryStore()
         in_memory(app, store, InMemoryDeadLetterSink())
@@ -148,3 +151,6 @@ def test_each_in_memory_store_gets_the_tasks_of_the_worker_started_after_it() ->
             _wait_for(completed)
         assert [(h.task_id, h.progress) for h in store.heartbeats] == [
             (result.id, f'{{"n": {n}}}')]
+        # and each worker leaves the process as it found it (embedded_worker)
+        assert [t.name for t in set(threading.enumerate()) - before] == []
+        assert not shutdown.draining()
