@@ -4,21 +4,26 @@ The scheduler (delayed retries when due), the cleaner (stalled tasks it resubmit
 resubmits of ``Jobbers`` and the worker's shutdown and outage paths all republish a task
 whose ``submitted`` step the recorder already took. They do it here, one way: the payload
 recorded on the task, the headers that name its version and dead-letter policy, inside
-:func:`~jobbers_celery.lifecycle.recorder.internal_publish` so that the publish signal does not record
+:func:`internal_publish` so that the publish signal does not record
 the submission twice, inside the trace context the payload carries (see
 :mod:`~jobbers_celery.telemetry.tracing`: all attempts of a task are one trace), and the publish lease
 confirmed (or left to expire, so that a scheduler publishes it again) by the caller.
+
+How such a publish is steered lives here too: the two ContextVars the recorder's ``publish``
+(run by Celery's publish signal) reads, :func:`internal_publish` (the submission is recorded
+already) and :func:`unrecorded_publish` (a message given back while the store is away).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from jobbers_celery.core.codec import PayloadCodec
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.lifecycle import payload as pl
-from jobbers_celery.lifecycle.recorder import internal_publish, unrecorded_publish
 from jobbers_celery.store import SchedulingStore
 from jobbers_celery.telemetry import tracing
 
@@ -26,9 +31,48 @@ if TYPE_CHECKING:
     from celery import Celery
     from celery.canvas import Signature
 
-__all__ = ["Publisher", "UnpublishablePayload"]
+__all__ = ["Publisher", "UnpublishablePayload", "internal_publish", "internal_publish_ms",
+           "publishing_unrecorded", "unrecorded_publish"]
 
 log = escaped_logger("jobbers.publisher")
+
+#: Set while jobbers itself publishes a task whose "submitted" step it already recorded
+#: (scheduler claims, resubmits): holds the Redis time of that step.
+_internal: ContextVar[int | None] = ContextVar("jobbers_internal_publish", default=None)
+
+
+@contextmanager
+def internal_publish(now_ms: int) -> Iterator[None]:
+    token = _internal.set(now_ms)
+    try:
+        yield
+    finally:
+        _internal.reset(token)
+
+
+def internal_publish_ms() -> int | None:
+    """The Redis time of the ``submitted`` step of the task jobbers publishes now
+    (:func:`internal_publish`), or ``None``: a publish the store must record."""
+    return _internal.get()
+
+
+#: Set while a worker gives a message back by publishing it again because the state store
+#: is unreachable: the publish neither records nor asks the store anything.
+_unrecorded: ContextVar[bool] = ContextVar("jobbers_unrecorded_publish", default=False)
+
+
+def publishing_unrecorded() -> bool:
+    """Whether publishes now are ones the store must not record (:func:`unrecorded_publish`)."""
+    return _unrecorded.get()
+
+
+@contextmanager
+def unrecorded_publish() -> Iterator[None]:
+    token = _unrecorded.set(True)
+    try:
+        yield
+    finally:
+        _unrecorded.reset(token)
 
 
 class UnpublishablePayload(ValueError):

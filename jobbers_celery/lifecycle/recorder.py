@@ -15,9 +15,7 @@ before or after, the per-attempt values kept on one :class:`Run` built at the st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jobbers_celery.core import errortext, intake
@@ -28,6 +26,7 @@ from jobbers_celery.core.states import RESUBMITTABLE, TaskState
 from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
 from jobbers_celery.deadletter.entry import DEAD_LETTER_FIELDS, dead_letter_entry
 from jobbers_celery.lifecycle import payload as pl
+from jobbers_celery.lifecycle.publisher import internal_publish_ms, publishing_unrecorded
 from jobbers_celery.store import CancelOutcome, Giver, ResultWrite, StepResult, StepStore
 from jobbers_celery.telemetry import metrics, tracing
 
@@ -36,9 +35,6 @@ __all__ = [
     "Recorder",
     "Run",
     "error_fields",
-    "internal_publish",
-    "publishing_unrecorded",
-    "unrecorded_publish",
 ]
 
 log = escaped_logger("jobbers.lifecycle")
@@ -51,46 +47,15 @@ _FROM_UNSUBMITTED = (S.UNSUBMITTED,)
 #: another copy of it on the record.
 ERROR_MESSAGE_MAX_CHARS = 1024
 
-#: A step runner: calls the step it is given, and may call it again (the task class sends
-#: a finished attempt's outcome again through a store outage, see ``JobbersTask._terminal``).
+#: A step runner: the outage policy of the steps that end an attempt, handed in with each of
+#: them by the worker (:class:`jobbers_celery.worker.outage.Ending`: it sends a finished
+#: attempt's outcome again through a store outage). It calls the step it is given, and may
+#: call it again; the recorder calls nothing else of the worker.
 Guard = Callable[[Callable[[], StepResult]], StepResult]
 
 
 def _direct(step: Callable[[], StepResult]) -> StepResult:
     return step()
-
-
-#: Set while jobbers itself publishes a task whose "submitted" step it already recorded
-#: (scheduler claims, resubmits): holds the Redis time of that step.
-_internal: ContextVar[int | None] = ContextVar("jobbers_internal_publish", default=None)
-
-
-@contextmanager
-def internal_publish(now_ms: int) -> Iterator[None]:
-    token = _internal.set(now_ms)
-    try:
-        yield
-    finally:
-        _internal.reset(token)
-
-
-#: Set while a worker gives a message back by publishing it again because the state store
-#: is unreachable: the publish neither records nor asks the store anything.
-_unrecorded: ContextVar[bool] = ContextVar("jobbers_unrecorded_publish", default=False)
-
-
-def publishing_unrecorded() -> bool:
-    """Whether publishes now are ones the store must not record (:func:`unrecorded_publish`)."""
-    return _unrecorded.get()
-
-
-@contextmanager
-def unrecorded_publish() -> Iterator[None]:
-    token = _unrecorded.set(True)
-    try:
-        yield
-    finally:
-        _unrecorded.reset(token)
 
 
 class Run:
@@ -167,9 +132,9 @@ class Recorder:
             headers.setdefault(pl.HEADER_VERSION, version)
         if dead_letter:
             headers[pl.HEADER_DEAD_LETTER] = 1
-        if _unrecorded.get():
+        if publishing_unrecorded():
             return  # the store is away: the message keeps the headers it was published with
-        now = _internal.get()
+        now = internal_publish_ms()
         epoch: str | None = None
         if now is None:
             tracing.stamp(headers)  # the trace its republishes continue (see tracing)

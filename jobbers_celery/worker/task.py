@@ -40,7 +40,8 @@ from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.states import TaskState
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.lifecycle import liveness, payload, results
-from jobbers_celery.lifecycle.recorder import Run, error_fields, publishing_unrecorded
+from jobbers_celery.lifecycle.publisher import publishing_unrecorded
+from jobbers_celery.lifecycle.recorder import Run, error_fields
 from jobbers_celery.store import UNREACHABLE, StepResult
 from jobbers_celery.telemetry import metrics, tracing
 from jobbers_celery.worker import heartbeat as hb

@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from jobbers_celery import TaskState, get_jobbers
-from jobbers_celery.lifecycle import recorder
+from jobbers_celery.lifecycle import publisher
 from jobbers_celery.store import Giver
 from jobbers_celery.worker.task import HEADER_GIVEN_BACK
 from tests.conftest import wait_for
@@ -33,7 +33,7 @@ def _publish_given_back(proj: Any, task_id: str, key: str, seconds: float,
                         header: str) -> None:
     """Publish a message of ``task_id`` with the header, as a worker gives one back (no
     record is made)."""
-    with recorder.unrecorded_publish():
+    with publisher.unrecorded_publish():
         proj.record_run.apply_async((key, seconds), task_id=task_id, ignore_result=True,
                                     headers={HEADER_GIVEN_BACK: header})
 

@@ -43,7 +43,7 @@ from celery import Celery
 
 from jobbers_celery import TaskState, get_jobbers, install
 from jobbers_celery.core.states import TERMINAL
-from jobbers_celery.lifecycle import recorder
+from jobbers_celery.lifecycle import publisher
 from jobbers_celery.worker.task import HEADER_GIVEN_BACK
 from tests.conftest import Worker, start_worker, wait_for
 from tests.integration import fault_proj, plain_fault_proj
@@ -466,7 +466,7 @@ def _given_back(proj: Any, header: str) -> tuple[Any, str]:
                       create={"name": "proj.add", "queue": "celery"}, name="proj.add").applied
     assert store.step(task_id, S.STARTED, start=True, wid="ghost:1:aaaaaa",
                       worker="ghost@localhost").applied
-    with recorder.unrecorded_publish():
+    with publisher.unrecorded_publish():
         proj.add.apply_async((2, 3), task_id=task_id, ignore_result=True,
                              headers={HEADER_GIVEN_BACK: header})
     return jobbers, task_id

@@ -32,7 +32,7 @@ FOLDERS: dict[str, list[str]] = {
     "deadletter": ["payloadjson", "spool", "aside", "errors", "sink", "redis_sink", "dispatcher",
                    "entry", "selection"],
     "resubmit": ["pace", "claimed", "pacer", "resubmit"],
-    "lifecycle": ["payload", "results", "liveness", "recorder", "publisher", "cleaner",
+    "lifecycle": ["payload", "results", "liveness", "publisher", "recorder", "cleaner",
                   "scheduler"],
     "root": ["jobbers"],
     "worker": ["shutdown", "logfilter", "taskrepr", "outage", "heartbeat", "start", "delays",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import itertools
 import logging
 from types import SimpleNamespace
@@ -16,16 +17,21 @@ from typing import Any
 
 import pytest
 import redis
+from celery import Celery
 from celery.exceptions import Ignore
 from kombu.exceptions import OperationalError
 
+from jobbers_celery import JobbersTask
+from jobbers_celery.core.states import TaskState
 from jobbers_celery.lifecycle.publisher import Publisher
 from jobbers_celery.lifecycle.recorder import Recorder
+from jobbers_celery.store import StepResult
 from jobbers_celery.worker import outage as outage_module
 from jobbers_celery.worker.outage import (
     OUTAGE_RESEND_FIRST_PAUSE_S,
     OUTAGE_RESEND_MAX_PAUSE_S,
     Delivery,
+    Ending,
     Handover,
     OutageLog,
     loop_outage_log,
@@ -243,3 +249,71 @@ def test_one_outage_log_says_an_outage_once_for_every_place_that_meets_it(
     assert level == logging.WARNING
     assert over.startswith("jobbers scheduler pass: the jobbers state store answers again "
                            "(unreachable for ")
+
+
+def test_a_lost_start_is_recorded_again_and_the_outcome_sent_once_more(
+        pauses: list[float]) -> None:
+    """The outage policy (``Ending``): held through the outage, then, the store having lost
+    the attempt's start (back at ``submitted`` with the attempt before), the start is
+    recorded again and the step sent once more."""
+    replies: list[Any] = [
+        redis.ConnectionError("Connection refused"),
+        StepResult(applied=False, previous=TaskState.SUBMITTED, now_ms=1, attempt=2),
+        StepResult(applied=True, previous=TaskState.STARTED, now_ms=2, attempt=3,
+                   state=TaskState.COMPLETED),
+    ]
+
+    def step() -> StepResult:
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    restarts: list[int] = []
+
+    def restart() -> StepResult:
+        restarts.append(1)
+        return StepResult(applied=True, previous=TaskState.SUBMITTED, now_ms=1, attempt=3,
+                          state=TaskState.STARTED)
+
+    res = Ending("proj.add", "t1", 3, restart)(step)
+    assert res.state is TaskState.COMPLETED
+    assert restarts == [1]
+    assert replies == []
+
+
+class _Recorder:
+    """Records the guard each ending step is handed, and applies the step at once."""
+
+    def __init__(self) -> None:
+        self.guards: list[Any] = []
+
+    def cancel(self, run: Any, *, reason: str, guard: Any) -> StepResult:
+        self.guards.append(guard)
+        return StepResult(applied=True, previous=TaskState.STARTED, now_ms=1, attempt=1,
+                          state=TaskState.CANCELLED)
+
+
+def test_the_recorder_is_handed_the_outage_policy_not_a_method_of_the_task() -> None:
+    """The recorder never calls back into the task: what it runs an ending step through is
+    the outage policy object (it was the task's bound ``_terminal``)."""
+    app = Celery("outage-unit", broker="memory://", set_as_current=False)
+    recorder = _Recorder()
+    app._jobbers = SimpleNamespace(  # type: ignore[attr-defined]
+        store=None, recorder=recorder, publisher=None,
+        config=SimpleNamespace(worker_lost_after=60.0))
+
+    @app.task(base=JobbersTask, bind=True, name="outage.cancelled", shared=False)
+    def cancelled(self: JobbersTask) -> None:  # pragma: no cover - not run
+        pass
+
+    task: Any = app.tasks["outage.cancelled"]
+    task.push_request(id="t1", called_directly=False, is_eager=False, hostname="w@h",
+                      jobbers_attempt=1, jobbers_run=object())
+    try:
+        assert task._cancelled()
+    finally:
+        task.pop_request()
+    [guard] = recorder.guards
+    assert isinstance(guard, Ending)
+    assert not inspect.ismethod(guard)

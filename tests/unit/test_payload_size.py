@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jobbers_celery import ConfigurationError, JobbersConfig
-from jobbers_celery.lifecycle import recorder
+from jobbers_celery.lifecycle import publisher, recorder
 from jobbers_celery.testing import InMemoryStore
 
 NAME = "proj.import_catalog"
@@ -71,7 +71,7 @@ def test_retry_publishes_and_internal_publishes_do_not_warn_again(caplog):
     jobbers = _jobbers(payload_warn_bytes=1000)
     with caplog.at_level(logging.WARNING, logger="jobbers.lifecycle"):
         _publish(jobbers, ["x" * 2000], retries=1)  # an immediate retry's publish
-        with recorder.internal_publish(5_000):  # a resubmit or the scheduler
+        with publisher.internal_publish(5_000):  # a resubmit or the scheduler
             _publish(jobbers, ["x" * 2000])
     assert _warnings(caplog) == []
     assert jobbers.store.get_raw("t-1")["retries"] == "1"
