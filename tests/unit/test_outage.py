@@ -8,7 +8,6 @@ end in tests/integration/test_store_outage.py."""
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
 import itertools
 import logging
@@ -26,6 +25,7 @@ from jobbers_celery.core.states import TaskState
 from jobbers_celery.lifecycle.publisher import Publisher
 from jobbers_celery.lifecycle.recorder import Recorder
 from jobbers_celery.store import StepResult
+from jobbers_celery.testing import InMemoryStore
 from jobbers_celery.worker import outage as outage_module
 from jobbers_celery.worker.outage import (
     OUTAGE_RESEND_FIRST_PAUSE_S,
@@ -172,30 +172,30 @@ def test_a_message_given_back_again_names_every_giver_of_that_delivery(
     assert outage_module.givers(None, 0) == []
 
 
-class _Store:
-    """The record of a task whose attempt 1, started by ``wid`` (a giver), was stalled."""
-
-    def __init__(self, wid: str, reason: str) -> None:
-        self.raw = {"state": "stalled", "wid": wid, "attempt": "1"}
-        self.reason = reason
-        self.steps: list[dict[str, Any]] = []
-
-    def get_raw(self, task_id: str) -> dict[str, str]:
-        return self.raw
-
-    def history(self, task_id: str) -> list[Any]:
-        return [SimpleNamespace(reason="published"), SimpleNamespace(reason=self.reason)]
-
-    def step(self, task_id: str, to: Any, **kwargs: Any) -> Any:
-        self.steps.append({"to": to, **kwargs})
-        return SimpleNamespace(applied=True, state=to)
+ORPHAN = ("stalled: worker w@h (g1@h:1:a) no longer runs it and its end was not recorded "
+          "(lost by a Redis failover or restart); last heartbeat never")
 
 
-def _stall_handover(store: _Store) -> Handover:
+def _stalled(wid: str, reason: str) -> InMemoryStore:
+    """The record of a task whose attempt 1, started by ``wid`` (a giver), was stalled with
+    ``reason`` (an orphan's verdict also marks that its worker said it does not run it)."""
+    store = InMemoryStore()
+    store.submit("t1", sources=(outage_module.S.UNSUBMITTED,), reason="published",
+                 name="proj.add", create={"name": "proj.add", "queue": "celery"})
+    store.start("t1", name="proj.add", worker="w@h", wid=wid, heartbeat_ms=None, cap=None,
+                lease_cap_ms=60_000, defer_ms=1000, fields={})
+    store.step("t1", outage_module.S.STALLED, sources=(outage_module.S.STARTED,),
+               reason=reason, set_fields={"gone": "1"} if reason == ORPHAN else None)
+    return store
+
+
+def _stall_handover(store: InMemoryStore) -> Handover:
     """The store and the recorder's take-back (the recorder is the only caller of steps)."""
-    recorder = SimpleNamespace(store=store)
-    take_back = functools.partial(Recorder.take_back_stall, recorder)  # type: ignore[arg-type]
-    return _handover(store, SimpleNamespace(take_back_stall=take_back))
+    return _handover(store, Recorder(store, SimpleNamespace()))
+
+
+def _steps(store: InMemoryStore) -> list[tuple[Any, Any]]:
+    return [(t.from_state, t.to_state) for t in store.history("t1")]
 
 
 def _given_back(givers: str) -> Delivery:
@@ -204,19 +204,14 @@ def _given_back(givers: str) -> Delivery:
     return Delivery("proj.add", "t1", 0, "w@h", request, lambda: None)  # type: ignore[arg-type, return-value]
 
 
-ORPHAN = ("stalled: worker w@h (g1@h:1:a) no longer runs it and its end was not recorded "
-          "(lost by a Redis failover or restart); last heartbeat never")
-
-
 def test_a_message_given_back_takes_back_its_givers_attempt_stalled_as_an_end_lost() -> None:
-    store = _Store("g1@h:1:a", ORPHAN)
+    store = _stalled("g1@h:1:a", ORPHAN)
     refused = SimpleNamespace(applied=False, previous="stalled", attempt=1)
     back = _stall_handover(store).take_back(_given_back("g0@h:0:z,g1@h:1:a"), refused)
     assert back is outage_module.S.SUBMITTED  # the caller starts it again
-    [step] = store.steps
-    assert step["to"] == outage_module.S.SUBMITTED
-    assert step["sources"] == (outage_module.S.STALLED,)
-    assert (step["fence"], step["wid_fence"]) == (1, "g1@h:1:a")
+    # the one step, fenced by attempt 1, the giver g1@h:1:a and the orphan's mark
+    assert _steps(store)[-1] == (outage_module.S.STALLED, outage_module.S.SUBMITTED)
+    assert store.refused_counts() == {}
 
 
 @pytest.mark.parametrize(("wid", "reason"), [
@@ -224,10 +219,11 @@ def test_a_message_given_back_takes_back_its_givers_attempt_stalled_as_an_end_lo
     ("g1@h:1:a", "stalled: no heartbeat for 9.0s (max_heartbeat_interval 2.0s); ..."),
 ], ids=["another_worker", "another_verdict"])
 def test_a_stall_the_givers_did_not_cause_so_stands(wid: str, reason: str) -> None:
-    store = _Store(wid, reason)
+    store = _stalled(wid, reason)
+    before = _steps(store)
     refused = SimpleNamespace(applied=False, previous="stalled", attempt=1)
     assert _stall_handover(store).take_back(_given_back("g1@h:1:a"), refused) is None
-    assert store.steps == []
+    assert _steps(store) == before  # no step
 
 
 def test_one_outage_log_says_an_outage_once_for_every_place_that_meets_it(
