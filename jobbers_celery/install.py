@@ -17,7 +17,7 @@ from jobbers_celery.core import redaction
 from jobbers_celery.core.config import JobbersConfig
 from jobbers_celery.core.options import OPTION_NAMES, validate_options
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.lifecycle import payload
+from jobbers_celery.lifecycle import publisher
 from jobbers_celery.telemetry import metrics
 from jobbers_celery.worker import logfilter, signals
 from jobbers_celery.worker.refusals import RefusalStep, connect_refusals
@@ -59,18 +59,18 @@ def install(app: Celery) -> Jobbers:
 
 def _mark_publishes(app: Celery) -> None:
     """Every publish of ``app`` (``apply_async``, canvas, ``send_task``, jobbers' own: all go
-    through ``app.send_task``) is marked as the app's (:func:`payload.mark_publishing`), because
+    through ``app.send_task``) is marked as the app's (:func:`publisher.mark_publishing`), because
     ``before_task_publish`` names only the task and two apps of one process may register
     the same name: the sending app's store must record it."""
     send_task = app.send_task
 
     @functools.wraps(send_task)
     def send_task_marked(*args: Any, **kwargs: Any) -> Any:
-        token = payload.mark_publishing(app)  # no context manager: on every publish
+        token = publisher.mark_publishing(app)  # no context manager: on every publish
         try:
             return send_task(*args, **kwargs)
         finally:
-            payload.unmark_publishing(token)
+            publisher.unmark_publishing(token)
 
     app.send_task = send_task_marked  # type: ignore[method-assign]
 

@@ -10,7 +10,6 @@ with everything it had, without ETA messages and without pickle.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextvars import ContextVar, Token
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -36,16 +35,13 @@ __all__ = [
     "from_publish",
     "from_signature_options",
     "loads",
-    "mark_publishing",
     "open_arguments",
-    "publishing_app",
     "queue_of",
     "readable_arguments",
     "republish",
     "request_header",
     "seal_arguments",
     "sealed_arguments",
-    "unmark_publishing",
     "unopenable",
 ]
 
@@ -157,25 +153,6 @@ def request_header(request: Any, name: str) -> Any:
 
 def queue_of(options: Mapping[str, Any]) -> str:
     return str(options.get("queue") or options.get("routing_key") or "")
-
-
-#: The app publishing right now, for ``before_task_publish`` (which names only the task): two
-#: apps of one process may both register a task name, and the record belongs in the store of
-#: the app that sends it.
-_publishing: ContextVar[Celery | None] = ContextVar("jobbers_publishing_app", default=None)
-
-
-def mark_publishing(app: Celery) -> Token[Celery | None]:
-    """Publishes from here on are ``app``'s, until :func:`unmark_publishing` with the token."""
-    return _publishing.set(app)
-
-
-def unmark_publishing(token: Token[Celery | None]) -> None:
-    _publishing.reset(token)
-
-
-def publishing_app() -> Celery | None:
-    return _publishing.get()
 
 
 def republish(

@@ -9,16 +9,17 @@ the submission twice, inside the trace context the payload carries (see
 :mod:`~jobbers_celery.telemetry.tracing`: all attempts of a task are one trace), and the publish lease
 confirmed (or left to expire, so that a scheduler publishes it again) by the caller.
 
-How such a publish is steered lives here too: the two ContextVars the recorder's ``publish``
-(run by Celery's publish signal) reads, :func:`internal_publish` (the submission is recorded
-already) and :func:`unrecorded_publish` (a message given back while the store is away).
+How every publish is steered lives here too, in the three ContextVars that Celery's publish
+signal reads: :func:`internal_publish` (the submission is recorded already),
+:func:`unrecorded_publish` (a message given back while the store is away) and
+:func:`mark_publishing` (which app sends it, for the record's store).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
 from jobbers_celery.core.codec import PayloadCodec
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
     from celery.canvas import Signature
 
 __all__ = ["Publisher", "UnpublishablePayload", "internal_publish", "internal_publish_ms",
-           "publishing_unrecorded", "unrecorded_publish"]
+           "mark_publishing", "publishing_app", "publishing_unrecorded", "unmark_publishing",
+           "unrecorded_publish"]
 
 log = escaped_logger("jobbers.publisher")
 
@@ -54,6 +56,25 @@ def internal_publish_ms() -> int | None:
     """The Redis time of the ``submitted`` step of the task jobbers publishes now
     (:func:`internal_publish`), or ``None``: a publish the store must record."""
     return _internal.get()
+
+
+#: The app publishing right now, for ``before_task_publish`` (which names only the task): two
+#: apps of one process may both register a task name, and the record belongs in the store of
+#: the app that sends it.
+_publishing: ContextVar[Celery | None] = ContextVar("jobbers_publishing_app", default=None)
+
+
+def mark_publishing(app: Celery) -> Token[Celery | None]:
+    """Publishes from here on are ``app``'s, until :func:`unmark_publishing` with the token."""
+    return _publishing.set(app)
+
+
+def unmark_publishing(token: Token[Celery | None]) -> None:
+    _publishing.reset(token)
+
+
+def publishing_app() -> Celery | None:
+    return _publishing.get()
 
 
 #: Set while a worker gives a message back by publishing it again because the state store

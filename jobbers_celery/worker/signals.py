@@ -39,9 +39,9 @@ from jobbers_celery.lifecycle.payload import (
     HEADER_DEAD_LETTER,
     HEADER_ENQUEUED_AT,
     HEADER_TASK,
-    publishing_app,
     request_header,
 )
+from jobbers_celery.lifecycle.publisher import publishing_app
 from jobbers_celery.store import HousekeepingStore
 from jobbers_celery.telemetry import metrics
 from jobbers_celery.worker import shutdown, taskrepr

@@ -28,7 +28,7 @@ def test_a_name_two_apps_register_is_recorded_by_the_app_that_publishes_it(monke
     """A test suite or a process with two apps: each publish lands in its own app's store,
     not in that of the oldest app that registers the name."""
     from jobbers_celery import JobbersTask
-    from jobbers_celery.lifecycle import payload
+    from jobbers_celery.lifecycle import publisher
 
     seen = []
 
@@ -54,7 +54,7 @@ def test_a_name_two_apps_register_is_recorded_by_the_app_that_publishes_it(monke
     apps[1].send_task("nowhere.registered")
     assert [(j.app if j else None, t) for j, t in seen] == [
         (apps[1], tasks[1]), (apps[0], tasks[0]), (apps[1], tasks[1]), (apps[1], None)]
-    token = payload.mark_publishing(apps[1])
+    token = publisher.mark_publishing(apps[1])
     assert signals._for_publish("shared.name")[0].app is apps[1]
-    payload.unmark_publishing(token)
-    assert payload.publishing_app() is None
+    publisher.unmark_publishing(token)
+    assert publisher.publishing_app() is None
