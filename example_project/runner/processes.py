@@ -13,13 +13,19 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.errors import Failed
 
 if TYPE_CHECKING:
-    from runner.report import Report
     from runner.ui import UI
+
+
+class Starts(Protocol):
+    """What the processes tell the report: each one started (the report is above them)."""
+
+    def started(self, proc: Proc) -> None: ...
+
 
 #: The example project (``example_project/``): where the processes run.
 HERE = Path(__file__).resolve().parents[1]
@@ -65,7 +71,7 @@ class Processes:
     """Every process this command starts, each in its own session (so Ctrl-C in the
     terminal reaches only this command, which stops them in order)."""
 
-    def __init__(self, log_dir: Path, env: dict[str, str], report: Report) -> None:
+    def __init__(self, log_dir: Path, env: dict[str, str], report: Starts) -> None:
         self.log_dir = log_dir
         self.env = env
         self.report = report
