@@ -155,6 +155,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+@pytest.fixture(autouse=True)
+def _worker_not_shutting_down() -> None:
+    """Each test starts in a process whose worker is not shutting down. An embedded worker a
+    test stopped leaves the process-wide flag set (a worker's process then exits; a test's
+    goes on), and a task a later test calls in this process would be handed back unrun: with
+    pytest-xdist any test may follow any other."""
+    from jobbers_celery.worker import shutdown
+
+    shutdown.on_worker_init()  # what a worker starting in the process does
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     server = RedisServer()
