@@ -472,6 +472,9 @@ def _given_back(proj: Any, header: str) -> tuple[Any, str]:
     return jobbers, task_id
 
 
+# serial: the take-back and the cleaner's stall are both due at worker_lost_after; with
+# the worker starved by parallel tests the cleaner came first once (scripts/test)
+@pytest.mark.serial
 def test_a_given_back_message_takes_back_the_start_its_giver_recorded(proj: Any,
                                                                       worker_factory: Any) -> None:
     worker_factory()
@@ -623,6 +626,9 @@ def test_store_out_of_memory_rabbitmq_broker(tmp_path: Path, rabbitmq: RabbitVho
     check(figures, killed=False, gave_back=False)
 
 
+# serial: what kombu had prefetched when the broker died depends on the timing of plain
+# Celery, which parallel tests upset (stuck was 0 once; scripts/test)
+@pytest.mark.serial
 @pytest.mark.parametrize("restore", [None, RESTORE_S], ids=["kombu_defaults", "restore"])
 def test_plain_celery_redis_broker_killed_and_restarted(tmp_path: Path,
                                                         restore: float | None) -> None:
@@ -684,11 +690,12 @@ def test_plain_celery_redis_broker_killed_and_restarted(tmp_path: Path,
             wait_for(settled, timeout=40, interval=0.25, message="the broker to settle")
             seconds = time.monotonic() - began
             ran = executions(marks)
-            stuck = len(unacked() - set(ran))
-            acks_lost = len(unacked() & set(ran))
+            held = unacked()  # read once: a message kombu restores meanwhile counts once
+            stuck = len(held - set(ran))
+            acks_lost = len(held & set(ran))
             # neither run, nor queued, nor unacknowledged: taken off the queue by kombu's
             # BRPOP and never handed to Celery (the broker died before kombu recorded it)
-            dropped = len(set(ids) - set(ran) - unacked())
+            dropped = len(set(ids) - set(ran) - held)
         finally:
             for worker in workers:
                 worker.stop()
