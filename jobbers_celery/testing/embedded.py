@@ -4,8 +4,7 @@ Why: a stopped worker leaves process-wide state behind: jobbers' "the worker is 
 down" flag (set at its shutdown so that running tasks stop; the next worker clears it, but
 a test that pushes a request or heartbeats without a worker sees it and every
 ``heartbeat()`` raises ``WorkerShuttingDown``), and the logging Celery set up for it (the
-root logger's level and handlers: later tests' warnings go nowhere), and jobbers' scheduler
-and liveness threads, still running.
+root logger's level and handlers: later tests' warnings go nowhere).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from celery.contrib.testing.worker import start_worker
 
 from jobbers_celery.worker import shutdown
-from jobbers_celery.worker.runtime import WorkerStep
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -27,33 +25,19 @@ if TYPE_CHECKING:
 __all__ = ["embedded_worker"]
 
 
-def _stop_threads(worker: WorkController) -> None:
-    """Stop jobbers' scheduler and liveness threads of ``worker``: the embedded worker is
-    stopped by Celery's terminate path, which neither stops a bootstep that has no object
-    of its own nor sends ``worker_shutdown``, so each stopped worker left both running."""
-    for step in getattr(worker, "steps", ()):
-        if isinstance(step, WorkerStep):
-            for thread in (step.scheduler, step.liveness):
-                if thread is not None:
-                    thread.stop()
-
-
 @contextmanager
 def embedded_worker(app: Celery, **options: Any) -> Iterator[WorkController]:
     """``celery.contrib.testing.worker.start_worker(app, **options)`` (default: the solo
-    pool, no ping check), then its jobbers threads stopped, the shutting-down flag cleared
+    pool, no ping check), then the shutting-down flag cleared
     and the root logger's level and handlers as they were before it started."""
     options.setdefault("pool", "solo")
     options.setdefault("perform_ping_check", False)
     root = logging.getLogger()
     level, handlers = root.level, root.handlers[:]
-    worker: WorkController | None = None
     try:
-        with start_worker(app, **options) as worker:
+        with start_worker(app, **options) as worker:  # its terminate stops jobbers' threads
             yield worker
     finally:
-        if worker is not None:
-            _stop_threads(worker)
         shutdown.on_worker_init()  # the stopped worker's shutdown is not the process's
         root.setLevel(level)
         root.handlers[:] = handlers

@@ -188,10 +188,20 @@ class WorkerStep(bootsteps.StartStopStep):
         self.scheduler.start()
 
     def stop(self, parent: Any) -> None:
+        # the liveness thread goes on until ``worker_shutdown``: a warm shutdown stops this
+        # step before the pool has finished the tasks it lets run to their end
         if self.scheduler is not None:
             self.scheduler.stop()
 
     shutdown = stop
+
+    def terminate(self, parent: Any) -> None:
+        """A cold stop (``WorkController.terminate``: Celery's embedded test worker, the
+        ``celery_worker`` fixture) sends no ``worker_shutdown`` and skips :meth:`stop`: stop
+        both threads here, or each stopped worker leaves them running in the process."""
+        self.stop(parent)
+        if self.liveness is not None:
+            self.liveness.stop()
 
 
 def _wake_up() -> None:

@@ -154,3 +154,22 @@ def test_each_in_memory_store_gets_the_tasks_of_the_worker_started_after_it() ->
         # and each worker leaves the process as it found it (embedded_worker)
         assert [t.name for t in set(threading.enumerate()) - before] == []
         assert not shutdown.draining()
+
+
+def test_celerys_own_embedded_worker_leaves_no_jobbers_thread_running() -> None:
+    """The ``celery_worker`` fixture stops its worker the cold way (``terminate``), which
+    sends no ``worker_shutdown`` and skips the steps' ``stop``: jobbers' scheduler and
+    liveness threads of every such worker went on running in the test process."""
+    from celery.contrib.testing.worker import start_worker
+
+    app = Celery("kit_plain_worker", broker="memory://", backend="cache+memory://")
+    app.conf.broker_transport_options = {"polling_interval": 0.01}
+    in_memory(app)
+    before = set(threading.enumerate())
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+            pass
+        left = [t.name for t in set(threading.enumerate()) - before]
+        assert not [name for name in left if name.startswith("jobbers")]
+    finally:
+        shutdown.on_worker_init()
