@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from kombu.utils.imports import symbol_by_name
 
@@ -43,14 +43,19 @@ from jobbers_celery.lifecycle.recorder import Recorder
 from jobbers_celery.lifecycle.scheduler import Scheduler
 from jobbers_celery.resubmit import pacer
 from jobbers_celery.resubmit.pace import ResubmitPace, ResubmitRunInfo
-from jobbers_celery.resubmit.resubmit import Resubmitter
-from jobbers_celery.store import RedisStore
+from jobbers_celery.resubmit.resubmit import ResubmitStore, Resubmitter
+from jobbers_celery.store import CleanerStore, RedisStore, StepStore
 from jobbers_celery.store.connect import redis_client
 from jobbers_celery.store.errors import store_call as _store_call
 from jobbers_celery.telemetry.history import CountHistory, CountSample
 
 if TYPE_CHECKING:
     from celery import Celery
+
+
+class ServiceStore(StepStore, CleanerStore, ResubmitStore, Protocol):
+    """What the services :meth:`Jobbers.compose` builds use of a store, all parts together."""
+
 
 __all__ = ["Jobbers", "PurgeReport"]
 
@@ -95,17 +100,23 @@ class Jobbers:
             spool=spool)
         # seals the arguments jobbers keeps, opens them where they are published again
         self.codec = PayloadCodec.of(config.payload_keys)
-        self.recorder = Recorder(self.store, self.dead_letters,
+        self.compose(self.store)
+
+    def compose(self, store: ServiceStore) -> None:
+        """Build the services over ``store``: written once, for the Redis store and for
+        the in-memory one of :mod:`jobbers_celery.testing`."""
+        config = self.config
+        self.recorder = Recorder(store, self.dead_letters,
                                  payload_warn_bytes=config.payload_warn_bytes,
                                  publish_lease_s=config.publish_lease, codec=self.codec)
-        self.publisher = Publisher(app, self.store, self.codec)
-        self.cleaner = Cleaner(self.store, config, self.recorder, self.publisher)
+        self.publisher = Publisher(self.app, store, self.codec)
+        self.cleaner = Cleaner(store, config, self.recorder, self.publisher)
         self.resubmitter = Resubmitter(
-            app, self.store, self.recorder, self.publisher,
+            self.app, store, self.recorder, self.publisher,
             self._payload_sink.entry if self._payload_sink is not None else None,
             unopenable=lambda e: payload.unopenable(e.args, e.kwargs, self.codec),
             fresh_headers=(payload.HEADER_ENQUEUED_AT,))
-        self.count_sampler = CountHistory(self.store)
+        self.count_sampler = CountHistory(store)
 
     def scheduler(self, worker_name: str | None = None) -> Scheduler:
         """A scheduler of this namespace (a worker runs one, see :mod:`runtime`)."""

@@ -66,28 +66,13 @@ def in_memory(app: Celery, store: InMemoryStore | None = None,
 
 def _rewire(jobbers: Jobbers, store: InMemoryStore, sink: InMemoryDeadLetterSink) -> None:
     """Rebuild the services of ``jobbers`` over the fakes, as ``Jobbers`` builds them."""
-    from jobbers_celery.lifecycle.cleaner import Cleaner
-    from jobbers_celery.lifecycle.publisher import Publisher
-    from jobbers_celery.lifecycle.recorder import Recorder
-    from jobbers_celery.resubmit.resubmit import Resubmitter
-    from jobbers_celery.telemetry.history import CountHistory
-
-    fake: Any = store  # the services are typed on the Redis store's parts
+    fake: Any = store  # ``Jobbers.store`` is the Redis store for everything else it does
     jobbers.store = fake
     jobbers.sink = sink
     jobbers._payload_sink = None  # paced resubmits need the Redis sink's runs
     jobbers.dead_letters.sink = sink
     jobbers.dead_letters._written = None
-    config = jobbers.config
-    jobbers.recorder = Recorder(fake, jobbers.dead_letters,
-                                payload_warn_bytes=config.payload_warn_bytes,
-                                publish_lease_s=config.publish_lease, codec=jobbers.codec)
-    jobbers.publisher = Publisher(jobbers.app, fake, jobbers.codec)
-    jobbers.cleaner = Cleaner(fake, config, jobbers.recorder, jobbers.publisher)
-    jobbers.count_sampler = CountHistory(fake)
-    was = jobbers.resubmitter
-    jobbers.resubmitter = Resubmitter(jobbers.app, fake, jobbers.recorder, jobbers.publisher,
-                                      None, was.unopenable, was.fresh_headers)
+    jobbers.compose(store)  # the services, built as Jobbers builds them
     # Each JobbersTask keeps the collaborators it built from this instance's services
     # (worker/parts.py, rebuilt only for another instance): left, the next test's tasks
     # would start, heartbeat and end in the previous test's store (a cancel never seen,
