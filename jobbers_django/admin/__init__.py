@@ -21,6 +21,7 @@ Their parts: :mod:`~jobbers_django.admin.actions` (the confirmation page and wha
 does, for the bulk actions, a group's and an entry's buttons),
 :mod:`~jobbers_django.admin.charts` (inline SVG pictures and their bounded queries),
 :mod:`~jobbers_django.admin.filters` (list filters),
+:mod:`~jobbers_django.admin.lifecycle` (one task's record and transitions, as two pages show them),
 :mod:`~jobbers_django.admin.pagination` (the capped paginator),
 :mod:`~jobbers_django.admin.base` (the read-only admin they all are) and
 :mod:`~jobbers_django.admin.display` (how values look).
@@ -41,7 +42,8 @@ from jobbers_django.admin.actions import summary
 from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
 from jobbers_django.admin.entries import DeadLetterEntryAdmin
 from jobbers_django.admin.groups import DeadLetterAuditAdmin, FailureGroupAdmin
-from jobbers_django.admin.live import LivePagesAdmin, lifecycle
+from jobbers_django.admin.lifecycle import lifecycle
+from jobbers_django.admin.live import LivePagesAdmin
 from jobbers_django.admin.pagination import BoundedPaginator
 from jobbers_django.admin.runs import ResubmitRunAdmin
 

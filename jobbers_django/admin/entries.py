@@ -35,7 +35,8 @@ from jobbers_django.admin.filters import (
     TaskNameFilter,
     VersionFilter,
 )
-from jobbers_django.admin.live import LivePagesAdmin, lifecycle
+from jobbers_django.admin.lifecycle import lifecycle
+from jobbers_django.admin.live import LivePagesAdmin
 from jobbers_django.models import (
     Action,
     DeadLetterEntry,

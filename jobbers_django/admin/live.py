@@ -1,11 +1,9 @@
 """The live pages, under the entries admin (``deadletterentry/live/``): counts per state,
 running, stalled and scheduled tasks from Redis, the cleaner's last pass, one task's record
-and transitions, and the cancel action behind a confirmation page. Redis unreachable is a
-message on the page, never a 500."""
+and transitions (:mod:`~jobbers_django.admin.lifecycle`), and the cancel action behind a
+confirmation page. Redis unreachable is a message on the page, never a 500."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -18,11 +16,12 @@ from jobbers_django import permissions, services
 from jobbers_django.admin import charts
 from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
 from jobbers_django.admin.display import compact_json, duration, since
+from jobbers_django.admin.lifecycle import lifecycle
 from jobbers_django.converters import ADMIN_TASK_ID
 from jobbers_django.models import DeadLetterEntry, Source
 from jobbers_django.redaction import shown
 
-__all__ = ["HISTORY_MINUTES", "REFRESH_SECONDS", "LivePagesAdmin", "lifecycle"]
+__all__ = ["HISTORY_MINUTES", "REFRESH_SECONDS", "LivePagesAdmin"]
 
 #: The live page's chart of tasks per state covers this many minutes.
 HISTORY_MINUTES = 60
@@ -113,30 +112,3 @@ class LivePagesAdmin(ReadOnlyAdmin):
                                      live_url=live_url)
         return TemplateResponse(request, "jobbers/admin/cancel_confirmation.html", context)
 
-
-def lifecycle(task_id: str) -> dict[str, Any]:
-    """The task's Redis record (progress redacted) and transitions, or why there are none."""
-    try:
-        detail = services.task_detail(task_id)
-    except STORE_ERRORS as exc:
-        return {"error": f"Redis is unreachable, so the lifecycle cannot be shown: {exc}"}
-    record = shown(detail.record) if detail.record else None
-    transitions = [shown(t) for t in detail.transitions]
-    # the page's one date format may hide seconds: the gaps say how the steps followed
-    steps = [{"t": t, "after": _gap(transitions[n - 1].at, t.at) if n else ""}
-             for n, t in enumerate(transitions)]
-    return {"record": record, "transitions": steps,
-            "progress": compact_json(record.progress) if record else "",
-            "progress_bar": charts.progress_bar(record.progress) if record else None,
-            "cancellable": record is not None and record.state in (
-                TaskState.SUBMITTED, TaskState.SCHEDULED, TaskState.STARTED)}
-
-
-def _gap(before: Any, after: Any) -> str:
-    """``+0.012 s``, ``+3.4 s``, ``+2m 05s`` between two transition times."""
-    if before is None or after is None:
-        return ""
-    seconds = (after - before).total_seconds()
-    if seconds < 60:
-        return f"+{seconds:.3f} s" if seconds < 1 else f"+{seconds:.1f} s"
-    return "+" + duration(after - before)

@@ -42,7 +42,7 @@ FOLDERS: dict[str, list[str]] = {
     "views": ["setaside"],
     "templatetags": ["jobbers_text"],
     "admin": ["pagination", "base", "display", "charts", "filters", "aside", "actions",
-              "live", "entries", "groups", "runs"],
+              "lifecycle", "live", "entries", "groups", "runs"],
     "management": ["commands.jobbers_publish_pending", "commands.jobbers_dlq", "commands"],
     # what Django loads: the URLs a project includes, the app config
     "entry": ["urls", "apps"],
