@@ -23,7 +23,7 @@ NAME = "jobbers_django"
 # after its modules (a nested package is listed by name, after its own modules).
 FOLDERS: dict[str, list[str]] = {
     # settings, the id fields and converters, fingerprints, keyset pages: Django at most
-    "basics": ["conf", "fields", "fingerprint", "converters", "querysets"],
+    "basics": ["conf", "fields", "frames", "fingerprint", "converters", "querysets"],
     # the tables, and who may read or act on them
     "models": ["models", "permissions"],
     "migrations": [],  # any order: a migration imports no other (see UNORDERED)

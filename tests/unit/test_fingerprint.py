@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobbers_django import fingerprint as fpmod
+from jobbers_django import frames
 from jobbers_django.fingerprint import app_frame, fingerprint, normalise_message
 
 
@@ -120,7 +121,7 @@ def test_message_patterns_read_only_the_head(monkeypatch):
 
 def test_frame_pattern_reads_bounded_lines_from_the_end(monkeypatch):
     lengths: list[int] = []
-    monkeypatch.setattr(fpmod, "_FRAME", _Seen(fpmod._FRAME, 8192, lengths))
+    monkeypatch.setattr(frames, "_FRAME", _Seen(frames._FRAME, 8192, lengths))
     app = '  File "/srv/app/shop/parsing.py", line 3, in parse_row\n'
     long_line = '  File "/srv/app/x.py", line 1, in ' + " " * MB + "f\n"
     many = '  File "/usr/lib/python3.11/json/decoder.py", line 1, in decode\n' * 30_000
