@@ -290,6 +290,7 @@ def test_any_celery_loggers_records_are_redacted_at_the_handlers_the_worker_sets
             seen.append(self.format(record))
 
     root = logging.getLogger("jobbers-test-root")
+    root.setLevel(logging.DEBUG)  # whatever an earlier test left on the real root logger
     handler = Keep()
     root.addHandler(handler)
     try:

@@ -5,6 +5,7 @@ one entry per attempt. End to end (an embedded worker on them): tests/integratio
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -166,6 +167,8 @@ def test_celerys_own_embedded_worker_leaves_no_jobbers_thread_running() -> None:
     app.conf.broker_transport_options = {"polling_interval": 0.01}
     in_memory(app)
     before = set(threading.enumerate())
+    root = logging.getLogger()  # Celery's worker sets the root logger up: put it back after
+    level, handlers = root.level, root.handlers[:]
     try:
         with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
             pass
@@ -173,3 +176,5 @@ def test_celerys_own_embedded_worker_leaves_no_jobbers_thread_running() -> None:
         assert not [name for name in left if name.startswith("jobbers")]
     finally:
         shutdown.on_worker_init()
+        root.setLevel(level)
+        root.handlers[:] = handlers
