@@ -1,7 +1,7 @@
 """jobbers_celery.testing's fakes keep the store's rules: the one transition table refuses
 what Redis refuses, a heartbeat of a stale attempt is rejected, a cancellation of a started
 task waits for its next step, a delayed step comes due on the fake clock, and the sink keeps
-one entry per attempt. End to end (an embedded worker on them): tests/integration/test_user_kit.py."""
+one entry per attempt. End to end (an embedded worker on them): tests/distribution/test_howto_testing.py."""
 
 from __future__ import annotations
 
