@@ -32,15 +32,18 @@ S = TaskState
 
 
 class HeartbeatCounter:
-    """Counts, with Redis MONITOR, the heartbeat.lua calls for one task (the only script
-    called with 4 keys, the first being the task hash) and the heartbeats it accepted (its
-    ``HSET <task> hb_at ...``, which only heartbeat.lua writes first). Not by script SHA:
-    the workers may run newer script text than this test process loaded."""
+    """Counts, with Redis MONITOR, the heartbeat.lua runs for one task (its first read,
+    ``HMGET <task> state attempt hb_iv cancel``, which no other script makes) and the
+    heartbeats it accepted (its ``HSET <task> hb_at ...``, which only heartbeat.lua writes
+    first). Runs, not EVALSHA requests: a worker's first call of a script this Redis has not
+    loaded yet is answered NOSCRIPT and sent again once loaded (one run, two requests), and
+    whether an earlier test loaded it depends on which tests ran before on this server."""
 
     def __init__(self, url: str, task_key: str) -> None:
         self.calls = 0
         self.accepted: list[float] = []
         self._key, self._hset = task_key, f"HSET {task_key} hb_at "
+        self._read = f"HMGET {task_key} state attempt hb_iv cancel"
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._client = redis.Redis.from_url(url, decode_responses=True)
@@ -53,8 +56,7 @@ class HeartbeatCounter:
             self._ready.set()
             for entry in monitor.listen():
                 command = entry["command"]
-                parts = command.split(" ", 4)
-                if parts[0] == "EVALSHA" and parts[2:4] == ["4", self._key]:
+                if entry["client_type"] == "lua" and command == self._read:
                     self.calls += 1
                 elif (entry["client_type"] == "lua" and command.startswith(self._hset)
                         and " state " not in command):
