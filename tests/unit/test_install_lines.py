@@ -28,7 +28,9 @@ TESTED = {
                                 "[django,otel,crypto]: a value sealed and opened)",
 }
 #: packages from PyPI that a page installs for a tool of its own, not jobbers
-THIRD_PARTY = {"selenium": "docs/howto/dlq-admin.md: scripts/admin_screenshots.py drives Chromium"}
+THIRD_PARTY = {"selenium": "docs/howto/dlq-admin.md: scripts/admin_screenshots.py drives Chromium",
+               "pytest": "docs/howto/testing.md: the reader's test runner "
+                         "(tests/distribution/test_howto_testing.py installs it)"}
 
 INSTALL = re.compile(r"\bpip3?\s+install\s+([^`\n#]+)")
 
