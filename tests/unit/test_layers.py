@@ -2,9 +2,10 @@
 module listed before it in its own folder, and each folder imports only the third-party
 packages it is allowed.
 
-Read from the source with ``ast``: every ``import`` anywhere in a module counts (module
-level, inside functions, under ``TYPE_CHECKING``), so neither a cycle nor a forbidden
-package can hide in a function. docs/contributing.md draws the same picture.
+Read from the source with ``ast`` (:mod:`tests.unit.importgraph`, which the jobbers_django
+layer test reads with too): every ``import`` anywhere in a module counts (module level,
+inside functions, under ``TYPE_CHECKING``), so neither a cycle nor a forbidden package can
+hide in a function. docs/contributing.md draws the same picture.
 
 jobbers_django sits above all of them and uses only the public API (``__all__``); its own
 layers are checked by its own layer test.
@@ -12,9 +13,9 @@ layers are checked by its own layer test.
 
 from __future__ import annotations
 
-import ast
-import sys
 from pathlib import Path
+
+from tests.unit import importgraph
 
 PACKAGE = Path(__file__).resolve().parents[2] / "jobbers_celery"
 NAME = "jobbers_celery"
@@ -79,54 +80,10 @@ for _n, (_layer, _mods) in enumerate(FOLDERS.items()):
 RANK[NAME], LAYER[NAME] = (len(FOLDERS), 0), "entry"  # the package's __init__: last of all
 
 
-def _modules() -> dict[str, Path]:
-    out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join([NAME, *parts])] = path
-    return out
-
-
-MODULES = _modules()
-
-
-def _imports(module: str, path: Path) -> tuple[set[str], set[str]]:
-    """The package modules and the third-party packages ``module`` imports, anywhere."""
-    found: set[str] = set()
-    third: set[str] = set()
-    is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: resolve against this module's package
-                anchor = module.split(".")
-                anchor = anchor[:len(anchor) - node.level + (1 if is_package else 0)]
-                base = ".".join([*anchor, base]) if base else ".".join(anchor)
-            # ``from pkg import mod`` imports the module ``pkg.mod`` when there is one
-            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
-                     for a in node.names]
-        else:
-            continue
-        for name in names:
-            top = name.split(".")[0]
-            if top != NAME:
-                if top not in sys.stdlib_module_names and top != "__future__":
-                    third.add(top)
-                continue
-            while name and name not in MODULES:  # a name inside a module: the module
-                name = name.rpartition(".")[0]
-            if name and name != module:
-                found.add(name)
-    return found, third
-
-
-_READ = {module: _imports(module, path) for module, path in MODULES.items()}
-GRAPH = {module: found for module, (found, _) in _READ.items()}
-THIRD = {module: third for module, (_, third) in _READ.items()}
+_READ = importgraph.read(PACKAGE, NAME)
+MODULES = _READ.modules
+GRAPH = _READ.graph
+THIRD = _READ.third
 
 
 def test_every_module_has_a_layer() -> None:
@@ -159,25 +116,7 @@ def test_only_the_store_imports_redis() -> None:
 
 
 def test_no_import_cycle_among_the_files() -> None:
-    cycles: list[list[str]] = []
-    state: dict[str, int] = {}  # 1: on the path, 2: done
-    path: list[str] = []
-
-    def visit(module: str) -> None:
-        state[module] = 1
-        path.append(module)
-        for nxt in sorted(GRAPH[module]):
-            if state.get(nxt) == 1:
-                cycles.append([*path[path.index(nxt):], nxt])
-            elif nxt not in state:
-                visit(nxt)
-        path.pop()
-        state[module] = 2
-
-    for module in sorted(GRAPH):
-        if module not in state:
-            visit(module)
-    assert cycles == []
+    assert importgraph.cycles(GRAPH) == []
 
 
 def test_the_reader_sees_imports_inside_functions_and_type_checking_blocks() -> None:
