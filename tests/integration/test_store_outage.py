@@ -668,7 +668,9 @@ def test_plain_celery_redis_broker_killed_and_restarted(tmp_path: Path,
 
         try:
             short = app.tasks["plain.short"]
-            ids = [short.delay(0.02).id for _ in range(LOAD // 2)]
+            # tasks of 0.1 s: the kill finds a backlog, so the consumer holds prefetched
+            # messages (at 0.02 s a quiet machine had run the whole queue by then)
+            ids = [short.delay(0.1).id for _ in range(LOAD // 2)]
             wait_for(lambda: len(executions(marks)) >= LOAD // 8, timeout=30, interval=0.1,
                      message="the load to be under way")
             began = time.monotonic()
