@@ -65,12 +65,16 @@ from jobbers_celery.jobbers import Jobbers, PurgeReport
 from jobbers_celery.lifecycle.cleaner import CleanerStatus, CleanReport
 from jobbers_celery.lifecycle.payload import readable_arguments, unopenable
 from jobbers_celery.resubmit.claimed import publish_claimed
+from jobbers_celery.resubmit.pace import FINAL as FINAL_RUN_STATUSES
 from jobbers_celery.resubmit.pace import (
     PaceError,
     ResubmitPace,
     ResubmitRunInfo,
+    RunAction,
     RunOutcome,
     RunStatus,
+    control_sources,
+    control_transition,
     run_outcome,
     stop_rule,
 )
@@ -85,6 +89,7 @@ __all__ = [
     "ALTERED",
     "DEFAULT_REDACT_KEYS",
     "ENCRYPTED",
+    "FINAL_RUN_STATUSES",
     "REDACTED",
     "UNPUBLISHABLE",
     "AttemptSuperseded",
@@ -119,6 +124,7 @@ __all__ = [
     "ResubmitRunConflict",
     "ResubmitRunInfo",
     "ResubmitVersion",
+    "RunAction",
     "RunOutcome",
     "RunStatus",
     "SetAside",
@@ -136,6 +142,8 @@ __all__ = [
     "__version__",
     "check_pace_options",
     "check_task_id",
+    "control_sources",
+    "control_transition",
     "dlq_criteria",
     "escaped_logger",
     "get_jobbers",

@@ -20,6 +20,7 @@ from jobbers_celery.core.options import ResubmitVersion
 from jobbers_celery.core.states import RESUBMITTABLE, TaskState
 
 __all__ = [
+    "CONTROL",
     "FAILED_AGAIN",
     "FINAL",
     "MAX_RATE",
@@ -31,9 +32,12 @@ __all__ = [
     "PaceError",
     "ResubmitPace",
     "ResubmitRunInfo",
+    "RunAction",
     "RunOutcome",
     "RunStatus",
     "allowance",
+    "control_sources",
+    "control_transition",
     "halt_reason",
     "rule_text",
     "run_outcome",
@@ -76,6 +80,36 @@ class RunStatus(StrEnum):
 
 #: Statuses a run never leaves.
 FINAL = frozenset({RunStatus.HALTED, RunStatus.CANCELLED, RunStatus.DONE})
+
+
+class RunAction(StrEnum):
+    """What an operator does to a run."""
+
+    PAUSE = "pause"
+    RESUME = "resume"
+    CANCEL = "cancel"
+
+
+#: THE control table, for both sinks: each action, the statuses it moves a run from, and
+#: the status it moves it to. ``run_control.lua`` keeps a copy (it runs in Redis;
+#: tests/integration/test_run_control_parity.py compares the two).
+CONTROL: dict[RunAction, tuple[frozenset[RunStatus], RunStatus]] = {
+    RunAction.PAUSE: (frozenset({RunStatus.QUEUED, RunStatus.RUNNING}), RunStatus.PAUSED),
+    RunAction.RESUME: (frozenset({RunStatus.PAUSED}), RunStatus.RUNNING),
+    RunAction.CANCEL: (frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.PAUSED}),
+                       RunStatus.CANCELLED),
+}
+
+
+def control_sources(action: RunAction | str) -> frozenset[RunStatus]:
+    """The statuses ``action`` applies to (the others refuse it)."""
+    return CONTROL[RunAction(action)][0]
+
+
+def control_transition(status: RunStatus | str, action: RunAction | str) -> RunStatus | None:
+    """The status ``action`` moves a run in ``status`` to, or ``None``: not allowed now."""
+    sources, target = CONTROL[RunAction(action)]
+    return target if status in sources else None
 
 
 class RunOutcome(StrEnum):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from jobbers_celery.resubmit.pace import RunStatus, allowance, stop_rule
+from jobbers_celery.resubmit.pace import FINAL, allowance, control_transition, stop_rule
 from jobbers_celery.store.scripts import to_json
 from jobbers_celery.testing.memory import Memory
 
@@ -20,10 +20,6 @@ __all__ = ["MemoryRuns"]
 
 _FIELD = {"c": "completed", "f": "failed_again", "o": "ended_otherwise", "s": "skipped",
           "x": "publish_failed"}
-_SOURCES = {"pause": {"queued", "running"}, "resume": {"paused"},
-            "cancel": {"queued", "running", "paused"}}
-_TARGETS = {"pause": "paused", "resume": "running", "cancel": "cancelled"}
-_FINAL = {RunStatus.HALTED.value, RunStatus.CANCELLED.value, RunStatus.DONE.value}
 
 
 @dataclass
@@ -148,7 +144,7 @@ class MemoryRuns(Memory):
                 if changed:
                     r.log.append(to_json({"at": now, "action": status, "by": "pacer",
                                           "detail": changed}))
-            if status in _FINAL and not r.unsettled:
+            if status in FINAL and not r.unsettled:
                 self._active.discard(run_id)
             return status, changed
 
@@ -159,9 +155,10 @@ class MemoryRuns(Memory):
             if r is None:
                 return False, ""
             f, now = r.fields, self.now_ms()
-            if f.get("status") not in _SOURCES[action]:
+            target = control_transition(f.get("status", ""), action)
+            if target is None:
                 return False, f.get("status", "")
-            f["status"] = _TARGETS[action]
+            f["status"] = target.value
             if action == "resume":  # the pace counts from now: a pause saves up no burst
                 f.update(paced_since=str(now), published_base=f.get("claimed") or "0")
             elif action == "cancel":
@@ -169,4 +166,4 @@ class MemoryRuns(Memory):
             r.log.append(to_json({"at": now, "action": action, "by": by, "detail": ""}))
             if action == "cancel" and not r.unsettled:
                 self._active.discard(run_id)
-            return True, _TARGETS[action]
+            return True, target.value

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -24,7 +23,15 @@ from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from jobbers_celery import PaceError, ResubmitPace, ResubmitVersion, escaped_logger
+from jobbers_celery import (
+    PaceError,
+    ResubmitPace,
+    ResubmitVersion,
+    RunAction,
+    control_sources,
+    control_transition,
+    escaped_logger,
+)
 from jobbers_django import bridge
 from jobbers_django.dlq.actions import version_choice
 from jobbers_django.dlq.selection import Selection, SelectionError, candidates, current_versions
@@ -121,16 +128,15 @@ def start(selection: Selection, pace: Pace, *, reset_retry_count: bool = True,
 
 def pause(run_id: int, *, user: Any = None, source: str = Source.CODE) -> ResubmitRun:
     """Stop publishing; what was published is still followed to its outcome."""
-    return _move(run_id, Action.RUN_PAUSE, (RunStatus.QUEUED, RunStatus.RUNNING),
-                 {"status": RunStatus.PAUSED}, user=user, source=source)
+    return _move(run_id, RunAction.PAUSE, {}, user=user, source=source)
 
 
 def resume(run_id: int, *, user: Any = None, source: str = Source.CODE) -> ResubmitRun:
     """Publish again from where the run paused, at its pace counted from now; a new step
     chain is started (the paused one has stopped or stops at its next step)."""
     chain = uuid.uuid4().hex
-    run = _move(run_id, Action.RUN_RESUME, (RunStatus.PAUSED,),
-                {"status": RunStatus.RUNNING, "chain": chain, "paced_since": timezone.now(),
+    run = _move(run_id, RunAction.RESUME,
+                {"chain": chain, "paced_since": timezone.now(),
                  "published_base": F("published")}, user=user, source=source)
     transaction.on_commit(functools.partial(_enqueue_soon, run_id, chain))
     return run
@@ -138,31 +144,37 @@ def resume(run_id: int, *, user: Any = None, source: str = Source.CODE) -> Resub
 
 def cancel(run_id: int, *, user: Any = None, source: str = Source.CODE) -> ResubmitRun:
     """Publish nothing more; the unpublished entries stay dead."""
-    return _move(run_id, Action.RUN_CANCEL,
-                 (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.PAUSED),
-                 {"status": RunStatus.CANCELLED, "finished_at": timezone.now()},
+    return _move(run_id, RunAction.CANCEL, {"finished_at": timezone.now()},
                  user=user, source=source)
 
 
-def _move(run_id: int, action: str, sources: Sequence[str], update: dict[str, Any], *,
+#: Each control's audit action, and its past tense (for a refusal).
+_AUDITED: dict[RunAction, tuple[str, str]] = {
+    RunAction.PAUSE: (Action.RUN_PAUSE, "paused"),
+    RunAction.RESUME: (Action.RUN_RESUME, "resumed"),
+    RunAction.CANCEL: (Action.RUN_CANCEL, "cancelled"),
+}
+
+
+def _move(run_id: int, action: RunAction, update: dict[str, Any], *,
           user: Any, source: str) -> ResubmitRun:
-    """One conditional UPDATE: of two operators pressing the same button, one moves the
-    run (and is audited), the other gets :class:`RunConflict`."""
+    """One conditional UPDATE by the control table both sinks use
+    (``jobbers_celery.control_transition``): of two operators pressing the same button,
+    one moves the run (and is audited), the other gets :class:`RunConflict`."""
     real_user = user if getattr(user, "is_authenticated", False) else None
+    sources = [s.value for s in RunStatus if s.value in control_sources(action)]
+    target = control_transition(sources[0], action)
+    assert target is not None  # every action applies to some status
+    audited, verb = _AUDITED[action]
     with transaction.atomic():
-        moved = ResubmitRun.objects.filter(pk=run_id, status__in=sources).update(**update)
+        moved = ResubmitRun.objects.filter(pk=run_id, status__in=sources).update(
+            status=target.value, **update)
         run = ResubmitRun.objects.get(pk=run_id)  # DoesNotExist: the caller's 404
         if not moved:
             raise RunConflict(f"run {run_id} is {run.status}: it can be "
-                              f"{_verb(action)} only when {' or '.join(sources)}")
-        audit(run, action, user=real_user, source=source)
+                              f"{verb} only when {' or '.join(sources)}")
+        audit(run, audited, user=real_user, source=source)
     return run
-
-
-def _verb(action: str) -> str:
-    verbs: dict[str, str] = {Action.RUN_PAUSE: "paused", Action.RUN_RESUME: "resumed",
-                             Action.RUN_CANCEL: "cancelled"}
-    return verbs.get(action, action)
 
 
 def revive(stale_after: timedelta = timedelta(seconds=60)) -> list[int]:
