@@ -22,6 +22,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import formats, timezone
 
+from jobbers_celery import FINAL_RUN_STATUSES
 from jobbers_django.fields import TaskIdField, TaskIdsField
 
 
@@ -240,6 +241,8 @@ class DeadLetterAudit(models.Model):
 
 
 class RunStatus(models.TextChoices):
+    """``jobbers_celery.RunStatus`` as a model's choices (the same values; a test checks)."""
+
     QUEUED = "queued", "queued"
     RUNNING = "running", "running"
     PAUSED = "paused", "paused"
@@ -248,8 +251,8 @@ class RunStatus(models.TextChoices):
     DONE = "done", "done"
 
 
-#: Statuses a run never leaves.
-FINAL_STATUSES = (RunStatus.HALTED, RunStatus.CANCELLED, RunStatus.DONE)
+#: Statuses a run never leaves (``jobbers_celery``'s, the one list for both sinks).
+FINAL_STATUSES = tuple(s for s in RunStatus if s.value in FINAL_RUN_STATUSES)
 
 
 class ItemOutcome(models.TextChoices):
