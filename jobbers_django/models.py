@@ -256,6 +256,9 @@ FINAL_STATUSES = tuple(s for s in RunStatus if s.value in FINAL_RUN_STATUSES)
 
 
 class ItemOutcome(models.TextChoices):
+    """A run item's fate; a settled one is named as ``jobbers_celery.RunOutcome``'s (the
+    settle rule's) member of the same name (the values are the database's)."""
+
     PENDING = "", "pending"
     #: not published: the entry was no longer dead (resubmitted or discarded meanwhile)
     SKIPPED = "skipped", "skipped"
@@ -264,7 +267,7 @@ class ItemOutcome(models.TextChoices):
     COMPLETED = "completed", "completed"
     FAILED_AGAIN = "failed_again", "failed again"
     #: ended otherwise: its record expired before it was read
-    OTHER = "other", "ended otherwise"
+    ENDED_OTHERWISE = "other", "ended otherwise"
 
 
 class ResubmitRun(models.Model):

@@ -29,6 +29,7 @@ __all__ = [
     "MAX_WINDOW",
     "MIN_RATE",
     "RATE_MESSAGE",
+    "SETTLED",
     "PaceError",
     "ResubmitPace",
     "ResubmitRunInfo",

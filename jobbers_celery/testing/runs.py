@@ -12,14 +12,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from jobbers_celery.resubmit.pace import FINAL, allowance, control_transition, stop_rule
+from jobbers_celery.resubmit.pace import (
+    FINAL,
+    SETTLED,
+    RunOutcome,
+    allowance,
+    control_transition,
+    stop_rule,
+)
 from jobbers_celery.store.scripts import to_json
 from jobbers_celery.testing.memory import Memory
 
 __all__ = ["MemoryRuns"]
 
-_FIELD = {"c": "completed", "f": "failed_again", "o": "ended_otherwise", "s": "skipped",
-          "x": "publish_failed"}
+#: The outcomes a settle counts, each in the run's field of its name (``completed``, ...).
+_COUNTED = frozenset(RunOutcome) - {RunOutcome.PUBLISHED}
 
 
 @dataclass
@@ -120,12 +127,13 @@ class MemoryRuns(Memory):
                 return "", ""
             f = r.fields
             for member, code, note in outcomes:
-                if code == "p":
+                if code == RunOutcome.PUBLISHED:
                     r.claiming.pop(member, None)
-                elif code in _FIELD and r.unsettled.pop(member, None) is not None:
+                elif code in _COUNTED and r.unsettled.pop(member, None) is not None:
                     r.claiming.pop(member, None)
-                    f[_FIELD[code]] = str(int(f.get(_FIELD[code]) or 0) + 1)
-                    if code in "cfo":
+                    name = RunOutcome(code).name.lower()
+                    f[name] = str(int(f.get(name) or 0) + 1)
+                    if code in SETTLED:
                         r.window.insert(0, code)
                     if note:
                         r.notes[member] = f"{code}|{note}"

@@ -53,12 +53,11 @@ SETTLE_INTERVAL = 1.0
 MAX_BATCH = 500
 MAX_SETTLE = 500
 
-#: The settled outcomes as an item keeps them (the settle rule's words, the model's values).
+#: The settled outcomes as an item keeps them: the settle rule's outcome, and the model's
+#: member of the same name.
 ITEM_OUTCOMES: dict[RunOutcome, ItemOutcome] = {
-    RunOutcome.COMPLETED: ItemOutcome.COMPLETED,
-    RunOutcome.FAILED_AGAIN: ItemOutcome.FAILED_AGAIN,
-    RunOutcome.ENDED_OTHERWISE: ItemOutcome.OTHER,
-}
+    o: ItemOutcome[o.name] for o in (RunOutcome.COMPLETED, RunOutcome.FAILED_AGAIN,
+                                     RunOutcome.ENDED_OTHERWISE)}
 _RUN_OUTCOMES = {item: run for run, item in ITEM_OUTCOMES.items()}
 
 
