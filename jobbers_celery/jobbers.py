@@ -47,6 +47,7 @@ from jobbers_celery.resubmit.resubmit import ResubmitStore, Resubmitter
 from jobbers_celery.store import CleanerStore, RedisStore, StepStore
 from jobbers_celery.store.connect import redis_client
 from jobbers_celery.store.errors import store_call as _store_call
+from jobbers_celery.store.parts import DeadLetterStore, LayoutStore, RunningStore, RunStore
 from jobbers_celery.telemetry.history import CountHistory, CountSample
 
 if TYPE_CHECKING:
@@ -57,7 +58,13 @@ class ServiceStore(StepStore, CleanerStore, ResubmitStore, Protocol):
     """What the services :meth:`Jobbers.compose` builds use of a store, all parts together."""
 
 
-__all__ = ["Jobbers", "PurgeReport"]
+class JobbersStore(ServiceStore, RunStore, RunningStore, LayoutStore, DeadLetterStore,
+                   Protocol):
+    """Every part a :class:`Jobbers` uses: its services', its reads' and the dead-letter
+    dispatcher's (the Redis store, or the in-memory one of :mod:`jobbers_celery.testing`)."""
+
+
+__all__ = ["Jobbers", "JobbersStore", "PurgeReport"]
 
 log = escaped_logger("jobbers")
 
@@ -77,35 +84,43 @@ class Jobbers:
 
     _count = itertools.count()
 
-    def __init__(self, app: Celery, config: JobbersConfig) -> None:
+    def __init__(self, app: Celery, config: JobbersConfig, store: JobbersStore | None = None,
+                 sink: DeadLetterSink | None = None) -> None:
+        """``store`` and ``sink``: the ones to use instead of those ``config`` names (the
+        in-memory fakes of :mod:`jobbers_celery.testing`); a store handed in gets no spool
+        (an entry neither the sink nor that store takes waits in this process's memory)."""
         self._serial = next(Jobbers._count)
         self.app = app
         self.config = config
-        self.store = RedisStore(redis_client(config), config.key_prefix, config.retention,
-                                config.store_shards)
-        factory = symbol_by_name(config.dead_letter_sink)
-        sink = factory(self)
+        spool = None
+        if store is None:
+            store = RedisStore(redis_client(config), config.key_prefix, config.retention,
+                               config.store_shards)
+            # entries that neither the sink nor Redis takes wait on local disk
+            spool = DeadLetterSpool(spool_directory(config.dead_letter_spool,
+                                                    config.key_prefix, config.redis_url))
+        self.store: JobbersStore = store
+        if sink is None:
+            factory = symbol_by_name(config.dead_letter_sink)
+            sink = factory(self)
         if not isinstance(sink, DeadLetterSink):
             raise TypeError(f"{config.dead_letter_sink} did not build a sink with write(entry)")
         self.sink: DeadLetterSink = sink
         # a sink that can hand entries back keeps the one copy of a dead task's payload
         self._payload_sink = (cast("PayloadDeadLetterSink", sink)
                               if callable(getattr(sink, "entry", None)) else None)
-        # entries that neither the sink nor Redis takes wait on local disk
-        spool = DeadLetterSpool(spool_directory(config.dead_letter_spool, config.key_prefix,
-                                                config.redis_url))
-        self.dead_letters = DeadLetterDispatcher(
-            sink, self.store.client, self.store.keys,
-            written=self._drop_record_payloads if self._payload_sink is not None else None,
-            spool=spool)
         # seals the arguments jobbers keeps, opens them where they are published again
         self.codec = PayloadCodec.of(config.payload_keys)
-        self.compose(self.store)
+        self.compose(store, spool)
 
-    def compose(self, store: ServiceStore) -> None:
-        """Build the services over ``store``: written once, for the Redis store and for
-        the in-memory one of :mod:`jobbers_celery.testing`."""
+    def compose(self, store: JobbersStore, spool: DeadLetterSpool | None) -> None:
+        """Build the dead-letter dispatcher and the services over ``store``: written once,
+        for the Redis store and for the in-memory one of :mod:`jobbers_celery.testing`."""
         config = self.config
+        self.dead_letters = DeadLetterDispatcher(
+            self.sink, store,
+            written=self._drop_record_payloads if self._payload_sink is not None else None,
+            spool=spool)
         self.recorder = Recorder(store, self.dead_letters,
                                  payload_warn_bytes=config.payload_warn_bytes,
                                  publish_lease_s=config.publish_lease, codec=self.codec)
@@ -138,7 +153,11 @@ class Jobbers:
     _installed: ClassVar[weakref.WeakSet[Jobbers]] = weakref.WeakSet()
 
     def register(self) -> None:
-        """Make this the instance of its app (``install`` calls it)."""
+        """Make this the instance of its app (``install`` calls it), in place of the one
+        registered before (``jobbers_celery.testing.in_memory``)."""
+        before = Jobbers.find(self.app)
+        if before is not None and before is not self:
+            Jobbers._installed.discard(before)
         self.app._jobbers = self  # type: ignore[attr-defined]
         Jobbers._installed.add(self)
 
@@ -165,6 +184,17 @@ class Jobbers:
     @_store_call
     def get(self, task_id: str) -> TaskRecord | None:
         return self.store.get(task_id)
+
+    @_store_call
+    def states_of(self, task_ids: Iterable[str]) -> dict[str, tuple[TaskState, int] | None]:
+        """Each task's state and attempt now (``None``: no record), in one round trip (per
+        node on a cluster): what a batch of reads such as a paced resubmit's settle needs,
+        without one :meth:`get` per task."""
+        ids = list(dict.fromkeys(task_ids))
+        rows = self.store.fields(ids, ("state", "attempt")) if ids else []
+        return {task_id: (TaskState(state), int(attempt) if attempt and attempt.isdigit() else 0)
+                if state is not None else None
+                for task_id, (state, attempt) in zip(ids, rows, strict=True)}
 
     @_store_call
     def history(self, task_id: str) -> list[Transition]:

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.records import DeadLetter, SetAside, SetAsideReport
 from jobbers_celery.core.storable import ID_LIMIT, storable_form
-from jobbers_celery.store import deadletters
+from jobbers_celery.store.parts import DeadLetterStore
 
 if TYPE_CHECKING:
-    from jobbers_celery.store.connect import Client
     from jobbers_celery.store.keys import Keys
 
-__all__ = ["KEEP", "SetAsideList"]
+__all__ = ["KEEP", "AsideStore", "SetAsideList"]
 
 log = escaped_logger("jobbers.deadletter")
 
@@ -34,12 +33,19 @@ KEEP = 1_000
 _MAX_WHY = 1_000
 
 
+class AsideStore(DeadLetterStore, Protocol):
+    """The dead-letter part of a store, and the keys it names in the logs (the Redis store,
+    or the in-memory one of :mod:`jobbers_celery.testing`)."""
+
+    @property
+    def keys(self) -> Keys: ...
+
+
 class SetAsideList:
     """The set-aside list of one dataset (its global keys)."""
 
-    def __init__(self, client: Client, keys: Keys) -> None:
-        self.client = client
-        self.keys = keys
+    def __init__(self, store: AsideStore) -> None:
+        self.store = store
 
     def add(self, raw: str | None, why: str, source: str,
             entry: DeadLetter | None = None) -> None:
@@ -54,14 +60,14 @@ class SetAsideList:
             "reason": shown.reason[:ID_LIMIT] if shown else None,
             "entry": raw,
         })
-        if deadletters.set_aside_push(self, item, KEEP) > KEEP:
+        if self.store.set_aside_push(item, KEEP) > KEEP:
             log.error("the set-aside list %s holds %d items: its oldest one was dropped (it is "
-                      "still counted in %s)", self.keys.dead_letter_set_aside, KEEP,
-                      self.keys.dead_letter_set_aside_count)
+                      "still counted in %s)", self.store.keys.dead_letter_set_aside, KEEP,
+                      self.store.keys.dead_letter_set_aside_count)
 
     def report(self, limit: int = 100) -> SetAsideReport:
         """The newest ``limit`` items, how many are kept and how many were ever set aside."""
-        items, kept, total = deadletters.set_aside_read(self, limit)
+        items, kept, total = self.store.set_aside_read(limit)
         return SetAsideReport(kept=kept, total=max(total, kept),
                               entries=[parse(text) for text in items])
 

@@ -24,21 +24,16 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.records import DeadLetter
 from jobbers_celery.core.storable import is_storable, parked_json, storable_form
-from jobbers_celery.deadletter.aside import SetAsideList
+from jobbers_celery.deadletter.aside import AsideStore, SetAsideList
 from jobbers_celery.deadletter.errors import describe_error, refused_for_itself
 from jobbers_celery.deadletter.sink import DeadLetterSink
 from jobbers_celery.deadletter.spool import DeadLetterSpool
-from jobbers_celery.store import deadletters
 from jobbers_celery.telemetry import metrics
-
-if TYPE_CHECKING:
-    from jobbers_celery.store.connect import Client
-    from jobbers_celery.store.keys import Keys
 
 __all__ = ["DeadLetterDispatcher", "close_all"]
 
@@ -68,6 +63,9 @@ class DeadLetterDispatcher:
     is set aside (:class:`~jobbers_celery.deadletter.aside.SetAsideList`) and the ones behind
     it go on; when Redis refuses the set-aside too, it waits as any other.
 
+    ``store``: where the outbox and the set-aside list are (the store's dead-letter part:
+    the Redis store, or the in-memory one of :mod:`jobbers_celery.testing`).
+
     ``written``: called with the entries the sink took as they were (after each write or
     batch; an exception it raises is logged, never lost entries): ``Jobbers`` drops the
     records' copies of the payloads there when the sink keeps them
@@ -75,15 +73,14 @@ class DeadLetterDispatcher:
     is left out: its record keeps the payload as it was.
     """
 
-    def __init__(self, sink: DeadLetterSink, client: Client, keys: Keys,
+    def __init__(self, sink: DeadLetterSink, store: AsideStore,
                  written: Callable[[Sequence[DeadLetter]], None] | None = None,
                  spool: DeadLetterSpool | None = None) -> None:
         self.sink = sink
-        self.client = client
-        self.keys = keys
+        self.store = store
         self.spool = spool
         self._written = written
-        self.aside = SetAsideList(client, keys)
+        self.aside = SetAsideList(store)
         if spool is not None:
             spool.on_unreadable = self._set_aside_lines
         self._pending: collections.deque[DeadLetter] = collections.deque(maxlen=_MAX_PENDING)
@@ -141,7 +138,7 @@ class DeadLetterDispatcher:
         who = (f"dead letter {entry.name}[{entry.task_id}] attempt {entry.attempt} "
                f"({entry.reason})" if entry is not None else "an unreadable dead letter")
         log.error("%s set aside in %s, never retried: %s", who,
-                  self.keys.dead_letter_set_aside, why)
+                  self.store.keys.dead_letter_set_aside, why)
         return True
 
     def send_many(self, entries: Sequence[DeadLetter]) -> list[bool]:
@@ -220,8 +217,8 @@ class DeadLetterDispatcher:
     def _park_durably(self, entries: Sequence[DeadLetter]) -> str | None:
         """The outbox (one ``RPUSH``), else the spool; ``None`` if both refused."""
         try:
-            deadletters.outbox_push(self, [_dumps(e) for e in entries])
-            return f"the Redis outbox {self.keys.dead_letter_outbox}"
+            self.store.outbox_push([_dumps(e) for e in entries])
+            return f"the Redis outbox {self.store.keys.dead_letter_outbox}"
         except Exception as exc:  # noqa: BLE001 - logged with the spool's outcome
             outbox_error = describe_error(exc, entries)
         if self.spool is None:
@@ -392,7 +389,7 @@ class DeadLetterDispatcher:
 
     def _to_outbox(self, entries: Sequence[DeadLetter]) -> bool:
         try:
-            deadletters.outbox_push(self, [_dumps(e) for e in entries])
+            self.store.outbox_push([_dumps(e) for e in entries])
         except Exception:  # noqa: BLE001 - Redis down: the entries stay in the spool
             return False
         return True
@@ -405,7 +402,7 @@ class DeadLetterDispatcher:
         order; the head entry refused for itself: it is set aside, the next one follows."""
         for _ in range(limit):
             try:
-                raw = deadletters.outbox_head(self)
+                raw = self.store.outbox_head()
             except Exception:  # noqa: BLE001 - Redis down: the outbox waits for it
                 return
             if raw is None:
@@ -428,7 +425,7 @@ class DeadLetterDispatcher:
             else:
                 done.append(entry)
             try:
-                deadletters.outbox_remove(self, raw)
+                self.store.outbox_remove(raw)
             except Exception:  # noqa: BLE001 - written; it is written again later (idempotent)
                 return
 
@@ -439,10 +436,10 @@ class DeadLetterDispatcher:
                    for line in lines)
 
     def _set_aside_outbox(self, raw: str) -> bool:
-        key = self.keys.dead_letter_outbox
+        key = self.store.keys.dead_letter_outbox
         if self._set_aside(raw, "unreadable: not a dead-letter entry's JSON", "outbox"):
             try:
-                deadletters.outbox_remove(self, raw)
+                self.store.outbox_remove(raw)
             except Exception:  # noqa: BLE001 - set aside twice at worst, never lost
                 return False
             return True
@@ -451,7 +448,7 @@ class DeadLetterDispatcher:
             return False
         try:
             target = self.spool.set_aside([raw.encode()], "outbox.jsonl")
-            deadletters.outbox_remove(self, raw)
+            self.store.outbox_remove(raw)
         except Exception:
             log.exception("could not set aside an unreadable entry of %s; it stays there", key)
             return False

@@ -4,7 +4,8 @@ One part per module, as the Redis store is cut (``store/parts.py``): the steps
 (:mod:`~jobbers_celery.testing.steps`), heartbeats (:mod:`~jobbers_celery.testing.running`),
 reads (:mod:`~jobbers_celery.testing.reads`), delayed tasks and publish leases
 (:mod:`~jobbers_celery.testing.scheduling`), paced resubmits' runs
-(:mod:`~jobbers_celery.testing.runs`), and the housekeeping that has nothing to do in one
+(:mod:`~jobbers_celery.testing.runs`), the dead-letter outbox and set-aside list
+(:mod:`~jobbers_celery.testing.outbox`), and the housekeeping that has nothing to do in one
 process (:mod:`~jobbers_celery.testing.idle`), over one shared state
 (:mod:`~jobbers_celery.testing.memory`). mypy checks below that it satisfies each Protocol.
 
@@ -19,24 +20,27 @@ from typing import TYPE_CHECKING
 
 from jobbers_celery.testing.idle import IdleHousekeeping
 from jobbers_celery.testing.memory import HeartbeatSent
+from jobbers_celery.testing.outbox import MemoryDeadLetters
 from jobbers_celery.testing.reads import MemoryReads
 from jobbers_celery.testing.running import MemoryRunning
 from jobbers_celery.testing.runs import MemoryRuns
 from jobbers_celery.testing.scheduling import MemoryScheduling
 
 if TYPE_CHECKING:
+    from jobbers_celery.jobbers import JobbersStore
     from jobbers_celery.store import parts
 
 __all__ = ["HeartbeatSent", "InMemoryStore"]
 
 
 class InMemoryStore(MemoryScheduling, MemoryRuns, MemoryRunning, MemoryReads,
-                    IdleHousekeeping):
+                    MemoryDeadLetters, IdleHousekeeping):
     """The store a JobbersTask, the recorder, the publisher, the scheduler and the cleaner
     use, in memory. Thread-safe (one lock: each step is atomic, as a Lua script is).
 
     ``advance(seconds)`` moves its clock forward, for delays and run_at without sleeping;
-    ``heartbeats`` lists every heartbeat accepted; ``refused_counts()`` the steps refused.
+    ``heartbeats`` lists every heartbeat accepted; ``refused_counts()`` the steps refused;
+    ``parked`` the dead letters waiting in the outbox (the sink did not take them).
     """
 
 
@@ -53,3 +57,5 @@ if TYPE_CHECKING:  # the fake satisfies the seams its consumers are typed on
     _cleaner: parts.CleanerStore = InMemoryStore()
     _runs: parts.RunStore = InMemoryStore()
     _pacer: parts.PacerStore = InMemoryStore()
+    _dead_letters: parts.DeadLetterStore = InMemoryStore()
+    _jobbers: JobbersStore = InMemoryStore()

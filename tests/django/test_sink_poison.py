@@ -115,7 +115,7 @@ def test_values_are_altered_visibly() -> None:
 
 def test_the_outbox_drain_writes_every_entry_parked_behind_poison(jobbers) -> None:
     sink = _Flaky()
-    dispatcher = DeadLetterDispatcher(sink, jobbers.store.client, jobbers.store.keys)
+    dispatcher = DeadLetterDispatcher(sink, jobbers.store)
     parked = [e for case in sorted(POISON) for e in (_poison(case), dead_letter())]
     for entry in parked:
         assert dispatcher.send(entry) is False  # the database is down: all wait, in order
@@ -140,7 +140,7 @@ def _refused(task_id: str = "refused-row") -> DeadLetter:
 def test_a_row_the_database_still_refuses_is_set_aside_and_shown(jobbers, staff, outsider
                                                                  ) -> None:
     sink = _Flaky()
-    dispatcher = DeadLetterDispatcher(sink, jobbers.store.client, jobbers.store.keys)
+    dispatcher = DeadLetterDispatcher(sink, jobbers.store)
     behind = [dead_letter() for _ in range(3)]
     for entry in [_refused(), *behind]:
         dispatcher.send(entry)
@@ -182,8 +182,7 @@ def test_a_row_the_database_still_refuses_is_set_aside_and_shown(jobbers, staff,
 
 
 def test_a_direct_write_never_waits_on_a_refused_row(jobbers) -> None:
-    dispatcher = DeadLetterDispatcher(DjangoDeadLetterSink(), jobbers.store.client,
-                                      jobbers.store.keys)
+    dispatcher = DeadLetterDispatcher(DjangoDeadLetterSink(), jobbers.store)
     batch = [_poison("nan"), _refused("refused-batch"), dead_letter(), _poison("long-name")]
     assert dispatcher.send_many(batch) == [True, False, True, True]
     assert DeadLetterEntry.objects.count() == 3

@@ -84,6 +84,12 @@ def _dead_client() -> redis.Redis:
                        retry=Retry(NoBackoff(), 0))
 
 
+def _over(client: redis.Redis, store: RedisStore) -> RedisStore:
+    """A store of ``store``'s dataset over ``client`` (a dispatcher's own: a test swaps its
+    client to take Redis away or give it back)."""
+    return RedisStore(client, store.keys.prefix)
+
+
 def _stored(store: RedisStore) -> tuple[dict[str, str], list[tuple[str, float]]]:
     """The whole dead-letter hash and time index."""
     k = store.keys
@@ -223,7 +229,7 @@ def test_send_many_through_a_sink_without_write_many(make_store) -> None:
     sink = WriteOnlySink(_sink(store))
     assert isinstance(sink, DeadLetterSink)  # what Jobbers checks: still a valid sink
     assert not hasattr(sink, "write_many")
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, store)
     entries = _batch("wo", 7)
     assert dispatcher.send_many(entries) == [True] * 7
     assert sink.writes == 7
@@ -234,7 +240,7 @@ def test_send_many_through_a_sink_without_write_many(make_store) -> None:
 
 def test_send_many_uses_write_many_when_the_sink_has_it(make_store, monkeypatch) -> None:
     store = make_store()
-    dispatcher = DeadLetterDispatcher(_sink(store), store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(_sink(store), store)
     entries = _batch("fast", 300)
     store.client.ping()  # connected (the handshake is not counted)
     with round_trips(monkeypatch) as sent:
@@ -249,7 +255,7 @@ def test_failing_write_many_falls_back_and_parks_every_entry(make_store, caplog,
     store = make_store()
     real = _sink(store)
     sink = BrokenBatchSink(real, partial=2)  # two entries got through before the failure
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, store)
     entries = _batch("park", 20)
 
     with caplog.at_level(logging.WARNING, logger="jobbers.deadletter"), \
@@ -282,7 +288,7 @@ def test_failing_write_many_with_a_working_write_writes_each_once(make_store, ca
     store = make_store()
     real = _sink(store)
     sink = BrokenBatchSink(real, partial=5, broken=False)
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, store)
     entries = _batch("half", 12)
     with caplog.at_level(logging.WARNING, logger="jobbers.deadletter"):
         assert dispatcher.send_many(entries) == [True] * 12
@@ -299,7 +305,7 @@ def test_send_many_with_the_sink_and_redis_down_keeps_entries_in_memory(make_sto
     real = _sink(store)
     sink = BrokenBatchSink(real)
     dead = _dead_client()
-    dispatcher = DeadLetterDispatcher(sink, dead, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, _over(dead, store))
     entries = _batch("mem", 5)
     try:
         with caplog.at_level(logging.WARNING, logger="jobbers.deadletter"):

@@ -31,6 +31,7 @@ from jobbers_celery.deadletter.aside import KEEP
 from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
 from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
 from jobbers_celery.deadletter.spool import DeadLetterSpool
+from jobbers_celery.store import RedisStore
 from tests.conftest import ROOT, free_port, subprocess_env
 
 pytestmark = pytest.mark.redis
@@ -120,6 +121,12 @@ def _dead_client() -> redis.Redis:
                        retry=Retry(NoBackoff(), 0))
 
 
+def _over(client: redis.Redis, store: RedisStore) -> RedisStore:
+    """A store of ``store``'s dataset over ``client`` (a dispatcher's own: a test swaps its
+    client to take Redis away or give it back)."""
+    return RedisStore(client, store.keys.prefix)
+
+
 def _normal(n: int) -> list[DeadLetter]:
     return [_entry(f"ok-{i}") for i in range(n)]
 
@@ -131,7 +138,7 @@ def _poison() -> list[DeadLetter]:
 def test_every_entry_parked_behind_poison_is_written(make_store) -> None:
     store = make_store()
     sink = StrictSink()
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, store)
     sink.down = True  # an outage: every entry is parked in the outbox, in order
     mixed = [e for pair in zip(_poison(), _normal(len(POISON)), strict=True) for e in pair]
     for entry in mixed:
@@ -157,7 +164,7 @@ def test_an_entry_refused_in_every_form_is_set_aside_and_the_rest_drain(make_sto
                                                                          caplog) -> None:
     store = make_store()
     sink = StrictSink()
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, store)
     sink.down = True
     for entry in [_entry("refused-1"), *_normal(3)]:
         dispatcher.send(entry)
@@ -184,7 +191,7 @@ def test_a_direct_send_and_a_batch_never_wait_on_poison(make_store) -> None:
     store = make_store()
     sink = StrictSink()
     sink.refuse = {"refused-2"}
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, store)
     assert dispatcher.send(_entry("p-nan", args=[float("nan")])) is True
     assert sink.stored[("p-nan", 1)].args == ["NaN"]
     assert dispatcher.send(_entry("refused-2")) is False
@@ -203,8 +210,8 @@ def test_the_memory_backlog_and_the_spool_set_aside_too(make_store, tmp_path) ->
     dead = _dead_client()
     spool = DeadLetterSpool(tmp_path / "spool")
     try:
-        on_disk = DeadLetterDispatcher(sink, dead, store.keys, spool=spool)
-        in_memory = DeadLetterDispatcher(sink, dead, store.keys)
+        on_disk = DeadLetterDispatcher(sink, _over(dead, store), spool=spool)
+        in_memory = DeadLetterDispatcher(sink, _over(dead, store))
         for dispatcher in (on_disk, in_memory):
             for entry in [_entry("refused-4"), *_poison(), *_normal(2)]:
                 dispatcher.send(entry)
@@ -212,8 +219,8 @@ def test_the_memory_backlog_and_the_spool_set_aside_too(make_store, tmp_path) ->
         assert spool.count() == len(POISON) + 3
         sink.down = False
         sink.refuse = {"refused-4"}
-        on_disk.client = on_disk.aside.client = store.client
-        in_memory.client = in_memory.aside.client = store.client
+        on_disk.store.client = store.client
+        in_memory.store.client = store.client
         assert on_disk.retry_pending(limit=1000) == len(POISON) + 2
         assert in_memory.retry_pending(limit=1000) == len(POISON) + 2
         assert spool.paths() == []
@@ -222,7 +229,7 @@ def test_the_memory_backlog_and_the_spool_set_aside_too(make_store, tmp_path) ->
         assert store.client.llen(store.keys.dead_letter_outbox) == 0
     finally:
         for dispatcher in (on_disk, in_memory):
-            dispatcher.client = dead
+            dispatcher.store.client = dead
         dead.close()
 
 
@@ -231,7 +238,7 @@ def test_unreadable_parked_entries_are_set_aside_where_operators_look(make_store
     store = make_store()
     sink = StrictSink()
     spool = DeadLetterSpool(tmp_path / "spool")
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys, spool=spool)
+    dispatcher = DeadLetterDispatcher(sink, store, spool=spool)
     store.client.rpush(store.keys.dead_letter_outbox, "{not json", json.dumps(
         _entry("ok-behind").to_json()))
     path = spool.write([_entry("ok-spooled")])
@@ -250,16 +257,16 @@ def test_an_outage_of_the_set_aside_keeps_the_entry_waiting(make_store) -> None:
     sink = StrictSink()
     sink.refuse = {"refused-5"}
     dead = _dead_client()
-    dispatcher = DeadLetterDispatcher(sink, dead, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, _over(dead, store))
     try:
         assert dispatcher.send(_entry("refused-5")) is False
         assert dispatcher.pending_in_memory == 1  # never dropped
-        dispatcher.client = dispatcher.aside.client = store.client
+        dispatcher.store.client = store.client
         assert dispatcher.retry_pending() == 0
         assert dispatcher.pending_in_memory == 0
         assert [i.task_id for i in dispatcher.aside.report().entries] == ["refused-5"]
     finally:
-        dispatcher.client = dead
+        dispatcher.store.client = dead
         dead.close()
 
 
@@ -271,7 +278,7 @@ def test_the_set_aside_list_is_bounded_and_counts_every_item(make_store, caplog,
     store = make_store()
     sink = StrictSink()
     sink.refuse = {f"r-{i}" for i in range(5)}
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, store)
     with caplog.at_level(logging.ERROR, logger="jobbers.deadletter"):
         for i in range(5):
             dispatcher.send(_entry(f"r-{i}"))
@@ -285,7 +292,7 @@ def test_the_set_aside_list_is_bounded_and_counts_every_item(make_store, caplog,
 def test_the_redis_sink_stores_every_poison_case(make_store) -> None:
     store = make_store()
     sink = RedisDeadLetterSink(SimpleNamespace(store=store))  # type: ignore[arg-type]
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, store)
     assert dispatcher.send_many([*_poison(), *_normal(1)]) == [True] * (len(POISON) + 1)
     assert len(sink.entries(limit=100)) == len(POISON) + 1
 
@@ -293,7 +300,7 @@ def test_the_redis_sink_stores_every_poison_case(make_store) -> None:
 def test_a_hostile_entry_holds_the_writer_briefly(make_store) -> None:
     store = make_store()
     sink = StrictSink()
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, store)
     hostile = _entry("p-huge", args=["\x00" * 1_000_000, [float("nan")] * 100_000,
                                      _nested(100_000)])
     started = time.perf_counter()
@@ -347,7 +354,7 @@ def test_property_every_entry_is_written_or_set_aside_none_lost(make_store, kind
     store.client.delete(store.keys.dead_letter_outbox, store.keys.dead_letter_set_aside,
                         store.keys.dead_letter_set_aside_count)
     sink = StrictSink()
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, store)
     entries = [_entry(f"{kind}-{n}", **POISON.get(kind, {})) for n, kind in enumerate(kinds)]
     sink.refuse = {e.task_id for e in entries if e.task_id.startswith("refused")}
     sink.down = True

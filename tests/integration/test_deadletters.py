@@ -20,6 +20,7 @@ from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
 from jobbers_celery.deadletter.redis_sink import RedisDeadLetterSink
 from jobbers_celery.deadletter.sink import DeadLetterSink
 from jobbers_celery.deadletter.spool import DeadLetterSpool
+from jobbers_celery.store import RedisStore
 from tests.conftest import free_port, wait_for
 
 pytestmark = pytest.mark.redis
@@ -77,6 +78,12 @@ def _dead_client() -> redis.Redis:
                        retry=Retry(NoBackoff(), 0))
 
 
+def _over(client: redis.Redis, store: RedisStore) -> RedisStore:
+    """A store of ``store``'s dataset over ``client`` (a dispatcher's own: a test swaps its
+    client to take Redis away or give it back)."""
+    return RedisStore(client, store.keys.prefix)
+
+
 def test_redis_sink_is_idempotent_per_task_and_attempt(make_store) -> None:
     store = make_store()
     sink = _sink(store)
@@ -125,7 +132,7 @@ def test_redis_sink_selects_finds_by_task_and_discards(make_store) -> None:
 def test_dispatcher_writes_through_a_working_sink(make_store) -> None:
     store = make_store()
     sink = _sink(store)
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(sink, store)
     assert dispatcher.send(_entry()) is True
     assert sink.entries() == [_entry()]
     assert store.client.llen(store.keys.dead_letter_outbox) == 0
@@ -137,7 +144,7 @@ def test_failed_sink_logs_without_payload_parks_in_outbox_and_retries(make_store
     store = make_store()
     real = _sink(store)
     flaky = FlakySink(real)
-    dispatcher = DeadLetterDispatcher(flaky, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(flaky, store)
     entry = _entry("dl-outbox")
 
     with caplog.at_level(logging.DEBUG, logger="jobbers.deadletter"):
@@ -177,7 +184,7 @@ def test_sink_and_redis_down_keeps_the_entry_in_memory(make_store, caplog) -> No
     real = _sink(store)
     flaky = FlakySink(real)
     dead = _dead_client()
-    dispatcher = DeadLetterDispatcher(flaky, dead, store.keys)
+    dispatcher = DeadLetterDispatcher(flaky, _over(dead, store))
     entry = _entry("dl-memory", attempt=4)
     try:
         with caplog.at_level(logging.WARNING, logger="jobbers.deadletter"):
@@ -208,11 +215,11 @@ def test_memory_backlog_is_written_before_the_outbox(make_store) -> None:
     flaky = FlakySink(real)
     dead = _dead_client()
     try:
-        down = DeadLetterDispatcher(flaky, dead, store.keys)
+        down = DeadLetterDispatcher(flaky, _over(dead, store))
         down.send(_entry("dl-a"))
         assert down.pending_in_memory == 1
         # Redis is reachable again (same dispatcher, client swapped back), the sink is not
-        down.client = store.client
+        down.store.client = store.client
         down.send(_entry("dl-b"))
         assert down.pending_in_memory == 1
         assert store.client.llen(store.keys.dead_letter_outbox) == 1
@@ -222,7 +229,7 @@ def test_memory_backlog_is_written_before_the_outbox(make_store) -> None:
         assert down.pending_in_memory == 0
         assert store.client.llen(store.keys.dead_letter_outbox) == 0
     finally:
-        down.client = dead  # its retry thread may still wake up: keep it off the test db
+        down.store.client = dead  # its retry thread may wake up: keep it off the test db
         dead.close()
 
 
@@ -244,7 +251,7 @@ def test_entry_stays_in_the_outbox_until_the_sink_took_it(make_store) -> None:
     store = make_store()
     real = _sink(store)
     flaky = FlakySink(real)
-    dispatcher = DeadLetterDispatcher(flaky, store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(flaky, _over(store.client, store))
     entry = _entry("dl-midway")
     dispatcher.send(entry)
     assert store.client.llen(store.keys.dead_letter_outbox) == 1
@@ -263,11 +270,11 @@ def test_entry_stays_in_the_outbox_until_the_sink_took_it(make_store) -> None:
 
     # the sink takes it, then Redis is lost before the entry leaves the outbox
     flaky.broken = False
-    dispatcher.client = _OutboxBreaksAfterWrite(store.client)  # type: ignore[assignment]
+    dispatcher.store.client = _OutboxBreaksAfterWrite(store.client)  # type: ignore[assignment]
     assert dispatcher.retry_pending() == 1
     assert real.entries() == [entry]
     assert store.client.llen(store.keys.dead_letter_outbox) == 1  # written, not yet removed
-    dispatcher.client = store.client
+    dispatcher.store.client = store.client
     assert dispatcher.retry_pending() == 1  # written again: the sink keeps one
     assert real.entries() == [entry]
     assert store.client.hlen(store.keys.dead_letters) == 1
@@ -293,7 +300,7 @@ def test_sink_and_redis_down_keeps_the_entry_on_disk_not_in_memory(make_store, t
     flaky = FlakySink(real)
     dead = _dead_client()
     spool = DeadLetterSpool(tmp_path / "spool")
-    dispatcher = DeadLetterDispatcher(flaky, dead, store.keys, spool=spool)
+    dispatcher = DeadLetterDispatcher(flaky, _over(dead, store), spool=spool)
     entry = _entry("dl-disk", attempt=2)
     try:
         with caplog.at_level(logging.DEBUG, logger="jobbers.deadletter"):
@@ -320,7 +327,7 @@ def test_sink_and_redis_down_keeps_the_entry_on_disk_not_in_memory(make_store, t
         assert dispatcher.retry_pending() == 0
         assert store.client.hlen(store.keys.dead_letters) == 1
     finally:
-        dispatcher.client = _dead_client()
+        dispatcher.store.client = _dead_client()
         dead.close()
 
 
@@ -330,13 +337,13 @@ def test_spooled_entries_move_to_the_outbox_once_redis_is_back(make_store, tmp_p
     flaky = FlakySink(real)
     dead = _dead_client()
     spool = DeadLetterSpool(tmp_path)
-    dispatcher = DeadLetterDispatcher(flaky, dead, store.keys, spool=spool)
+    dispatcher = DeadLetterDispatcher(flaky, _over(dead, store), spool=spool)
     entries = [_entry(f"dl-move-{i}") for i in range(3)]
     dispatcher.send_many(entries)
     assert len(_spooled(spool)) == 3
     assert len(spool.paths()) == 1  # one file for the batch
 
-    dispatcher.client = store.client  # Redis answers again; the sink still refuses
+    dispatcher.store.client = store.client  # Redis answers again; the sink still refuses
     assert dispatcher.retry_pending() == 0
     assert spool.paths() == []  # on to the outbox, which every machine's workers drain
     outbox = store.client.lrange(store.keys.dead_letter_outbox, 0, -1)
@@ -353,7 +360,7 @@ def test_a_spool_left_by_a_dead_process_is_delivered_by_another(make_store, tmp_
     store = make_store()
     real = _sink(store)
     dead = _dead_client()
-    before = DeadLetterDispatcher(FlakySink(real), dead, store.keys,
+    before = DeadLetterDispatcher(FlakySink(real), _over(dead, store),
                                   spool=DeadLetterSpool(tmp_path))
     left = [_entry(f"dl-left-{i}") for i in range(2)]
     for entry in left:
@@ -364,8 +371,7 @@ def test_a_spool_left_by_a_dead_process_is_delivered_by_another(make_store, tmp_
 
     # a new process on the machine: its first successful write starts the drain
     monkeypatch.setattr(dispatching, "_RETRY_EVERY_S", 0.05)
-    after = DeadLetterDispatcher(real, store.client, store.keys,
-                                 spool=DeadLetterSpool(tmp_path))
+    after = DeadLetterDispatcher(real, store, spool=DeadLetterSpool(tmp_path))
     assert after.send(_entry("dl-new")) is True
     wait_for(lambda: not after.spool.paths(), timeout=10,  # type: ignore[union-attr]
              message="the spool to be drained")
@@ -395,7 +401,7 @@ def test_a_spool_file_is_written_with_write_many_when_the_sink_has_it(make_store
     entries = [_entry(f"dl-batch-{i}") for i in range(20)]
     spool.write(entries)
     sink = Batching()
-    dispatcher = DeadLetterDispatcher(sink, store.client, store.keys, spool=spool)
+    dispatcher = DeadLetterDispatcher(sink, store, spool=spool)
     assert dispatcher.retry_pending() == 20
     assert sink.batches == [20]
     assert sink.writes == 0
@@ -411,7 +417,7 @@ def test_memory_only_when_the_disk_refuses_too_and_settled_at_exit(make_store, t
     dead = _dead_client()
     (tmp_path / "file").write_text("")
     spool = DeadLetterSpool(tmp_path / "file" / "spool")  # cannot be created
-    dispatcher = DeadLetterDispatcher(flaky, dead, store.keys, spool=spool)
+    dispatcher = DeadLetterDispatcher(flaky, _over(dead, store), spool=spool)
     try:
         with caplog.at_level(logging.WARNING, logger="jobbers.deadletter"):
             assert dispatcher.send(_entry("dl-mem-1")) is False
@@ -421,7 +427,7 @@ def test_memory_only_when_the_disk_refuses_too_and_settled_at_exit(make_store, t
         assert "memory only" in caplog.text
 
         # at exit Redis answers again: what memory held goes to the outbox
-        dispatcher.client = store.client
+        dispatcher.store.client = store.client
         dispatcher.close()
         assert dispatcher.pending_in_memory == 0
         assert store.client.llen(store.keys.dead_letter_outbox) == 2
@@ -434,7 +440,7 @@ def test_entries_nobody_took_by_exit_are_logged_lost_without_payload(make_store,
     store = make_store()
     dead = _dead_client()
     (tmp_path / "file").write_text("")
-    dispatcher = DeadLetterDispatcher(FlakySink(_sink(store)), dead, store.keys,
+    dispatcher = DeadLetterDispatcher(FlakySink(_sink(store)), _over(dead, store),
                                       spool=DeadLetterSpool(tmp_path / "file" / "x"))
     try:
         dispatcher.send(_entry("dl-lost"))
@@ -462,7 +468,7 @@ def test_a_sink_error_quoting_the_entry_is_logged_without_its_values(make_store,
                              f"contains ({entry.task_id}, {json.dumps(entry.args)}, "
                              f"{entry.kwargs!r}, {entry.exception_message!r})")
 
-    dispatcher = DeadLetterDispatcher(Quoting(), store.client, store.keys)
+    dispatcher = DeadLetterDispatcher(Quoting(), store)
     entry = _entry("dl-quoted", kwargs={"password": "hunter2-secret"})
     with caplog.at_level(logging.DEBUG, logger="jobbers.deadletter"):
         dispatcher.send(entry)
@@ -494,7 +500,7 @@ def test_a_forked_child_leaves_the_memory_backlog_to_its_parent(make_store) -> N
 
     store = make_store()
     dead = _dead_client()
-    dispatcher = DeadLetterDispatcher(FlakySink(_sink(store)), dead, store.keys)
+    dispatcher = DeadLetterDispatcher(FlakySink(_sink(store)), _over(dead, store))
     try:
         dispatcher.send(_entry("dl-fork"))
         assert dispatcher.pending_in_memory == 1

@@ -23,12 +23,12 @@ PUBLIC_ATTRIBUTES = frozenset({"app", "config"})
 
 
 def jobbers_parts() -> frozenset[str]:
-    """The attributes ``Jobbers.__init__`` sets that are not documented API."""
+    """The attributes ``Jobbers.__init__`` and ``compose`` set that are not documented API."""
     tree = ast.parse((ROOT / "jobbers_celery" / "jobbers.py").read_text())
     cls = next(node for node in ast.walk(tree)
                if isinstance(node, ast.ClassDef) and node.name == "Jobbers")
     assigned = {target.attr for node in ast.walk(cls) if isinstance(node, ast.FunctionDef)
-                and node.name == "__init__" for stmt in ast.walk(node)
+                and node.name in ("__init__", "compose") for stmt in ast.walk(node)
                 if isinstance(stmt, ast.Assign | ast.AnnAssign)
                 for target in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)

@@ -40,8 +40,8 @@ FOLDERS: dict[str, list[str]] = {
                "parts", "task", "runtime", "signals", "request", "refusals"],
     "cli": ["output", "base", "aside", "dlq"],
     "entry": ["codec", "metrics", "sinks", "install"],
-    "testing": ["idle", "memory", "steps", "running", "reads", "scheduling", "runs", "store",
-                "embedded", "sink"],  # the users' kit: on top, it installs jobbers
+    "testing": ["idle", "memory", "steps", "running", "reads", "scheduling", "runs", "outbox",
+                "store", "embedded", "sink"],  # the users' kit: on top, it installs jobbers
 }
 TOP_LEVEL = {"root", "entry"}  # layers whose modules sit at the package's top level
 

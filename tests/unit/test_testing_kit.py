@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from celery import Celery
 
 from jobbers_celery import DeadLetter, JobbersTask, TaskState
 from jobbers_celery.core.states import TRANSITIONS
+from jobbers_celery.deadletter.spool import spool_directory
 from jobbers_celery.testing import (
     InMemoryDeadLetterSink,
     InMemoryStore,
@@ -178,3 +180,53 @@ def test_celerys_own_embedded_worker_leaves_no_jobbers_thread_running() -> None:
         shutdown.on_worker_init()
         root.setLevel(level)
         root.handlers[:] = handlers
+
+
+class _DownSink(InMemoryDeadLetterSink):
+    """An in-memory sink a test takes down (its database unreachable) and brings back."""
+
+    down = True
+
+    def write(self, entry: DeadLetter) -> None:
+        if self.down:
+            raise ConnectionError("sink database is down")
+        super().write(entry)
+
+
+def _files(directory: Path) -> set[Path]:
+    return set(directory.rglob("*")) if directory.exists() else set()
+
+
+def test_a_dead_letter_the_sink_refuses_waits_in_the_in_memory_outbox() -> None:
+    """Issue 25: the kit's dispatcher held the Redis client: with the sink down it tried the
+    (nonexistent) Redis socket, then wrote a spool file under the machine's default spool
+    directory, which another in-memory run then drained into its own sink."""
+    app = Celery("kit_outbox", broker="memory://", backend="cache+memory://")
+    app.conf.broker_transport_options = {"polling_interval": 0.01}
+
+    @app.task(base=JobbersTask, bind=True, name="kit.fails", shared=False,
+              dead_letter_policy="save")
+    def fails(self: JobbersTask) -> None:
+        raise ValueError("no luck")
+
+    store, sink = InMemoryStore(), _DownSink()
+    jobbers = in_memory(app, store, sink)
+    config = jobbers.config
+    default_spool = spool_directory(config.dead_letter_spool, config.key_prefix,
+                                    config.redis_url)
+    before = _files(default_spool)
+    assert jobbers.dead_letters.spool is None  # an injected store: no spool at all
+    with embedded_worker(app, shutdown_timeout=10):
+        result: Any = fails.delay()
+        _wait_for(lambda: len(store.parked) == 1)
+    [entry] = store.parked
+    assert (entry.task_id, entry.exception_type) == (result.id, "ValueError")
+    assert sink.entries == []
+    assert jobbers.dead_letters.pending_in_memory == 0  # in the outbox, not in memory
+    assert _files(default_spool) == before
+
+    sink.down = False  # the sink is back: the housekeeping's retry drains the outbox
+    assert jobbers.dead_letters.retry_pending() == 1
+    assert [e.task_id for e in sink.entries] == [result.id]
+    assert store.parked == []
+    assert jobbers.dead_letters.retry_pending() == 0
