@@ -170,15 +170,15 @@ def _settle(run: ResubmitRun, now: datetime) -> None:
     pending = [i for i in pending if not i.entry.publish_pending]
     if not pending:
         return
-    jobbers = bridge.get_jobbers()
+    # one batched read of the records, not one round trip per item under the row lock
+    states = bridge.get_jobbers().states_of(
+        i.task_id for i in pending if i.entry.failure_count <= i.failures_before)
     outcomes: dict[ItemOutcome, list[int]] = {}
     for item in pending:
         if item.entry.failure_count > item.failures_before:  # dead-lettered again
             found: RunOutcome | None = RunOutcome.FAILED_AGAIN
         else:
-            record = jobbers.get(item.task_id)
-            found, _ = (run_outcome(record.state, record.attempt) if record is not None
-                        else run_outcome(None, None))
+            found, _ = run_outcome(*(states.get(item.task_id) or (None, None)))
         if found in ITEM_OUTCOMES:
             outcomes.setdefault(ITEM_OUTCOMES[found], []).append(item.pk)
     for outcome, pks in outcomes.items():

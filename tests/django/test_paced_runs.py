@@ -401,6 +401,41 @@ def test_a_cancelled_resubmitted_task_counts_as_failed_again(committed, make_ent
                                "halt when more than 1 of the last 3)")
 
 
+def test_a_step_settles_its_items_with_one_batched_read(committed, make_entries, jobbers,
+                                                       published, monkeypatch):
+    """The settle reads the records of the items it settles in one batch
+    (``Jobbers.states_of``), not one ``get`` per item while it holds the run's row lock."""
+    from jobbers_celery import Jobbers
+
+    ids = flaky(5, make_entries)
+    run = runs.start(Selection(task_ids=tuple(ids)), runs.Pace(500))
+    committed(runs.step, run.pk, run.chain)
+    hurry(run)
+    committed(runs.step, run.pk, run.chain)
+    run.refresh_from_db()
+    assert run.published == 5
+    for task_id in ids[:2]:
+        assert jobbers.cancel(task_id)
+    calls: list[str] = []
+    real_get, real_states = Jobbers.get, Jobbers.states_of
+
+    def get(self: Jobbers, task_id: str) -> Any:
+        calls.append("get")
+        return real_get(self, task_id)
+
+    def states_of(self: Jobbers, task_ids: Any) -> Any:
+        ids_read = list(task_ids)
+        calls.append(f"states_of {len(ids_read)}")
+        return real_states(self, ids_read)
+
+    monkeypatch.setattr(Jobbers, "get", get)
+    monkeypatch.setattr(Jobbers, "states_of", states_of)
+    committed(runs.step, run.pk, run.chain)
+    assert calls == ["states_of 5"]
+    assert sorted(ResubmitRunItem.objects.filter(run=run, outcome=ItemOutcome.FAILED_AGAIN)
+                  .values_list("task_id", flat=True)) == sorted(ids[:2])
+
+
 def test_the_models_statuses_and_outcomes_are_the_one_definition():
     """The model's choices stay as the migrations hold them; they agree with jobbers_celery's
     one definition of a run's status, its final statuses and the settled outcomes."""
