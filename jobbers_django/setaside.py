@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from jobbers_celery import SetAside, SetAsideReport, StoreUnavailable
-from jobbers_django import conf, services
+from jobbers_django import bridge, conf
 from jobbers_django.api.base import JobbersAPIView, documented, error_responses, read_query
 from jobbers_django.api.serializers.fields import StrictSerializer
 from jobbers_django.api.serializers.requests import limit_field
@@ -29,7 +29,7 @@ __all__ = ["SetAsideQuerySerializer", "SetAsideView", "listing", "shown_item"]
 def listing(limit: int) -> SetAsideReport:
     """The newest ``limit`` set-aside items (raises ``StoreUnavailable`` when Redis is
     unreachable)."""
-    return services.get_jobbers().set_aside(limit)
+    return bridge.get_jobbers().set_aside(limit)
 
 
 def shown_item(item: SetAside) -> dict[str, Any]:

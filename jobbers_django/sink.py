@@ -67,8 +67,8 @@ class DjangoDeadLetterSink:
     def entry(self, task_id: str, attempt: int) -> DeadLetter | None:
         """The task's entry if its last failure is ``attempt`` (the one whose payload its
         Redis record dropped), else ``None``: ``Jobbers.resubmit`` takes the payload there."""
+        from jobbers_django.bridge import to_dead_letter
         from jobbers_django.models import DeadLetterEntry
-        from jobbers_django.services import to_dead_letter
 
         def read() -> DeadLetterEntry | None:
             return (DeadLetterEntry.objects.filter(task_id=task_id, attempt=attempt)

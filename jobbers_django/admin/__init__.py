@@ -26,8 +26,9 @@ does, for the bulk actions, a group's and an entry's buttons),
 :mod:`~jobbers_django.admin.base` (the read-only admin they all are) and
 :mod:`~jobbers_django.admin.display` (how values look).
 
-Presentation only: actions go through :mod:`jobbers_django.services`, the same code the API
-calls, lists are read with :mod:`jobbers_django.querysets`, and who may act is
+Presentation only: actions go through :mod:`jobbers_django.dlq` and
+:mod:`jobbers_django.bridge`, the same code the API calls, lists are read with
+:mod:`jobbers_django.querysets`, and who may act is
 :func:`jobbers_django.permissions.allowed`. Everything shown is redacted
 (:func:`jobbers_django.redaction.redact`).
 

@@ -23,10 +23,13 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from jobbers_django import conf, querysets, runs, services
+from jobbers_django import bridge, conf, querysets
 from jobbers_django.admin.base import STORE_ERRORS
 from jobbers_django.admin.display import compact_json
 from jobbers_django.admin.pagination import BoundedPaginator
+from jobbers_django.dlq import runs
+from jobbers_django.dlq.actions import ActionResult, discard, resubmit
+from jobbers_django.dlq.selection import Selection, SelectionError
 from jobbers_django.models import Action, Source, Status, VersionChoice
 from jobbers_django.redaction import arguments, text
 
@@ -111,7 +114,7 @@ def perform(admin: ReadOnlyAdmin, request: HttpRequest, queryset: QuerySet[Any],
         admin.message_user(request, f"Nothing to {verb}: the confirmed entries are no "
                            "longer selected.", messages.WARNING)
         return None
-    selection = services.Selection(task_ids=ids)
+    selection = Selection(task_ids=ids)
     reset = request.POST.get("reset_retry_count", "1") != "0"
     version = request.POST.get("version") or VersionChoice.ENTRY
     if version not in VersionChoice.values:
@@ -122,12 +125,12 @@ def perform(admin: ReadOnlyAdmin, request: HttpRequest, queryset: QuerySet[Any],
         return _start_run(admin, request, selection, reset, version)
     try:
         if action == Action.RESUBMIT:
-            result = services.resubmit(selection, reset_retry_count=reset, version=version,
+            result = resubmit(selection, reset_retry_count=reset, version=version,
                                        user=request.user, source=Source.ADMIN)
         else:
-            result = services.discard(selection, user=request.user,
+            result = discard(selection, user=request.user,
                                       source=Source.ADMIN)
-    except services.SelectionError as exc:
+    except SelectionError as exc:
         admin.message_user(request, f"Nothing was {'resubmitted' if verb == 'resubmit' else 'discarded'}: "
                            f"{exc.message}", messages.ERROR)
         return None
@@ -141,7 +144,7 @@ def perform(admin: ReadOnlyAdmin, request: HttpRequest, queryset: QuerySet[Any],
     return None
 
 
-def _start_run(admin: ReadOnlyAdmin, request: HttpRequest, selection: services.Selection,
+def _start_run(admin: ReadOnlyAdmin, request: HttpRequest, selection: Selection,
                reset: bool, version: str) -> HttpResponse | None:
     """A paced resubmit of the confirmed entries: its page shows the progress."""
     def number(name: str, kind: type[float | int]) -> Any:
@@ -151,17 +154,17 @@ def _start_run(admin: ReadOnlyAdmin, request: HttpRequest, selection: services.S
         try:
             return kind(raw)
         except ValueError:
-            raise services.SelectionError(name, "must be a number") from None
+            raise SelectionError(name, "must be a number") from None
 
     try:
         rate = number("rate", float)
         if rate is None:
-            raise services.SelectionError("rate", "give a rate (tasks per second)")
+            raise SelectionError("rate", "give a rate (tasks per second)")
         pace = runs.Pace(rate=rate, halt_after=number("halt_after", int),
                          of_last=number("of_last", int))
         run = runs.start(selection, pace, reset_retry_count=reset, version=version,
                          user=request.user, source=Source.ADMIN)
-    except services.SelectionError as exc:
+    except SelectionError as exc:
         admin.message_user(request, f"No paced resubmit was started: {exc}", messages.ERROR)
         return None
     admin.message_user(request, f"Paced resubmit #{run.pk} started: {run.total} entries "
@@ -175,7 +178,7 @@ def current_versions(names: set[str]) -> dict[str, int]:
     from jobbers_celery import ConfigurationError
 
     try:
-        jobbers = services.get_jobbers()
+        jobbers = bridge.get_jobbers()
     except ConfigurationError:  # not installed here: the page offers no current version
         return {}
     found: dict[str, int] = {}
@@ -187,7 +190,7 @@ def current_versions(names: set[str]) -> dict[str, int]:
     return found
 
 
-def summary(result: services.ActionResult, reset_retry_count: bool,
+def summary(result: ActionResult, reset_retry_count: bool,
             version: str = VersionChoice.ENTRY) -> str:
     """``Resubmitted 3 dead-letter entries (retry count reset): 3 published; 1 skipped
     (status is discarded).``"""

@@ -22,7 +22,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
-from jobbers_django import conf, permissions, services
+from jobbers_django import bridge, conf, permissions
 from jobbers_django.admin import actions
 from jobbers_django.admin.aside import SetAsideAdminMixin
 from jobbers_django.admin.display import breakable, json_block, local_time
@@ -181,7 +181,7 @@ class DeadLetterEntryAdmin(SetAsideAdminMixin, LivePagesAdmin):
                            obj: DeadLetterEntry | None = None) -> HttpResponse:
         if obj is not None:
             context.update(
-                failures=_redacted(obj, services.failure_history(obj.task_id)),
+                failures=_redacted(obj, bridge.failure_history(obj.task_id)),
                 lifecycle=lifecycle(obj.task_id),
                 can_resubmit=obj.status == Status.DEAD and self.has_resubmit_permission(request),
                 changelist_url=reverse("admin:jobbers_deadletterentry_changelist"),

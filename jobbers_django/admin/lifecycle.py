@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from jobbers_celery import TaskState
-from jobbers_django import services
+from jobbers_django import bridge
 from jobbers_django.admin import charts
 from jobbers_django.admin.base import STORE_ERRORS
 from jobbers_django.admin.display import compact_json, duration
@@ -21,7 +21,7 @@ __all__ = ["lifecycle"]
 def lifecycle(task_id: str) -> dict[str, Any]:
     """The task's Redis record (progress redacted) and transitions, or why there are none."""
     try:
-        detail = services.task_detail(task_id)
+        detail = bridge.task_detail(task_id)
     except STORE_ERRORS as exc:
         return {"error": f"Redis is unreachable, so the lifecycle cannot be shown: {exc}"}
     record = shown(detail.record) if detail.record else None

@@ -12,7 +12,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from jobbers_celery import TaskState, printable
-from jobbers_django import permissions, services
+from jobbers_django import bridge, permissions
 from jobbers_django.admin import charts
 from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
 from jobbers_django.admin.display import compact_json, duration, since
@@ -51,7 +51,7 @@ class LivePagesAdmin(ReadOnlyAdmin):
                                      can_cancel=permissions.allowed(request.user,
                                                                     permissions.CANCEL))
         try:
-            overview = services.live_overview()
+            overview = bridge.live_overview()
         except STORE_ERRORS as exc:
             context["error"] = f"Redis is unreachable: {exc}"
             return TemplateResponse(request, "jobbers/admin/live.html", context)
@@ -90,7 +90,7 @@ class LivePagesAdmin(ReadOnlyAdmin):
         if request.method == "POST":
             terminate = request.POST.get("terminate") == "1"
             try:
-                done = services.cancel_task(task_id, terminate=terminate, user=request.user,
+                done = bridge.cancel_task(task_id, terminate=terminate, user=request.user,
                                             source=Source.ADMIN)
             except STORE_ERRORS as exc:
                 self.message_user(request, f"Redis is unreachable: {exc}", messages.ERROR)

@@ -1,6 +1,6 @@
 """Paced resubmits: a list, and a page per run with its progress (published, completed,
 failed again, remaining) refreshing itself while the run moves, and the pause, resume and
-cancel buttons (resubmit permission), each one POST through :mod:`jobbers_django.runs`."""
+cancel buttons (resubmit permission), each one POST through :mod:`jobbers_django.dlq.runs`."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from jobbers_django import permissions, runs
+from jobbers_django import permissions
 from jobbers_django.admin.base import ReadOnlyAdmin
 from jobbers_django.admin.display import compact_json, local_time
+from jobbers_django.dlq import runs
 from jobbers_django.models import (
     FINAL_STATUSES,
     DeadLetterAudit,

@@ -32,9 +32,9 @@ FOLDERS: dict[str, list[str]] = {
     "bridge": ["bridge", "redaction"],
     # the dead-letter actions: which entries, resubmit and discard, paced runs
     "dlq": ["selection", "actions", "runs", "run_step"],
-    # the actions by their documented names, and what Celery loads by name: the sink
-    # (jobbers_dead_letter_sink) and the paced-resubmit step task
-    "services": ["services", "runs", "sink", "tasks"],
+    # what Celery loads by name: the sink (jobbers_dead_letter_sink) and the paced-resubmit
+    # step task
+    "services": ["sink", "tasks"],
     # the REST API: one module per resource
     "api": ["parsers", "serializers.fields", "serializers.requests", "serializers.responses",
             "serializers", "base", "deadletters", "runs", "tasks", "schema"],
@@ -46,8 +46,11 @@ FOLDERS: dict[str, list[str]] = {
     "management": ["commands.jobbers_publish_pending", "commands.jobbers_dlq", "commands"],
     # what Django loads: the URLs a project includes, the app config
     "entry": ["urls", "apps"],
+    # the actions and paced runs by their documented names, for users only: above every
+    # module, so none of jobbers_django's own code goes through them (see the test below)
+    "reexports": ["services", "runs"],
 }
-TOP_LEVEL = {"basics", "models", "bridge", "services", "views", "entry"}
+TOP_LEVEL = {"basics", "models", "bridge", "services", "views", "entry", "reexports"}
 UNORDERED = {"migrations"}  # folders whose modules share one rank
 
 # Third-party packages each layer may import (the standard library and jobbers_celery's
@@ -66,6 +69,7 @@ ALLOWED: dict[str, set[str]] = {
     "admin": {"django"},
     "management": {"django"},
     "entry": {"django"},
+    "reexports": set(),
 }
 # The one exception, named: the API's permission classes live with the rule they apply,
 # which the admin shares (jobbers_django.permissions.CanRead is documented).
@@ -94,6 +98,9 @@ for _n, (_layer, _mods) in enumerate(FOLDERS.items()):
     if _layer not in TOP_LEVEL:  # the folder's __init__ comes after its modules
         RANK[f"{NAME}.{_layer}"], LAYER[f"{NAME}.{_layer}"] = (_n, len(_mods)), _layer
 RANK[NAME], LAYER[NAME] = (len(FOLDERS), 0), "entry"  # the package's __init__: last of all
+#: The modules that only re-export for users (their documented names); none of
+#: jobbers_django's own modules imports them.
+REEXPORTS = {f"{NAME}.services", f"{NAME}.runs"}
 
 
 def test_every_module_has_a_layer() -> None:
@@ -106,6 +113,13 @@ def test_imports_point_to_a_lower_layer_or_an_earlier_module() -> None:
                     for m, imported in GRAPH.items() for i in imported
                     if RANK[i] >= RANK[m])
     assert upward == []
+
+
+def test_no_module_of_the_package_goes_through_the_reexports() -> None:
+    through = sorted(f"{m} imports {i}" for m, imported in GRAPH.items()
+                     for i in imported & REEXPORTS)
+    assert through == []
+    assert {m for m in MODULES if LAYER.get(m) == "reexports"} == REEXPORTS
 
 
 def test_each_layer_imports_only_its_third_party_packages() -> None:

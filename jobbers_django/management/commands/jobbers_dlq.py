@@ -11,7 +11,7 @@
     jobbers_dlq run RUN_ID [--pause | --resume | --cancel] [--json]
     jobbers_dlq set-aside [--limit N] [--json]
 
-Everything goes through :mod:`jobbers_django.services` and :mod:`jobbers_django.runs`, as the
+Everything goes through :mod:`jobbers_django.dlq` and :mod:`jobbers_django.bridge`, as the
 admin and the API do (audited, source ``code``), and is shown redacted as the API shows it
 (``--json`` prints the API's answers). No ids and no filter is an error, never "everything".
 Ids, filters, the rule that no criteria is refused, the exit codes and a run's columns are
@@ -49,12 +49,15 @@ from jobbers_celery import (
     dlq_criteria,
     printable,
 )
-from jobbers_django import conf, runs, services
+from jobbers_django import bridge, conf
 from jobbers_django.api.serializers.responses import (
     DeadLetterEntrySerializer,
     FailureSerializer,
     ResubmitRunSerializer,
 )
+from jobbers_django.dlq import runs
+from jobbers_django.dlq.actions import ActionResult, discard, resubmit
+from jobbers_django.dlq.selection import Selection, SelectionError, filter_entries
 from jobbers_django.models import DeadLetterEntry, ResubmitRun, Source, Status, VersionChoice
 from jobbers_django.redaction import arguments, text
 
@@ -90,7 +93,7 @@ def _filters(options: dict[str, Any]) -> DlqFilters:
 
 
 def _entry_filters(filters: DlqFilters) -> dict[str, Any]:
-    """The filters as :func:`jobbers_django.services.filter_entries` names the fields."""
+    """The filters as :func:`jobbers_django.dlq.selection.filter_entries` names the fields."""
     return {name: value for name, value in (("queue", filters.queue),
                                             ("task_name", filters.task),
                                             ("task_version", filters.version))
@@ -183,7 +186,7 @@ class Command(BaseCommand):
                      Truncator(_message(r)).chars(60)) for r in rows])
 
     # -------------------------------------------------------------- selection
-    def selection(self, options: dict[str, Any], limit_default: int) -> services.Selection:
+    def selection(self, options: dict[str, Any], limit_default: int) -> Selection:
         ids = tuple(options.get("task_ids") or ())
         given = _filters(options)
         try:
@@ -196,10 +199,10 @@ class Command(BaseCommand):
             raise _usage("--limit applies to filters only; ids select exactly the ids given")
         try:
             if ids:
-                return services.Selection(task_ids=ids, limit=conf.MAX_IDS)
-            return services.Selection(filters=filters,
+                return Selection(task_ids=ids, limit=conf.MAX_IDS)
+            return Selection(filters=filters,
                                       limit=limit if limit is not None else limit_default)
-        except services.SelectionError as exc:
+        except SelectionError as exc:
             raise _usage(DlqUsageError.of_field(exc.field, exc.message).message) from None
 
     # -------------------------------------------------------------- commands
@@ -210,7 +213,7 @@ class Command(BaseCommand):
         filters = _entry_filters(_filters(options))
         if options["status"] != "all":
             filters["status"] = options["status"]
-        qs = services.filter_entries(DeadLetterEntry.objects.defer("traceback"), filters)
+        qs = filter_entries(DeadLetterEntry.objects.defer("traceback"), filters)
         rows = list(qs.order_by("-last_failed_at", "-id")[: limit + 1])
         more, rows = len(rows) > limit, rows[:limit]
         if options["json"]:
@@ -231,7 +234,7 @@ class Command(BaseCommand):
         if entry is None:
             raise CommandError(f"task {printable(task_id)} is not in the dead-letter queue",
                                returncode=NOT_FOUND)
-        failures = services.failure_history(task_id)
+        failures = bridge.failure_history(task_id)
         if options["json"]:
             self.emit_json({
                 "entry": DeadLetterEntrySerializer(entry).data,
@@ -278,16 +281,16 @@ class Command(BaseCommand):
                                  source=Source.CODE)
                 self.show_run(run, options["json"], started=True)
                 return
-            result = services.resubmit(selection, reset_retry_count=reset, version=version,
+            result = resubmit(selection, reset_retry_count=reset, version=version,
                                        source=Source.CODE, dry_run=options["dry_run"])
-        except services.SelectionError as exc:
+        except SelectionError as exc:
             raise _usage(DlqUsageError.of_field(exc.field, exc.message).message) from None
         self.action_result(result, "resubmit", options["json"])
 
     def do_discard(self, options: dict[str, Any]) -> None:
         selection = self.selection(options, conf.DEFAULT_RESUBMIT_LIMIT)
         if not options["yes"]:
-            preview = services.discard(selection, dry_run=True)
+            preview = discard(selection, dry_run=True)
             if not preview.matched:
                 self.action_result(preview, "discard", options["json"])
                 return
@@ -298,7 +301,7 @@ class Command(BaseCommand):
             if answer.strip().lower() not in ("y", "yes"):
                 self.stdout.write("Nothing discarded.")
                 return
-        result = services.discard(selection, source=Source.CODE)
+        result = discard(selection, source=Source.CODE)
         self.action_result(result, "discard", options["json"])
 
     def do_run(self, options: dict[str, Any]) -> None:
@@ -335,7 +338,7 @@ class Command(BaseCommand):
             if report.total > report.kept else "") + ".")
 
     # -------------------------------------------------------------- results
-    def action_result(self, result: services.ActionResult, verb: str, as_json: bool) -> None:
+    def action_result(self, result: ActionResult, verb: str, as_json: bool) -> None:
         if as_json:
             data = {"dry_run": result.dry_run, "matched": result.matched, "more": result.more,
                     "skipped": result.skipped, "audit_id": result.audit_id,

@@ -11,7 +11,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from jobbers_django import runs, services
+from jobbers_django.dlq import runs
+from jobbers_django.dlq.actions import publish_pending
 
 
 class Command(BaseCommand):
@@ -23,7 +24,7 @@ class Command(BaseCommand):
                                  "(default 30: leave in-flight requests alone)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        published = services.publish_pending(timedelta(seconds=options["older_than"]))
+        published = publish_pending(timedelta(seconds=options["older_than"]))
         self.stdout.write(f"published {published} pending resubmit(s)")
         revived = runs.revive()
         if revived:
