@@ -256,8 +256,8 @@ FINAL_STATUSES = tuple(s for s in RunStatus if s.value in FINAL_RUN_STATUSES)
 
 
 class ItemOutcome(models.TextChoices):
-    """A run item's fate; a settled one is named as ``jobbers_celery.RunOutcome``'s (the
-    settle rule's) member of the same name (the values are the database's)."""
+    """A run item's fate; a settled one is the settle rule's ``jobbers_celery.RunOutcome``
+    as the database keeps it (``dlq/run_step.ITEM_OUTCOMES`` pairs them)."""
 
     PENDING = "", "pending"
     #: not published: the entry was no longer dead (resubmitted or discarded meanwhile)
@@ -267,7 +267,7 @@ class ItemOutcome(models.TextChoices):
     COMPLETED = "completed", "completed"
     FAILED_AGAIN = "failed_again", "failed again"
     #: ended otherwise: its record expired before it was read
-    ENDED_OTHERWISE = "other", "ended otherwise"
+    OTHER = "other", "ended otherwise"
 
 
 class ResubmitRun(models.Model):

@@ -54,10 +54,12 @@ MAX_BATCH = 500
 MAX_SETTLE = 500
 
 #: The settled outcomes as an item keeps them: the settle rule's outcome, and the model's
-#: member of the same name.
+#: member (``ItemOutcome.OTHER`` keeps its public name: a Django enum has no alias).
 ITEM_OUTCOMES: dict[RunOutcome, ItemOutcome] = {
-    o: ItemOutcome[o.name] for o in (RunOutcome.COMPLETED, RunOutcome.FAILED_AGAIN,
-                                     RunOutcome.ENDED_OTHERWISE)}
+    RunOutcome.COMPLETED: ItemOutcome.COMPLETED,
+    RunOutcome.FAILED_AGAIN: ItemOutcome.FAILED_AGAIN,
+    RunOutcome.ENDED_OTHERWISE: ItemOutcome.OTHER,
+}
 _RUN_OUTCOMES = {item: run for run, item in ITEM_OUTCOMES.items()}
 
 
