@@ -183,6 +183,9 @@ def test_startup_reads_the_policy_from_info(server: RedisServer,
     assert asked == []  # CONFIG is never asked
 
 
+# serial: its tasks heartbeat every second against a max_heartbeat_interval of 2 s; with
+# four xdist workers on two cores, one heartbeat came 4.1 s late and the task was stalled
+@pytest.mark.serial
 @pytest.mark.parametrize("full_s", [8.0, 4.0])
 def test_running_tasks_survive_full_memory(tmp_path: Path, full_s: float) -> None:
     """A real prefork worker runs heartbeating and quiet tasks; the state store's memory is
