@@ -15,7 +15,7 @@ before or after, the per-attempt values kept on one :class:`Run` built at the st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobbers_celery.core import errortext, intake
@@ -46,17 +46,6 @@ _FROM_UNSUBMITTED = (S.UNSUBMITTED,)
 #: :mod:`jobbers_celery.core.errortext`): an exception that quotes a big argument must not put
 #: another copy of it on the record.
 ERROR_MESSAGE_MAX_CHARS = 1024
-
-#: A step runner: the outage policy of the steps that end an attempt, handed in with each of
-#: them by the worker (:class:`jobbers_celery.worker.outage.Ending`: it sends a finished
-#: attempt's outcome again through a store outage). It calls the step it is given, and may
-#: call it again; the recorder calls nothing else of the worker.
-Guard = Callable[[Callable[[], StepResult]], StepResult]
-
-
-def _direct(step: Callable[[], StepResult]) -> StepResult:
-    return step()
-
 
 class Run:
     """One running attempt, as its ending steps and metrics need it: built once, when its
@@ -252,6 +241,10 @@ class Recorder:
         )
 
     # ------------------------------------------------------------------ an attempt ends
+    # The worker runs each of these whole under its outage policy (``worker.outage.Ending``),
+    # which may call it again (a store outage, a start the store lost): so each does nothing
+    # before its one store step, and nothing after it unless the step applied (the step is
+    # fenced by the attempt: a second try of one that applied is refused).
     def _ended(self, run: Run, res: StepResult, status: str) -> None:
         """Metrics of the step ``res`` that ended ``run`` (if it applied): ``status``, or
         ``cancelled`` when a pending cancellation redirected the step."""
@@ -261,58 +254,54 @@ class Recorder:
                 now_ms=res.now_ms, started_ms=run.started_ms, enqueued_ms=run.enqueued_ms)
 
     def complete(self, run: Run, *, fields: dict[str, str], drop: Sequence[str],
-                 write: ResultWrite | None, guard: Guard = _direct) -> StepResult:
+                 write: ResultWrite | None) -> StepResult:
         """``started -> completed`` (with Celery's result written by the same script)."""
-        store = self.store
-        res = guard(lambda: store.complete(
+        res = self.store.complete(
             run.task_id, run.attempt, name=run.name, worker=run.worker, wid=run.wid,
             fields=fields, delete=drop, write_result=write,
-        ))
+        )
         self._ended(run, res, S.COMPLETED.value)
         return res
 
     def fail(self, run: Run, exc: BaseException, *, reason: str, fields: dict[str, str],
-             dead_letter: bool, guard: Guard = _direct) -> StepResult:
+             dead_letter: bool) -> StepResult:
         """``started -> failed`` (``cancelled`` if cancellation was pending), then its dead
         letter when the task saves them."""
-        store = self.store
-        res = guard(lambda: store.end(
+        res = self.store.end(
             run.task_id, S.FAILED, fence=run.attempt, worker=run.worker, reason=reason,
             fields={**fields, **error_fields(exc)}, ret=DEAD_LETTER_FIELDS, wid=run.wid,
             name=run.name, cancellable=True,
-        ))
+        )
         self._ended(run, res, S.FAILED.value)
         if dead_letter and res.applied and res.state is S.FAILED:
             self._dead_letter(run.task_id, run.name, "failed", res, exc=exc, worker=run.worker)
         return res
 
-    def cancel(self, run: Run, *, reason: str, guard: Guard = _direct) -> StepResult:
+    def cancel(self, run: Run, *, reason: str) -> StepResult:
         """``started -> cancelled``: the task honoured its cancellation."""
-        store = self.store
-        res = guard(lambda: store.end(
+        res = self.store.end(
             run.task_id, S.CANCELLED, fence=run.attempt, worker=run.worker, reason=reason,
             wid=run.wid, name=run.name,
-        ))
+        )
         self._ended(run, res, S.CANCELLED.value)
         return res
 
     def retry_later(self, run: Run, *, reason: str, delay_ms: int, fields: dict[str, str],
-                    version: int | None, guard: Guard = _direct) -> StepResult:
+                    version: int | None) -> StepResult:
         """``started -> scheduled``: the retry waits ``delay_ms`` in the store."""
-        store = self.store
-        res = guard(lambda: store.end(
+        res = self.store.end(
             run.task_id, S.SCHEDULED, fence=run.attempt, worker=run.worker, reason=reason,
             delay_ms=delay_ms, fields=fields, wid=run.wid, name=run.name, cancellable=True,
-        ))
+        )
         self._retried(run, res, version)
         return res
 
     def retry_now(self, run: Run, *, reason: str, fields: dict[str, str],
-                  version: int | None, guard: Guard = _direct) -> StepResult:
+                  version: int | None) -> StepResult:
         """``started -> unsubmitted`` with a publish lease: the caller publishes the retry
         (should it die first, a scheduler publishes the recorded payload once the lease
         expires)."""
-        res = self._requeue_step(run, reason, fields, self.publish_lease_ms, True, None, guard)
+        res = self._requeue_step(run, reason, fields, self.publish_lease_ms, True, None)
         self._retried(run, res, version)
         return res
 
@@ -322,35 +311,32 @@ class Recorder:
             metrics.retried(run.name, version, run.queue)
 
     def requeue(self, run: Run, *, reason: str, fields: dict[str, str] | None = None,
-                lease: bool = False, cancel_reason: str | None = None,
-                guard: Guard = _direct) -> StepResult:
+                lease: bool = False, cancel_reason: str | None = None) -> StepResult:
         """``started -> unsubmitted`` without using a retry (``Reject(requeue=True)``, or
         ``on_shutdown=resubmit``, then with a publish lease and cancellable)."""
         res = self._requeue_step(run, reason, fields or {},
                                  self.publish_lease_ms if lease else None, lease,
-                                 cancel_reason, guard)
+                                 cancel_reason)
         self._ended(run, res, metrics.STATUS_RESUBMITTED)
         return res
 
     def _requeue_step(self, run: Run, reason: str, fields: dict[str, str],
-                      lease_ms: int | None, cancellable: bool, cancel_reason: str | None,
-                      guard: Guard) -> StepResult:
-        store = self.store
-        return guard(lambda: store.end(
+                      lease_ms: int | None, cancellable: bool,
+                      cancel_reason: str | None) -> StepResult:
+        return self.store.end(
             run.task_id, S.UNSUBMITTED, fence=run.attempt, worker=run.worker, reason=reason,
             fields=fields, wid=run.wid, name=run.name, cancellable=cancellable,
             cancel_reason=cancel_reason, lease_ms=lease_ms,
-        ))
+        )
 
     def stop(self, run: Run, *, reason: str, fields: dict[str, str], cancel_reason: str,
-             dead_letter: bool, guard: Guard = _direct) -> StepResult:
+             dead_letter: bool) -> StepResult:
         """``started -> stalled``: the worker shut down under ``on_shutdown=stop``."""
-        store = self.store
-        res = guard(lambda: store.end(
+        res = self.store.end(
             run.task_id, S.STALLED, fence=run.attempt, worker=run.worker, reason=reason,
             fields={**fields, **error_fields(None, reason)}, ret=DEAD_LETTER_FIELDS,
             wid=run.wid, name=run.name, cancellable=True, cancel_reason=cancel_reason,
-        ))
+        )
         self._ended(run, res, S.STALLED.value)
         if dead_letter and res.applied and res.state is S.STALLED:
             self._dead_letter(run.task_id, run.name, "stalled", res, message=reason,

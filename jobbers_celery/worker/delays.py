@@ -27,7 +27,8 @@ from jobbers_celery.telemetry import tracing
 if TYPE_CHECKING:
     from celery.canvas import Signature
 
-    from jobbers_celery.lifecycle.recorder import Guard, Recorder, Run
+    from jobbers_celery.lifecycle.recorder import Recorder, Run
+    from jobbers_celery.worker.outage import Ending
 
 __all__ = ["Delays", "retry_delay", "seconds_until"]
 
@@ -92,13 +93,15 @@ class Delays:
 
     def retry_later(self, run: Run, sig: Signature[Any], fields: dict[str, str], *,
                     reason: str, delay: float, version: int | None,
-                    guard: Guard) -> tuple[StepResult, datetime]:
+                    ending: Ending) -> tuple[StepResult, datetime]:
         """Record the retry ``sig`` of ``run`` ``scheduled`` ``delay`` seconds from now, with
-        its payload (``fields`` gets it); returns the step's result and when it is due."""
+        its payload (``fields`` gets it), under the attempt's outage policy ``ending``;
+        returns the step's result and when it is due."""
         data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
         fields["msg"] = self.recorder.encode(data)
-        res = self.recorder.retry_later(run, reason=reason, delay_ms=round(delay * 1000),
-                                        fields=fields, version=version, guard=guard)
+        recorder, delay_ms = self.recorder, round(delay * 1000)
+        res = ending(lambda: recorder.retry_later(run, reason=reason, delay_ms=delay_ms,
+                                                  fields=fields, version=version))
         return res, datetime.now(UTC) + timedelta(seconds=delay)
 
 

@@ -3,9 +3,10 @@
 - :class:`OutageLog` is the one way an outage is logged: once when it begins and once when
   it is over, not at every try (the task's outage, a message held while the broker is away
   too, the main process's loops).
-- :class:`Ending` is the outage policy of the steps that end an attempt, handed to the
-  recorder with each of them (the recorder calls it, never the task): the outcome is held
-  and sent again until the store answers, and a start the store lost is recorded again.
+- :class:`Ending` is the outage policy of the steps that end an attempt, which the task
+  runs around the recorder's call (the recorder only calls down, to the store): the outcome
+  is held and sent again until the store answers, and a start the store lost is recorded
+  again.
 - :class:`Handover` gives a delivery back to the broker when its start cannot be recorded,
   and takes back, at a later delivery, a start that was recorded with its reply lost.
 """
@@ -140,8 +141,9 @@ def resend_until_recorded(step: Callable[[], StepResult],
 
 
 class Ending:
-    """The outage policy of the steps that end one attempt (the recorder's ``guard``): run
-    the step, held through a store outage (:func:`resend_until_recorded`); if the store no
+    """The outage policy of the steps that end one attempt, run around the recorder's call
+    (``step``: the whole call, which does nothing unless its store step applied): run the
+    step, held through a store outage (:func:`resend_until_recorded`); if the store no
     longer knows the attempt started (the record is back at ``submitted`` with the attempt
     before: a failover or restart lost that write), record the start again (``restart``)
     and run the step once more, so that the outcome is not lost with it."""

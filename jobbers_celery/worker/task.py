@@ -317,8 +317,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 payload.request_header(req, payload.HEADER_ENQUEUED_AT))))
 
     def _ending(self) -> Ending:
-        """The outage policy of the steps that end this attempt, handed to the recorder:
-        held through a store outage, and the start recorded again if the store lost it."""
+        """The outage policy of the steps that end this attempt, run around the recorder's
+        call (the recorder only calls down, to the store): held through a store outage, and
+        the start recorded again if the store lost it."""
         req = self.request
         ending: Ending | None = getattr(req, _ENDING, None)
         if ending is None:
@@ -339,9 +340,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         setattr(req, _DONE, True)
         parts = self._parts()
         write = parts.fold_result(self, retval)
-        res = parts.recorder.complete(self._run(), fields=self._pending_checkpoint(),
-                                      drop=_DROP_ON_COMPLETION, write=write,
-                                      guard=self._ending())
+        run, recorder, fields = self._run(), parts.recorder, self._pending_checkpoint()
+        res = self._ending()(lambda: recorder.complete(run, fields=fields,
+                                                       drop=_DROP_ON_COMPLETION, write=write))
         if not res.applied:
             log.warning("late completion of %s[%s] attempt %s rejected: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
@@ -356,8 +357,8 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         record is now cancelled."""
         req = self.request
         setattr(req, _DONE, True)
-        res = self._parts().recorder.cancel(self._run(), reason="cancellation honoured",
-                                            guard=self._ending())
+        run, recorder = self._run(), self._parts().recorder
+        res = self._ending()(lambda: recorder.cancel(run, reason="cancellation honoured"))
         if not res.applied:
             log.warning("late cancelled of %s[%s] attempt %s rejected: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
@@ -368,10 +369,10 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         ended cancelled."""
         req = self.request
         setattr(req, _DONE, True)
-        res = self._parts().recorder.fail(
-            self._run(), exc, reason=reason, fields=self._pending_checkpoint(),
-            dead_letter=self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE,
-            guard=self._ending())
+        run, recorder, fields = self._run(), self._parts().recorder, self._pending_checkpoint()
+        dead_letter = self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE
+        res = self._ending()(lambda: recorder.fail(run, exc, reason=reason, fields=fields,
+                                                   dead_letter=dead_letter))
         if not res.applied:
             log.warning("failure of %s[%s] attempt %s not recorded: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
@@ -406,16 +407,16 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                else "interrupted by its worker (shutdown)")
         cancelled = "cancellation honoured: interrupted by its worker"
         # like any step that ends the attempt, held through a store outage (see _ending)
+        run, recorder, ending = self._run(), parts.recorder, self._ending()
         if policy is ShutdownPolicy.STOP:
-            res = parts.recorder.stop(
-                self._run(), reason=f"{why} (on_shutdown=stop)", fields=pending,
-                cancel_reason=cancelled,
-                dead_letter=self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE,
-                guard=self._ending())
+            dead_letter = self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE
+            res = ending(lambda: recorder.stop(
+                run, reason=f"{why} (on_shutdown=stop)", fields=pending,
+                cancel_reason=cancelled, dead_letter=dead_letter))
         else:
-            res = parts.recorder.requeue(
-                self._run(), reason=f"{why} (on_shutdown={policy.value}): resubmitted",
-                fields=pending, lease=True, cancel_reason=cancelled, guard=self._ending())
+            res = ending(lambda: recorder.requeue(
+                run, reason=f"{why} (on_shutdown={policy.value}): resubmitted",
+                fields=pending, lease=True, cancel_reason=cancelled))
             if res.applied and res.state is S.UNSUBMITTED:
                 # same id, same retry count: records unsubmitted -> submitted on publish
                 parts.publisher.republish_signature(self.signature_from_request(req),
@@ -546,7 +547,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if delay > 0:  # waits in the store, not in an ETA message
             res, when = parts.delays.retry_later(self._run(), sig, fields, reason=reason,
                                                  delay=delay, version=version,
-                                                 guard=self._ending())
+                                                 ending=self._ending())
         else:
             try:
                 data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
@@ -555,8 +556,9 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 pass  # not JSON: the record keeps the payload it had
             # the publish lease: should this process die before publishing, a scheduler
             # publishes the recorded payload once the lease expires
-            res = parts.recorder.retry_now(self._run(), reason=reason, fields=fields,
-                                           version=version, guard=self._ending())
+            run, recorder = self._run(), parts.recorder
+            res = self._ending()(lambda: recorder.retry_now(run, reason=reason, fields=fields,
+                                                            version=version))
             if res.applied and res.state is S.UNSUBMITTED:
                 # records unsubmitted -> submitted on publish
                 parts.publisher.republish_signature(sig, leased=req.id)
