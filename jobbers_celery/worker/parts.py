@@ -49,11 +49,15 @@ class Parts:
         return Heartbeats(self.jobbers.store, self.jobbers.config.worker_lost_after)
 
     @functools.cached_property
+    def handover(self) -> Handover:
+        j = self.jobbers
+        return Handover(j.store, j.recorder, j.publisher, j.config.worker_lost_after)
+
+    @functools.cached_property
     def starter(self) -> Starter:
         j = self.jobbers
-        lost = j.config.worker_lost_after
-        return Starter(j.store, j.recorder, j.publisher,
-                       Handover(j.store, j.recorder, j.publisher, lost), lost)
+        return Starter(j.store, j.recorder, j.publisher, self.handover,
+                       j.config.worker_lost_after)
 
     @functools.cached_property
     def delays(self) -> Delays:

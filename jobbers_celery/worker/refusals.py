@@ -42,7 +42,7 @@ from jobbers_celery.lifecycle.payload import (
     HEADER_VERSION,
 )
 from jobbers_celery.lifecycle.payload import dumps as _dumps
-from jobbers_celery.store import StepResult
+from jobbers_celery.store import StepResult, StepStore
 from jobbers_celery.telemetry import metrics
 from jobbers_celery.worker.request import OverLimits
 
@@ -118,8 +118,10 @@ def _record(consumer: Any, message: Any, exc: BaseException | None) -> None:
     reason = refusal_reason(message, exc)
     log.warning("dropping refused message %s[%s]: %s", name, cut_head(task_id, 200), reason)
 
+    recorder, store = jobbers.recorder, jobbers.store
+
     def drop() -> StepResult:
-        return jobbers.recorder.drop(
+        return recorder.drop(
             task_id, name, reason=f"refused by the worker: {reason}",
             worker=getattr(consumer, "hostname", None), exc=MessageRefused(reason),
             enqueued_ms=metrics.ms_value(headers.get(HEADER_ENQUEUED_AT)),
@@ -132,11 +134,11 @@ def _record(consumer: Any, message: Any, exc: BaseException | None) -> None:
         return
     res = drop()
     if not res.applied and res.previous == "missing" and isinstance(opts, TaskOptions) \
-            and not _removed_on_purpose(jobbers, task_id, headers):
+            and not _removed_on_purpose(store, task_id, headers):
         # Published without a record (by a client without jobbers, or while the store was
         # away): record the submission now, with no arguments (the body is not read), and
         # drop it, so that the refusal is seen and dead-lettered like any other.
-        jobbers.recorder.late_submit(
+        recorder.late_submit(
             task_id, name, _int(headers.get(HEADER_VERSION), opts.version),
             str((getattr(message, "delivery_info", None) or {}).get("routing_key") or ""),
             dead_letter, NOT_READ, _int(headers.get("retries"), 0))
@@ -146,11 +148,11 @@ def _record(consumer: Any, message: Any, exc: BaseException | None) -> None:
                  task_id, res.previous)
 
 
-def _removed_on_purpose(jobbers: Jobbers, task_id: str, headers: Mapping[str, Any]) -> bool:
+def _removed_on_purpose(store: StepStore, task_id: str, headers: Mapping[str, Any]) -> bool:
     """The message's submission was recorded in the current dataset, and its record is
     gone: removed on purpose (purged, expired), not to be recorded again."""
     epoch = headers.get(HEADER_EPOCH)
-    return bool(epoch) and epoch == jobbers.store.epoch(task_id)
+    return bool(epoch) and epoch == store.epoch(task_id)
 
 
 def _int(value: Any, default: int) -> int:

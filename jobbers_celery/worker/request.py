@@ -51,6 +51,8 @@ from jobbers_celery.worker.task import Revoked
 if TYPE_CHECKING:
     from celery.worker.request import _InfoDict
 
+    from jobbers_celery.lifecycle.recorder import Recorder
+
 __all__ = ["JobbersRequest", "OverLimits", "VersionMismatch"]
 
 log = escaped_logger("jobbers.request")
@@ -124,6 +126,10 @@ class JobbersRequest(Request):
         arguments themselves."""
         return super().info(safe=True)
 
+    def _recorder(self) -> Recorder:
+        """The recorder of its app's jobbers (raises when jobbers is not installed)."""
+        return Jobbers.of(self.task.app).recorder
+
     def terminate(self, pool: Any, signal: Any = None) -> None:
         """Celery's revoke with ``terminate``: record the cancellation before the signal.
 
@@ -136,7 +142,7 @@ class JobbersRequest(Request):
         if self.time_start and not self._already_revoked:
             reason = revoke_reason(signal)
             try:
-                done = Jobbers.of(self.task.app).recorder.revoke_running(self.id, reason=reason)
+                done = self._recorder().revoke_running(self.id, reason=reason)
                 log.info("terminating %s[%s] (%s): its cancellation is %s (it was %s)",
                          self.task.name, self.id, reason, done.outcome, done.previous)
             except Exception:
@@ -213,9 +219,9 @@ class JobbersRequest(Request):
         log.warning("dropping %s[%s]: %s", self.task.name, self.id, message)
         exc = VersionMismatch(message)
         try:
-            jobbers = Jobbers.of(self.task.app)
+            recorder = self._recorder()
             policy = getattr(self.task, "jobbers_options", None)
-            jobbers.recorder.drop(
+            recorder.drop(
                 self.id, self.task.name, reason=message, worker=self.hostname, exc=exc,
                 enqueued_ms=metrics.ms_value(self.request_dict.get(HEADER_ENQUEUED_AT)),
                 dead_letter=policy is not None

@@ -42,6 +42,7 @@ from jobbers_celery.lifecycle.payload import (
     request_header,
 )
 from jobbers_celery.lifecycle.publisher import publishing_app
+from jobbers_celery.lifecycle.recorder import Recorder
 from jobbers_celery.store import HousekeepingStore
 from jobbers_celery.telemetry import metrics
 from jobbers_celery.worker import shutdown, taskrepr
@@ -97,8 +98,9 @@ def on_before_publish(
     except Exception:
         log.exception("could not redact the argsrepr of %s[%s]", sender, headers.get("id"))
     opts = getattr(task, "jobbers_options", None)
+    recorder = jobbers.recorder
     try:
-        jobbers.recorder.publish(
+        recorder.publish(
             sender, headers, body, exchange, routing_key, properties or {},
             version=opts.version if opts else None,
             dead_letter=bool(opts and opts.dead_letter_policy is DeadLetterPolicy.SAVE),
@@ -119,11 +121,11 @@ def on_task_failure(
         return
     if getattr(sender.request, "jobbers_outcome_recorded", False):
         return  # recorded by the task itself, in the pool
-    jobbers = Jobbers.find(sender.app)
-    if jobbers is None:
+    recorder = _recorder(sender.app)
+    if recorder is None:
         return
     try:
-        jobbers.recorder.fail_reported(
+        recorder.fail_reported(
             task_id, sender.name, wid=liveness.worker_id(), exc=exception,
             traceback=str(getattr(einfo, "traceback", "") or "") or None,
             worker=getattr(sender.request, "hostname", None),
@@ -145,15 +147,15 @@ def on_task_unknown(
     headers = getattr(message, "headers", None) or {}
     if not id or HEADER_TASK not in headers:
         return
-    jobbers = Jobbers.find(getattr(sender, "app", None))
-    if jobbers is None:
+    recorder = _recorder(getattr(sender, "app", None))
+    if recorder is None:
         return
     # the name is the publisher's (no task here has it): cut where it is shown (the drop
     # changes a record its publisher made, and never makes one)
     reason = f"no task named {cut_head(repr(name), 200)} is registered on this worker"
     name = cut_head(name or "", MAX_NAME_CHARS)
     try:
-        jobbers.recorder.drop(
+        recorder.drop(
             id, name or "", reason=reason, worker=getattr(sender, "hostname", None),
             enqueued_ms=metrics.ms_value(headers.get(HEADER_ENQUEUED_AT)),
             dead_letter=bool(headers.get(HEADER_DEAD_LETTER)),
@@ -168,12 +170,12 @@ def on_task_prerun(sender: Any = None, task_id: str | None = None, task: Any = N
         return
     if task.request.get(HEADER_TASK) is None:
         return
-    jobbers = Jobbers.find(task.app)
-    if jobbers is None:
+    recorder = _recorder(task.app)
+    if recorder is None:
         return
     reason = f"{task.name} is not a JobbersTask on this worker; it runs untracked"
     try:
-        jobbers.recorder.drop(
+        recorder.drop(
             task_id, task.name, reason=reason,
             enqueued_ms=metrics.ms_value(request_header(task.request, HEADER_ENQUEUED_AT)))
     except Exception:
@@ -187,27 +189,34 @@ def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = 
         return
     if getattr(request, "jobbers_outcome_recorded", False):
         return  # jobbers recorded the cancellation Celery now announces
-    jobbers = Jobbers.find(sender.app)
-    if jobbers is None:
+    recorder = _recorder(sender.app)
+    if recorder is None:
         return
     worker = getattr(request, "hostname", None)
     try:
         if terminated:  # usually recorded already by the task itself, on its way out
-            jobbers.recorder.interrupted(
+            recorder.interrupted(
                 task_id, sender.name, wid=liveness.worker_id(), signum=signum, worker=worker,
                 enqueued_ms=metrics.ms_value(request_header(request, HEADER_ENQUEUED_AT)))
         else:
-            jobbers.recorder.revoked(task_id, worker=worker, expired=bool(expired))
+            recorder.revoked(task_id, worker=worker, expired=bool(expired))
     except Exception:
         log.exception("could not record the revoke of %s[%s]", sender.name, task_id)
+
+
+def _recorder(app: Any) -> Recorder | None:
+    """The recorder of the jobbers installed on ``app``, ``None`` if there is none."""
+    jobbers = Jobbers.find(app)
+    return None if jobbers is None else jobbers.recorder
 
 
 def on_worker_init(sender: Any = None, **_: Any) -> None:
     liveness.set_worker_id(getattr(sender, "hostname", None))
     jobbers = Jobbers.find(getattr(sender, "app", None))
     if jobbers is not None:
+        store, lost_after = jobbers.store, jobbers.config.worker_lost_after
         try:  # before the wait below: a store down at start must not hold the start up
-            jobbers.store.shards  # noqa: B018 - read the dataset's layout before forking
+            store.shards  # noqa: B018 - read the dataset's layout before forking
         except ConfigurationError as exc:  # a wrong jobbers_store_shards: do not start
             log.critical("%s", exc)
             raise SystemExit(f"jobbers: {exc}") from exc
@@ -215,9 +224,9 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
             log.warning("could not read the jobbers store's layout at start; it is read at "
                         "the first store call", exc_info=True)
         # a step waits for the store as long as the worker's liveness may be silent
-        jobbers.store.wait_out_outages(jobbers.config.worker_lost_after)
+        store.wait_out_outages(lost_after)
         try:
-            results.check_layout(jobbers.store, jobbers.app.backend)
+            results.check_layout(store, jobbers.app.backend)
         except Exception:  # a check, never a reason not to start
             log.debug("could not check the result backend layout", exc_info=True)
 

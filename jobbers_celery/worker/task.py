@@ -293,7 +293,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         try:
             res = parts.starter.start(delivery, self.jobbers_options)
         except UNREACHABLE:
-            parts.starter.handover.give_back(delivery)
+            parts.handover.give_back(delivery)
         STORE_OUTAGE.over()
         if _ends_cancelled(res):
             log.info("not running %s[%s]: it was cancelled", self.name, req.id)
