@@ -7,7 +7,7 @@ that does not save dead letters leaves none, and the checkpoint reaches the next
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from jobbers_celery.testing import (
     embedded_worker,
     in_memory,
 )
+from tests.conftest import wait_for
 
 S = TaskState
 app = Celery("fast_task", broker="memory://", backend="cache+memory://")
@@ -63,19 +64,12 @@ def jobbers() -> Iterator[Jobbers]:
         yield jobbers
 
 
-def _wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-    return found
-
 
 def _ends(jobbers: Jobbers, task_id: str, state: TaskState) -> list[TaskState]:
     def ended() -> bool:
         record = jobbers.get(task_id)
         return record is not None and record.state is state
-    _wait_for(ended)
+    wait_for(ended)
     return [t.to_state for t in jobbers.history(task_id)]
 
 
@@ -93,7 +87,7 @@ def test_a_return_completes(jobbers: Jobbers) -> None:
 def test_an_unexpected_error_fails_at_once_and_is_dead_lettered(jobbers: Jobbers) -> None:
     result: Any = work.delay(0, unexpected=True)
     assert _ends(jobbers, result.id, S.FAILED).count(S.STARTED) == 1  # no retry
-    [entry] = _wait_for(lambda: _sink(jobbers).of(result.id))
+    [entry] = wait_for(lambda: _sink(jobbers).of(result.id))
     assert (entry.attempt, entry.exception_type) == (1, "KeyError")
 
 
@@ -110,7 +104,7 @@ def test_an_expected_error_out_of_retries_fails_and_is_dead_lettered(jobbers: Jo
                                                                       ) -> None:
     result: Any = work.delay(5)
     assert _ends(jobbers, result.id, S.FAILED).count(S.STARTED) == 3  # two retries
-    [entry] = _wait_for(lambda: _sink(jobbers).of(result.id))
+    [entry] = wait_for(lambda: _sink(jobbers).of(result.id))
     assert entry.attempt == 3
     assert entry.exception_type is not None
     assert entry.exception_type.endswith("Unavailable")

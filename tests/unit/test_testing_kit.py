@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from jobbers_celery.testing import (
     in_memory,
 )
 from jobbers_celery.worker import shutdown
+from tests.conftest import wait_for
 
 S = TaskState
 
@@ -119,12 +118,6 @@ def test_the_sink_keeps_one_entry_per_attempt() -> None:
     assert sink.of("t1") == [entry]
 
 
-def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
 
 def test_each_in_memory_store_gets_the_tasks_of_the_worker_started_after_it() -> None:
     """The how-to's suite: a fresh store per test, a worker per test. The tasks built their
@@ -151,7 +144,7 @@ def test_each_in_memory_store_gets_the_tasks_of_the_worker_started_after_it() ->
                 record = store.get(task_id)
                 return record is not None and record.state is S.COMPLETED
 
-            _wait_for(completed)
+            wait_for(completed)
         assert [(h.task_id, h.progress) for h in store.heartbeats] == [
             (result.id, f'{{"n": {n}}}')]
         # and each worker leaves the process as it found it (embedded_worker)
@@ -218,7 +211,7 @@ def test_a_dead_letter_the_sink_refuses_waits_in_the_in_memory_outbox() -> None:
     assert jobbers.dead_letters.spool is None  # an injected store: no spool at all
     with embedded_worker(app, shutdown_timeout=10):
         result: Any = fails.delay()
-        _wait_for(lambda: len(store.parked) == 1)
+        wait_for(lambda: len(store.parked) == 1)
     [entry] = store.parked
     assert (entry.task_id, entry.exception_type) == (result.id, "ValueError")
     assert sink.entries == []
