@@ -314,6 +314,48 @@ def commandstats(client: Any) -> dict[str, tuple[int, int]]:
             for k, v in stats.items()}
 
 
+#: The store's round trips: its script calls. ``INFO commandstats`` also counts the commands
+#: a script runs (a step's HSET, ZADD, GET...), which are no round trip of their own; the
+#: store sends no other command on a publish or a start (the broker's are lpush, sadd...).
+STORE_COMMANDS = ("evalsha", "eval")
+
+
+def commands_since(client: Any, before: dict[str, Any]) -> dict[str, int]:
+    """Commands run since ``before`` (an ``INFO commandstats`` reply, read with
+    ``decode_responses``), by name; the ``info`` calls of the measure left out."""
+    after = client.info("commandstats")
+    got = {k.removeprefix("cmdstat_"): int(v["calls"]) - int(before.get(k, {}).get(
+        "calls", 0)) for k, v in after.items()}
+    got.pop("info", None)
+    return got
+
+
+def per_task(calls: dict[str, int], tasks: int) -> dict[str, Any]:
+    """``store_calls`` (round trips) and ``calls`` (every command) per task."""
+    return {"store_calls": sum(calls.get(c, 0) for c in STORE_COMMANDS) / tasks,
+            "calls": {k: round(v / tasks, 3) for k, v in sorted(calls.items()) if v}}
+
+
+def interleaved_rounds(script: str, variants: list[str], url: str, client: Any,
+                       rounds: int, child_args: list[str]) -> list[dict[str, dict[str, Any]]]:
+    """``rounds`` rounds, each variant in a fresh ``script --child VARIANT URL *child_args``
+    process (the store emptied before each, the order rotated from round to round); each
+    child prints its figures as the JSON of its last line."""
+    out: list[dict[str, dict[str, Any]]] = []
+    for i in range(rounds):
+        got: dict[str, dict[str, Any]] = {}
+        for variant in rotated(variants, i):
+            client.flushall()
+            done = subprocess.run([sys.executable, script, "--child", variant, url,
+                                   *child_args], capture_output=True, text=True,
+                                  env=subprocess_env(), check=True, timeout=600)
+            got[variant] = json.loads(done.stdout.strip().splitlines()[-1])
+        out.append(got)
+        print(f"  round {i + 1}: " + ", ".join(
+            f"{v} {got[v]['us']:.0f} us" for v in variants), flush=True)
+    return out
+
+
 def code_version(*paths: str) -> str:
     """The commit of the checkout, and which of ``paths`` (default: both packages) have
     uncommitted changes: a run measures the working tree."""

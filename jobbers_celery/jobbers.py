@@ -1,30 +1,30 @@
 """Jobbers: one app's lifecycle store, dead-letter queue and read API (``install(app)``).
 
-``Jobbers`` is the one composition root of jobbers_celery: it builds the store, the
-dead-letter dispatcher, the recorder, the publisher and the cleaner (and a worker's
-scheduler), handing each what it uses and nothing more, so that the services below it never
-import it back (``tests/unit/test_layers.py``). It also keeps the one registry of installed
-instances (:meth:`Jobbers.of`, the public ``get_jobbers``) and serves the public reads and
-actions.
+``Jobbers`` is the one composition root of jobbers_celery: what it builds (the store, the
+dead-letter dispatcher, the recorder, the publisher and the cleaner, each handed what it
+uses and nothing more) is :class:`~jobbers_celery.composition.Composition`'s, which it
+extends with a worker's scheduler. It also keeps the one registry of installed instances
+(:meth:`Jobbers.of`, the public ``get_jobbers``) and serves the public reads and actions.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from kombu.utils.imports import symbol_by_name
-
-from jobbers_celery.core.codec import PayloadCodec
-from jobbers_celery.core.config import JobbersConfig
+from jobbers_celery.composition import Composition, JobbersStore
 from jobbers_celery.core.errors import ConfigurationError
+from jobbers_celery.core.fairshare import FairHeld
+from jobbers_celery.core.intake import identity_over_limits
 from jobbers_celery.core.options import ResubmitVersion
+from jobbers_celery.core.pauses import Pause, PauseError, PauseKind
+from jobbers_celery.core.periodic import PeriodicSchedule
 from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.core.ratelimit import RateLimitInfo
 from jobbers_celery.core.records import (
     DeadLetter,
     SetAsideReport,
@@ -32,41 +32,32 @@ from jobbers_celery.core.records import (
     Transition,
     WorkerInfo,
 )
-from jobbers_celery.core.states import TaskState
-from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
-from jobbers_celery.deadletter.sink import DeadLetterSink, PayloadDeadLetterSink
-from jobbers_celery.deadletter.spool import DeadLetterSpool, spool_directory
-from jobbers_celery.lifecycle import payload, results
-from jobbers_celery.lifecycle.cleaner import Cleaner, CleanerStatus, CleanReport
-from jobbers_celery.lifecycle.publisher import Publisher
-from jobbers_celery.lifecycle.recorder import Recorder
+from jobbers_celery.core.search import SearchResult
+from jobbers_celery.core.states import TERMINAL, TaskState
+from jobbers_celery.core.unique import Unique, UniqueInfo, key_digest, validate_unique
+from jobbers_celery.core.workflow import Workflow, WorkflowRead, WorkflowState, derive
+from jobbers_celery.lifecycle import chords, fleet, payload, ratelimits, results
+from jobbers_celery.lifecycle.cleaner import CleanerStatus, CleanReport
+from jobbers_celery.lifecycle.pausing import PauseOutcome
 from jobbers_celery.lifecycle.scheduler import Scheduler
 from jobbers_celery.resubmit import pacer
 from jobbers_celery.resubmit.pace import ResubmitPace, ResubmitRunInfo
-from jobbers_celery.resubmit.resubmit import ResubmitStore, Resubmitter
-from jobbers_celery.store import CleanerStore, RedisStore, StepStore
-from jobbers_celery.store.connect import redis_client
 from jobbers_celery.store.errors import store_call as _store_call
-from jobbers_celery.store.parts import DeadLetterStore, LayoutStore, RunningStore, RunStore
-from jobbers_celery.telemetry.history import CountHistory, CountSample
+from jobbers_celery.telemetry.history import CountSample
+from jobbers_celery.telemetry.series import SeriesRead
 
 if TYPE_CHECKING:
     from celery import Celery
 
 
-class ServiceStore(StepStore, CleanerStore, ResubmitStore, Protocol):
-    """What the services :meth:`Jobbers.compose` builds use of a store, all parts together."""
-
-
-class JobbersStore(ServiceStore, RunStore, RunningStore, LayoutStore, DeadLetterStore,
-                   Protocol):
-    """Every part a :class:`Jobbers` uses: its services', its reads' and the dead-letter
-    dispatcher's (the Redis store, or the in-memory one of :mod:`jobbers_celery.testing`)."""
-
-
 __all__ = ["Jobbers", "JobbersStore", "PurgeReport"]
 
 log = escaped_logger("jobbers")
+
+#: Members a workflow action (cancel, resubmit) reads at most.
+WORKFLOW_ACTION_LIMIT = 100_000
+#: States of the members ``resubmit_workflow`` resubmits.
+_FAILED_FOR_GOOD = frozenset({TaskState.FAILED, TaskState.STALLED, TaskState.DROPPED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,59 +70,8 @@ class PurgeReport:
     skipped: list[str] = field(default_factory=list)
 
 
-class Jobbers:
+class Jobbers(Composition):
     """Reads are index-backed (never a keyspace scan); every change is one atomic step."""
-
-    _count = itertools.count()
-
-    def __init__(self, app: Celery, config: JobbersConfig, store: JobbersStore | None = None,
-                 sink: DeadLetterSink | None = None) -> None:
-        """``store`` and ``sink``: the ones to use instead of those ``config`` names (the
-        in-memory fakes of :mod:`jobbers_celery.testing`); a store handed in gets no spool
-        (an entry neither the sink nor that store takes waits in this process's memory)."""
-        self._serial = next(Jobbers._count)
-        self.app = app
-        self.config = config
-        spool = None
-        if store is None:
-            store = RedisStore(redis_client(config), config.key_prefix, config.retention,
-                               config.store_shards)
-            # entries that neither the sink nor Redis takes wait on local disk
-            spool = DeadLetterSpool(spool_directory(config.dead_letter_spool,
-                                                    config.key_prefix, config.redis_url))
-        self.store: JobbersStore = store
-        if sink is None:
-            factory = symbol_by_name(config.dead_letter_sink)
-            sink = factory(self)
-        if not isinstance(sink, DeadLetterSink):
-            raise TypeError(f"{config.dead_letter_sink} did not build a sink with write(entry)")
-        self.sink: DeadLetterSink = sink
-        # a sink that can hand entries back keeps the one copy of a dead task's payload
-        self._payload_sink = (cast("PayloadDeadLetterSink", sink)
-                              if callable(getattr(sink, "entry", None)) else None)
-        # seals the arguments jobbers keeps, opens them where they are published again
-        self.codec = PayloadCodec.of(config.payload_keys)
-        self.compose(store, spool)
-
-    def compose(self, store: JobbersStore, spool: DeadLetterSpool | None) -> None:
-        """Build the dead-letter dispatcher and the services over ``store``: written once,
-        for the Redis store and for the in-memory one of :mod:`jobbers_celery.testing`."""
-        config = self.config
-        self.dead_letters = DeadLetterDispatcher(
-            self.sink, store,
-            written=self._drop_record_payloads if self._payload_sink is not None else None,
-            spool=spool)
-        self.recorder = Recorder(store, self.dead_letters,
-                                 payload_warn_bytes=config.payload_warn_bytes,
-                                 publish_lease_s=config.publish_lease, codec=self.codec)
-        self.publisher = Publisher(self.app, store, self.codec)
-        self.cleaner = Cleaner(store, config, self.recorder, self.publisher)
-        self.resubmitter = Resubmitter(
-            self.app, store, self.recorder, self.publisher,
-            self._payload_sink.entry if self._payload_sink is not None else None,
-            unopenable=lambda e: payload.unopenable(e.args, e.kwargs, self.codec),
-            fresh_headers=(payload.HEADER_ENQUEUED_AT,))
-        self.count_sampler = CountHistory(store)
 
     def scheduler(self, worker_name: str | None = None) -> Scheduler:
         """A scheduler of this namespace (a worker runs one, see :mod:`runtime`)."""
@@ -144,7 +84,8 @@ class Jobbers:
                                claim_timeout_s=self.config.publish_lease,
                                exclusive_s=self.config.scheduler_interval * 0.8)
         return Scheduler(self.store, self.config, self.publisher, self.dead_letters,
-                         self.cleaner, worker_name, history=self.count_sampler, pacer=runs)
+                         self.cleaner, worker_name, history=self.count_sampler, pacer=runs,
+                         series=self.series_reader, periodic=self.periodic)
 
     # ------------------------------------------------------------------ the registry
     # The one registry of installed instances: each app holds its own (``app._jobbers``,
@@ -228,8 +169,135 @@ class Jobbers:
                 for wid, at, running in self.store.workers(since)]
 
     @_store_call
+    def unique_of(self, task_id: str) -> UniqueInfo | None:
+        """A unique task's lock (``None``: not a unique task, or no record): its key's
+        digest (never the values), until when it holds, and the copy holding it now."""
+        return self.store.unique_of(task_id)
+
+    @_store_call
+    def unique_holder(self, task_name: str, args: Sequence[Any] = (),
+                      kwargs: Mapping[str, Any] | None = None,
+                      unique: Unique | None = None) -> str | None:
+        """The id of the copy of ``task_name`` holding the lock a publish with ``args`` and
+        ``kwargs`` would ask for (the task's ``unique``, or ``unique``), ``None`` if free.
+        Raises ``ValueError`` for a task that is not unique here."""
+        spec = validate_unique(unique) if unique is not None else getattr(getattr(
+            self.app.tasks.get(task_name), "jobbers_options", None), "unique", None)
+        if spec is None:
+            raise ValueError(f"{task_name} is not a unique task here (pass unique=)")
+        return self.store.unique_holder(key_digest(task_name, spec, args, kwargs))
+
+    # ------------------------------------------------------------------ workers, queues
+    @_store_call
+    def pause(self, *, name: str | None = None, queue: str | None = None,
+              by: str = "code") -> PauseOutcome:
+        """Pause a task name (its messages are held, visible as ``scheduled``, paused) or
+        a queue (no worker consumes it) on every worker, those started later too. Returns
+        the workers that applied it at once (see :mod:`~.lifecycle.pausing`)."""
+        kind, target = _pause_target(name, queue)
+        return self.pausing.pause(kind, target, by)
+
+    @_store_call
+    def resume(self, *, name: str | None = None, queue: str | None = None,
+               by: str = "code") -> PauseOutcome:
+        """End a pause; a task name's held tasks are published again, each once."""
+        kind, target = _pause_target(name, queue)
+        return self.pausing.resume(kind, target, by)
+
+    @_store_call
+    def pauses(self) -> list[Pause]:
+        """Every pause in force, oldest first."""
+        return self.pausing.pauses()
+
+    @_store_call
+    def held_count(self, name: str) -> int:
+        """Tasks of ``name`` held by its pause."""
+        return self.store.held_count(name)
+
+    @_store_call
+    def rate_limits(self) -> list[RateLimitInfo]:
+        """Every rate limit keyed by arguments: declared here (``rate_limit_by``) or set by
+        an operator, and how many tasks of each name wait on it now."""
+        return ratelimits.read(self.app, self.store)
+
+    @_store_call
+    def set_rate_limit(self, name: str, rate: str | None) -> str | None:
+        """Override ``name``'s rate from its next start on, in every worker (``"10/s"``, or
+        ``"off"``: unlimited); ``None`` clears it (the declared rate again). Raises
+        ``ValueError`` for a bad rate."""
+        return ratelimits.set_override(self.store, name, rate)
+
+    def check_rate_limit_override(self, name: str, rate: str | None) -> None:
+        """Raise ``ValueError`` when setting ``rate`` on ``name`` would never apply: no task
+        of this app declares ``rate_limit_by`` under it (clearing is always allowed). The
+        admin and the REST API check before :meth:`set_rate_limit`."""
+        ratelimits.refuse_undeclared(self.app, name, rate)
+
+    @_store_call
+    def fair_held(self, limit: int = 100) -> list[FairHeld]:
+        """What fair shares hold back now (``concurrency_key``), most parked first: per task
+        name and key (its digest, never the value) the tasks parked, those on their way to
+        start, those running, and the cap per key."""
+        return self.store.fair_held(limit)
+
+    def worker_views(self, timeout: float = fleet.INSPECT_TIMEOUT_S) -> list[fleet.WorkerView]:
+        """Each worker that answers Celery's ``inspect`` or that jobbers sees alive: pool,
+        queues, running tasks with their heartbeat and progress."""
+        return fleet.read_workers(self.app, self.workers(), self.get, timeout)
+
+    @_store_call
+    def queues(self, workers: list[fleet.WorkerView] | None = None) -> list[fleet.QueueInfo]:
+        """Each queue's depth and the age of its oldest message; ``workers`` (from
+        :meth:`worker_views`) adds the queues they consume and who consumes each."""
+        paused = {p.target for p in self.pauses() if p.kind is PauseKind.QUEUE}
+        consumers: dict[str, list[str]] = {}
+        for w in workers or ():
+            for q in w.queues:
+                consumers.setdefault(q, []).append(w.hostname)
+        names = fleet.queue_names(self.app, consumers, paused)
+        infos = fleet.read_queues(self.app, names, self.store.now_ms(), self.get,
+                                  self.store.oldest_submitted)
+        return [dataclasses.replace(q, paused=q.name in paused,
+                                    consumers=consumers.get(q.name, [])) for q in infos]
+
+    @_store_call
     def counts(self) -> dict[TaskState, int]:
         return self.store.counts()
+
+    @_store_call
+    def periodic_tasks(self, runs: int = 10) -> list[PeriodicSchedule]:
+        """Every beat schedule watched, by name, with its counts of missed, late and
+        overlapping runs and its newest ``runs`` runs (``docs/howto/periodic.md``)."""
+        return self.periodic.schedules(runs)
+
+    @_store_call
+    def series(self, *, name: str | None = None, queue: str | None = None,
+               since: datetime | None = None, until: datetime | None = None,
+               step: int | None = None) -> SeriesRead:
+        """Throughput, failures, mean runtime and mean queue latency of task ``name``, or of
+        ``queue``, or of every task (neither), per ``step`` minutes (1, 5, 15 or 60;
+        default by span) over ``[since, until)`` (default: the last hour), kept
+        ``jobbers_history_days``. Raises ``SeriesRangeError`` (a ``ValueError``) for a
+        range it refuses. See ``docs/howto/history.md``."""
+        return self.series_reader.read(name=name, queue=queue, since=since, until=until,
+                                       step=step)
+
+    @_store_call
+    def series_names(self, days: float = 1.0) -> tuple[list[str], list[str]]:
+        """The task names and the queues the history holds for the last ``days``."""
+        return self.series_reader.names(days)
+
+    @_store_call
+    def search(self, argument: str, value: str, *, name: str | None = None,
+               limit: int = 100) -> SearchResult:
+        """Tasks whose argument at path ``argument`` (``order_id``, ``0``, ``order.id``)
+        holds ``value``, newest first, at most ``limit`` (1 to 1,000), of task ``name``
+        (``None``: any): through the index when ``jobbers_indexed_arguments`` indexes the
+        path, else among the newest ``jobbers_search_scan_limit`` records that still hold
+        their arguments (:attr:`SearchResult.how` says which, and how much was read).
+        Raises ``ValueError`` for a malformed path or value, or a path reading a redacted
+        key. See ``docs/howto/search.md``."""
+        return self.arguments.find(argument, value, name, limit)
 
     @_store_call
     def count_history(self, minutes: int = 60) -> list[CountSample]:
@@ -272,10 +340,6 @@ class Jobbers:
         as a :class:`~jobbers_celery.JobbersTask`: its current version is unknown."""
         return self.resubmitter.current_versions(names)
 
-    def _drop_record_payloads(self, entries: Sequence[DeadLetter]) -> None:
-        """The sink took ``entries``: their records forget their copies of the payloads."""
-        self.store.drop_payloads([(e.task_id, e.attempt) for e in entries])
-
     def readable(self, entry: DeadLetter) -> DeadLetter:
         """``entry`` with its arguments as a reader may see them (redact them after):
         opened where this process holds the payload key that sealed them, else
@@ -310,6 +374,22 @@ class Jobbers:
         changed code with arguments made for the old one.
         """
         return self.resubmitter.resubmit_dead_letters(entries, reset_retry_count, version)
+
+    @_store_call
+    def release_chord_parts(self, entries: Iterable[DeadLetter]) -> list[str]:
+        """Fail the chords that discarded dead letters held (call it after discarding
+        ``entries``; every DLQ front end's discard does): a chord header member whose failure
+        went to the dead-letter queue holds its chord part, so the chord's callback waits for
+        a resubmit (:mod:`jobbers_celery.lifecycle.chords`). Discarded, its part is counted
+        failed in Celery's result backend, as Celery counts it: the callback fails with
+        ``ChordError`` once every other part returned. Only for members still dead at that
+        entry's attempt (one resubmitted since counts its own part). Idempotent; returns the
+        task ids released."""
+        batch = list(entries)
+        if not batch:
+            return []
+        now = self.states_of(e.task_id for e in batch)
+        return chords.release(self.app, chords.releasable(batch, now))
 
     # ------------------------------------------------------------------ paced resubmits
     @_store_call
@@ -372,6 +452,11 @@ class Jobbers:
         """Publish nothing more, for good: the unpublished entries stay dead."""
         return self._control_run(run_id, "cancel", by)
 
+    def continue_resubmit_run(self, run_id: int, by: str = "code") -> ResubmitRunInfo:
+        """A halted run goes on (its cause fixed): at its pace counted from now, its stop
+        rule's window emptied (the failures that halted it do not count again)."""
+        return self._control_run(run_id, "continue", by)
+
     @_store_call
     def _control_run(self, run_id: int, action: str, by: str) -> ResubmitRunInfo:
         pacer.control(self.store, run_id, action, by)
@@ -402,6 +487,68 @@ class Jobbers:
         if done.outcome == "cancelled":
             results.mark_revoked(self.app.backend, task_id, "cancelled by request")
         return done.outcome != "no"
+
+    # ------------------------------------------------------------------ workflows
+    @_store_call
+    def workflow(self, task_id: str, limit: int = 1000) -> Workflow | None:
+        """The canvas ``task_id`` belongs to, as one unit: ``task_id`` is any recorded
+        member's id, the workflow's root (see :mod:`jobbers_celery.core.workflow` for which
+        id that is for each kind of canvas), a group's id, or the id ``apply_async``
+        returned for a chord or a chain (its callback's or last link's, named before that
+        task is recorded). Its members by submission time (at most
+        ``limit``; ``truncated`` says there are more), progress, elapsed time, the members
+        that block it and its own history, all derived from the members' records (index
+        reads, never a scan). A task published alone is a workflow of one. ``None`` if
+        ``task_id`` names nothing recorded (an id over the intake limits never is)."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        read = self._workflow_read(task_id, limit)
+        return None if read is None else derive(read, self._now())
+
+    def _workflow_read(self, task_id: str, limit: int) -> WorkflowRead | None:
+        if identity_over_limits(task_id, None):  # no key holds it: nothing to read
+            return None
+        return self.store.workflow(task_id, limit)
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self.store.now_ms() / 1000.0, tz=UTC)
+
+    @_store_call
+    def cancel_workflow(self, task_id: str, terminate: bool = False) -> list[str]:
+        """Cancel every member of ``task_id``'s workflow that has not ended, as
+        :meth:`cancel` does each (``terminate`` too), and mark the workflow cancelled: a
+        member published after this (a chain's next step, a chord's callback) is
+        cancelled as it is recorded, so it never runs. Returns the ids cancelled or whose
+        cancellation was requested (running ones stop at their next heartbeat). A workflow
+        that has ended is left as it is (nothing is marked)."""
+        found = self._workflow_read(task_id, WORKFLOW_ACTION_LIMIT)
+        if found is None or derive(found, self._now()).state is not WorkflowState.RUNNING:
+            return []
+        self.store.mark_workflow_cancelled(found.root_id, True)  # first: no member missed
+        read = self.store.workflow(found.root_id, WORKFLOW_ACTION_LIMIT)
+        done: list[str] = []
+        for member in read.members if read is not None else ():
+            if member.record.state not in TERMINAL and self.cancel(member.record.task_id,
+                                                                   terminate):
+                done.append(member.record.task_id)
+        return done
+
+    @_store_call
+    def resubmit_workflow(self, task_id: str, reset_retry_count: bool = True) -> list[str]:
+        """Resubmit the failed, stalled and dropped members of ``task_id``'s workflow (as
+        :meth:`resubmit`; a chord header member's success then lets its callback run) and
+        clear its cancel mark once some were resubmitted (a cancelled workflow with no such
+        member stays cancelled: what its running members publish is still cancelled).
+        Returns the ids resubmitted."""
+        read = self._workflow_read(task_id, WORKFLOW_ACTION_LIMIT)
+        if read is None:
+            return []
+        ids = [m.record.task_id for m in read.members if m.record.state in _FAILED_FOR_GOOD]
+        if not ids:
+            return []
+        # the mark first: a resubmitted member's successors must not be cancelled as recorded
+        self.store.mark_workflow_cancelled(read.root_id, False)
+        return self.resubmit(ids, reset_retry_count)
 
     @_store_call
     def clean(self) -> CleanReport:
@@ -440,3 +587,10 @@ class Jobbers:
                   else None)
         removed, cancelled, skipped = self.store.purge(name, queue, cutoff)
         return PurgeReport(removed=removed, cancelled=cancelled, skipped=skipped)
+
+def _pause_target(name: str | None, queue: str | None) -> tuple[PauseKind, object]:
+    """Exactly one of a task name and a queue (else a :class:`PauseError`, as for a bad
+    name: the REST API answers 400, the CLI exits 2)."""
+    if (name is None) == (queue is None):
+        raise PauseError("give either a task name or a queue")
+    return (PauseKind.TASK, name) if name is not None else (PauseKind.QUEUE, queue)

@@ -12,5 +12,15 @@ class JobbersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # registers the paced-resubmit step task on every Celery app (shared_task)
-        from jobbers_django import tasks  # noqa: F401
+        from django.db.models.signals import post_delete, post_save
+
+        # tasks: registers the paced-resubmit step task on every Celery app (shared_task)
+        from jobbers_django import alerting, tasks  # noqa: F401
+        from jobbers_django.models import AlertRule
+
+        # the admin's alert rules and Django's email, for every alert service of the process
+        alerting.register()
+        post_save.connect(alerting.rule_saved, sender=AlertRule,
+                          dispatch_uid="jobbers_alert_rule_saved")
+        post_delete.connect(alerting.rule_saved, sender=AlertRule,
+                            dispatch_uid="jobbers_alert_rule_deleted")

@@ -8,12 +8,12 @@ raise :class:`jobbers_celery.StoreUnavailable` when Redis cannot serve them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q, QuerySet
 
-from jobbers_celery import DeadLetter, PayloadCodec, TaskState
+from jobbers_celery import DeadLetter, PayloadCodec, TaskState, WorkflowState, unique_json
 from jobbers_django import conf
 from jobbers_django.models import (
     Action,
@@ -26,12 +26,24 @@ from jobbers_django.models import (
 if TYPE_CHECKING:
     from celery import Celery
 
-    from jobbers_celery import CleanerStatus, CountSample, Jobbers, TaskRecord, Transition
+    from jobbers_celery import (
+        CleanerStatus,
+        CountSample,
+        FairHeld,
+        Jobbers,
+        SeriesRead,
+        TaskRecord,
+        Transition,
+        Workflow,
+    )
 
 __all__ = [
+    "WORKFLOW_LIMIT",
     "LiveOverview",
     "TaskDetail",
+    "WorkflowDetail",
     "cancel_task",
+    "cancel_workflow",
     "failure_history",
     "get_app",
     "get_jobbers",
@@ -39,9 +51,12 @@ __all__ = [
     "openable",
     "payload_codec",
     "readable_arguments",
+    "series",
+    "series_names",
     "task_detail",
     "to_dead_letter",
     "unopenable",
+    "workflow_detail",
 ]
 
 
@@ -131,13 +146,16 @@ class TaskDetail:
     record: TaskRecord | None
     transitions: list[Transition]
     entry: DeadLetterEntry | None
+    #: a unique task's lock: key digest, until, holder (``jobbers_celery.unique_json``)
+    unique: dict[str, Any] | None = None
 
 
 def task_detail(task_id: str) -> TaskDetail:
     jobbers = get_jobbers()
     return TaskDetail(task_id=task_id, record=jobbers.get(task_id),
                       transitions=jobbers.history(task_id),
-                      entry=DeadLetterEntry.objects.filter(task_id=task_id).first())
+                      entry=DeadLetterEntry.objects.filter(task_id=task_id).first(),
+                      unique=unique_json(jobbers.unique_of(task_id), task_id))
 
 
 @dataclass(frozen=True)
@@ -150,6 +168,8 @@ class LiveOverview:
     now: datetime
     #: tasks per state, one sample a minute, oldest first (``Jobbers.count_history``)
     history: list[CountSample] = field(default_factory=list)
+    #: what fair shares hold back, per task name and key (``Jobbers.fair_held``)
+    fair: list[FairHeld] = field(default_factory=list)
 
 
 def live_overview(limit: int = 100, history_minutes: int = 60) -> LiveOverview:
@@ -163,7 +183,81 @@ def live_overview(limit: int = 100, history_minutes: int = 60) -> LiveOverview:
         # the task times are Redis times: elapsed is measured on the same clock
         now=jobbers.now(),
         history=jobbers.count_history(history_minutes),
+        fair=jobbers.fair_held(limit),
     )
+
+
+# ---------------------------------------------------------------------- history
+def series(*, name: str | None = None, queue: str | None = None,
+           since: datetime | None = None, until: datetime | None = None,
+           span: timedelta | None = None, step: int | None = None) -> SeriesRead:
+    """The per-minute history of ``name``, ``queue`` or every task (``Jobbers.series``):
+    ``span`` back from now on the Redis clock, or ``[since, until)``. Raises
+    ``SeriesRangeError`` for a range it refuses."""
+    jobbers = get_jobbers()
+    if span is not None:
+        until = jobbers.now()
+        since = until - span
+    return jobbers.series(name=name, queue=queue, since=since, until=until, step=step)
+
+
+def series_names(days: float) -> tuple[list[str], list[str]]:
+    """The task names and queues the history holds for the last ``days``."""
+    return get_jobbers().series_names(days)
+
+
+# ---------------------------------------------------------------------- workflows
+#: The most members a workflow page or answer reads (``Jobbers.workflow``'s ``limit``): a
+#: bigger canvas is shown truncated, its counts still whole.
+WORKFLOW_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class WorkflowDetail:
+    """A canvas as one unit (:meth:`jobbers_celery.Jobbers.workflow`), asked for by
+    ``task_id`` (any member's, the root's or a group's id), read at ``now`` (the Redis
+    clock, which every task time comes from: a running member's elapsed time)."""
+
+    task_id: str
+    workflow: Workflow
+    now: datetime
+
+    def elapsed(self, record: TaskRecord) -> timedelta | None:
+        """How long a member has run: from its first start to its end (to ``now`` while
+        it has not ended); ``None`` before it started."""
+        if record.started_at is None:
+            return None
+        return (record.completed_at or self.now) - record.started_at
+
+
+def workflow_detail(task_id: str, limit: int = WORKFLOW_LIMIT) -> WorkflowDetail | None:
+    """The workflow ``task_id`` belongs to, ``None`` when jobbers knows none."""
+    jobbers = get_jobbers()
+    found = jobbers.workflow(task_id, limit=limit)
+    if found is None:
+        return None
+    return WorkflowDetail(task_id=task_id, workflow=found, now=jobbers.now())
+
+
+def cancel_workflow(task_id: str, *, terminate: bool = False, user: Any = None,
+                    source: str = Source.CODE) -> list[str]:
+    """Cancel every member of the workflow ``task_id`` belongs to that has not finished
+    (see ``Jobbers.cancel_workflow``); audited (one cancel naming the id asked for, the
+    members in ``acted_ids``) when it took effect. Returns the members cancelled. A
+    workflow that has ended (or is unknown) is left as it is: nothing is cancelled, and
+    its state stays what it was."""
+    jobbers = get_jobbers()
+    found = jobbers.workflow(task_id, limit=WORKFLOW_LIMIT)  # its state needs its members
+    if found is None or found.state is not WorkflowState.RUNNING:
+        return []
+    done = jobbers.cancel_workflow(task_id, terminate=terminate)
+    if done:
+        real_user = user if getattr(user, "is_authenticated", False) else None
+        DeadLetterAudit.objects.create(
+            user=real_user, username=real_user.get_username() if real_user else "",
+            source=source, action=Action.CANCEL, task_ids=[task_id], matched=len(done),
+            acted=len(done), acted_ids=done, detail="workflow")
+    return done
 
 
 def failure_history(task_id: str) -> QuerySet[DeadLetterFailure]:

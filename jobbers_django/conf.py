@@ -13,6 +13,16 @@
     ``"jobbers.resubmit_deadletter"``; same forms as above.
 ``JOBBERS_CANCEL_PERMISSION``
     Who may cancel tasks (admin "Live tasks" page and API). Default ``"jobbers.cancel_task"``.
+``JOBBERS_ALERTS_PERMISSION``
+    Who may add, change and delete alert rules in the admin (reading them is the read
+    rule's: ``jobbers.view_alertrule`` by default). Default ``"jobbers.change_alertrule"``;
+    same forms as above.
+``JOBBERS_PAUSE_PERMISSION``
+    Who may pause and resume a task name or a queue on every worker (admin "Workers and
+    queues" page and API). Default ``"superuser"``; same forms as above.
+``JOBBERS_RATE_LIMIT_PERMISSION``
+    Who may set and clear rate-limit overrides (admin "Rate limits" page and API). Default
+    ``"superuser"``; same forms as above.
 ``JOBBERS_REDACT_KEYS``
     Substrings of argument keys and parameter names whose values are shown as ``********``
     (case-insensitive). Default (``None``): the Celery app's ``jobbers_redact_keys``, whose
@@ -37,6 +47,9 @@ DEFAULTS: dict[str, Any] = {
     "JOBBERS_READ_PERMISSION": "view",
     "JOBBERS_RESUBMIT_PERMISSION": "jobbers.resubmit_deadletter",
     "JOBBERS_CANCEL_PERMISSION": "jobbers.cancel_task",
+    "JOBBERS_PAUSE_PERMISSION": "superuser",
+    "JOBBERS_RATE_LIMIT_PERMISSION": "superuser",
+    "JOBBERS_ALERTS_PERMISSION": "jobbers.change_alertrule",
     "JOBBERS_REDACT_KEYS": None,
     "JOBBERS_DISPLAY_MAX_CHARS": 16384,
 }

@@ -18,9 +18,11 @@ Two forms, registered as path converters when this module is imported:
 from __future__ import annotations
 
 import re
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import unquote_to_bytes
 
 from django.urls import register_converter
+
+from jobbers_celery import admin_task_id
 
 __all__ = ["ADMIN_TASK_ID", "API_TASK_ID", "AnyTaskIdConverter", "TaskIdConverter",
            "decode_task_id", "encode_task_id"]
@@ -35,17 +37,9 @@ _EMPTY = "~"
 
 
 def encode_task_id(task_id: str) -> str:
-    """The admin's URL form of ``task_id`` (never empty, never a dot-segment, no ``/``)."""
-    if not task_id:
-        return _EMPTY
-    # percent-encoding with ~ for % (and ~ itself escaped): quote's upper-case hex, the
-    # UTF-8 bytes of any character (a lone surrogate's too)
-    text = quote(task_id, safe=":@+", errors="surrogatepass").replace("~", "%7E")
-    if text[0] == ".":
-        text = "%2E" + text[1:]
-    if text[-1] == "." and len(text) > 1:
-        text = text[:-1] + "%2E"
-    return text.replace("%", "~")
+    """The admin's URL form of ``task_id`` (never empty, never a dot-segment, no ``/``):
+    :func:`jobbers_celery.admin_task_id`, the encoder the alerts' links use too."""
+    return admin_task_id(task_id)
 
 
 def decode_task_id(text: str) -> str:

@@ -20,9 +20,15 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
-from django.utils import formats, timezone
 
-from jobbers_celery import FINAL_RUN_STATUSES
+from jobbers_celery import (
+    FINAL_RUN_STATUSES,
+    AlertKind,
+    ConfigurationError,
+    human_time,
+    parse_rule,
+)
+from jobbers_celery import AlertRule as CeleryAlertRule
 from jobbers_django.fields import TaskIdField, TaskIdsField
 
 
@@ -235,9 +241,8 @@ class DeadLetterAudit(models.Model):
         raise TypeError("the jobbers audit is append-only")
 
     def __str__(self) -> str:
-        # the site's DATETIME_FORMAT, as every date on the admin's pages
-        at = formats.date_format(timezone.localtime(self.at), "DATETIME_FORMAT")
-        return f"{self.action} by {self.username or '?'} via {self.source} at {at}"
+        # the one time format, as every date on the admin's pages
+        return f"{self.action} by {self.username or '?'} via {self.source} at {human_time(self.at)}"
 
 
 class RunStatus(models.TextChoices):
@@ -357,3 +362,67 @@ class ResubmitRunItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id} in run {self.run_id}"
+
+
+def alert_kinds() -> list[tuple[str, str]]:
+    """Every ``AlertKind``, as the admin offers them."""
+    return [(k.value, k.value.replace("_", " ")) for k in AlertKind]
+
+
+class AlertRule(models.Model):
+    """An alert rule set in the admin (``jobbers_celery.AlertRule``'s fields): which events
+    (a kind, narrowed to a task name glob, a failure group or a schedule glob), where they
+    go (webhook URLs, email addresses: one a line) and at most how often. Read by every
+    process's alert service, besides the ``jobbers_alerts`` setting's (see
+    ``jobbers_django.alerting``)."""
+
+    name = models.CharField(max_length=100, unique=True,
+                            help_text="Letters, digits and _.:- (identifies the rule: its "
+                                      "alerts are deduplicated under it).")
+    #: choices from a function: a kind added to jobbers_celery needs no migration
+    kind = models.CharField(max_length=32, choices=alert_kinds)
+    task = models.CharField(max_length=255, blank=True, default="",
+                            help_text="Only tasks whose name matches this glob (billing.*).")
+    group = models.CharField(max_length=64, blank=True, default="",
+                             help_text="Only this failure group (its fingerprint).")
+    schedule = models.CharField(max_length=255, blank=True, default="",
+                                help_text="Periodic alerts: only schedules matching this glob.")
+    threshold = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Dead-letter rate: dead letters per window.")
+    window = models.PositiveIntegerField(default=300, help_text="Dead-letter rate: seconds.")
+    webhooks = models.TextField(blank=True, default="",
+                                help_text="Webhook URLs (Slack-compatible), one a line.")
+    emails = models.TextField(blank=True, default="", help_text="Email addresses, one a line.")
+    min_interval = models.PositiveIntegerField(
+        default=600, help_text="Seconds: at most one alert per rule and thing this often.")
+    enabled = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "alert rule"
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The rule in the setting's form (``jobbers_alerts``)."""
+        return {"name": self.name, "kind": self.kind, "task": self.task or None,
+                "group": self.group or None, "schedule": self.schedule or None,
+                "threshold": self.threshold, "window": self.window,
+                "webhooks": [u.strip() for u in self.webhooks.splitlines() if u.strip()],
+                "emails": [a.strip() for a in self.emails.replace(",", "\n").splitlines()
+                           if a.strip()],
+                "min_interval": self.min_interval, "enabled": self.enabled}
+
+    def as_rule(self) -> CeleryAlertRule:
+        """The rule jobbers_celery matches (``ConfigurationError`` if it is not one)."""
+        return parse_rule(self.as_dict(), "alert rule")
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        try:
+            self.as_rule()
+        except ConfigurationError as exc:
+            raise ValidationError(str(exc)) from None

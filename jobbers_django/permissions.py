@@ -12,7 +12,8 @@ so a staff account without jobbers permissions reads nothing. Paced resubmits ar
 readable by whoever may start them (the resubmit rule). The admin asks :func:`can_read`
 (the read-only model admins' ``has_view_permission``), the API's views carry
 :class:`CanRead` (their ``read_model``); a new reading page or endpoint uses the same.
-Acting asks :func:`allowed` with ``RESUBMIT`` or ``CANCEL``.
+Acting asks :func:`allowed` with ``RESUBMIT`` or ``CANCEL``; editing alert rules with
+``ALERTS``.
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ from rest_framework.request import Request
 from jobbers_django import conf
 
 __all__ = [
+    "ALERTS",
     "CANCEL",
+    "PAUSE",
+    "RATE_LIMIT",
     "READ",
     "RESUBMIT",
     "VIEW",
     "CanCancel",
+    "CanPause",
     "CanRead",
     "CanResubmit",
+    "CanSetRateLimits",
     "allowed",
     "can_read",
     "can_watch_runs",
@@ -43,6 +49,11 @@ __all__ = [
 READ = "READ_PERMISSION"
 RESUBMIT = "RESUBMIT_PERMISSION"
 CANCEL = "CANCEL_PERMISSION"
+PAUSE = "PAUSE_PERMISSION"
+#: Setting and clearing rate-limit overrides (admin page and API).
+RATE_LIMIT = "RATE_LIMIT_PERMISSION"
+#: Editing alert rules (the admin's add, change and delete of ``AlertRule``).
+ALERTS = "ALERTS_PERMISSION"
 #: The read rule "the view permission of the model read" (the default).
 VIEW = "view"
 
@@ -136,3 +147,18 @@ class CanCancel(_Rule):
 
     which = CANCEL
     message = "you may not cancel tasks (JOBBERS_CANCEL_PERMISSION)"
+
+
+class CanPause(_Rule):
+    """Pausing and resuming a task name or a queue on every worker
+    (``JOBBERS_PAUSE_PERMISSION``)."""
+
+    which = PAUSE
+    message = "you may not pause or resume task names or queues (JOBBERS_PAUSE_PERMISSION)"
+
+
+class CanSetRateLimits(_Rule):
+    """Setting and clearing rate-limit overrides (``JOBBERS_RATE_LIMIT_PERMISSION``)."""
+
+    which = RATE_LIMIT
+    message = "you may not change rate limits (JOBBERS_RATE_LIMIT_PERMISSION)"

@@ -15,15 +15,17 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.db.models import Model, Q, QuerySet
+from django.db.models import Count, Model, Q, QuerySet, Sum
 
 __all__ = [
     "FILTERS",
     "NEWEST_FIRST",
     "CursorError",
     "count_at_most",
+    "dead_totals",
     "decode_cursor",
     "encode_cursor",
+    "failure_groups",
     "filter_entries",
     "ids_first",
     "keyset",
@@ -84,6 +86,23 @@ def keyset(qs: QuerySet[_M], field: str, descending: bool,
         qs = qs.filter(Q(**{f"{field}__{op}": value}) | Q(**{field: value, f"pk__{op}": pk}))
     sign = "-" if descending else ""
     return qs.order_by(f"{sign}{field}", f"{sign}pk")
+
+
+def failure_groups(qs: QuerySet[_M], filters: Mapping[str, Any], ordering: str) -> QuerySet[_M]:
+    """Failure groups (``qs``: the table) narrowed by ``task_name``, ``exception_type`` and
+    ``dead`` (true: with dead entries now), in ``ordering`` (``-last_seen`` or
+    ``-failures``, each an index of the table; ties newest row first)."""
+    wanted = {k: filters[k] for k in ("task_name", "exception_type") if k in filters}
+    if "dead" in filters:
+        wanted["dead__gt" if filters["dead"] else "dead__lte"] = 0
+    return qs.filter(**wanted).order_by(ordering, "-id")
+
+
+def dead_totals(groups: QuerySet[_M]) -> tuple[int, int]:
+    """Dead entries in all, and the failure groups holding some (``groups``: the failure
+    groups' table; one aggregate over a small table, never a count of the entries)."""
+    totals = groups.aggregate(dead_sum=Sum("dead"), with_dead=Count("pk", filter=Q(dead__gt=0)))
+    return int(totals["dead_sum"] or 0), int(totals["with_dead"] or 0)
 
 
 class CursorError(ValueError):

@@ -32,6 +32,7 @@ from jobbers_celery import (
     Redactor,
     TaskRecord,
     Transition,
+    WorkflowTransition,
     redactor,
     storable_value,
     task_parameters,
@@ -41,7 +42,7 @@ from jobbers_django import conf
 __all__ = ["CUT", "REDACTED", "arguments", "current", "display", "redact", "shown",
            "shown_arguments", "text"]
 
-_Read = TypeVar("_Read", TaskRecord, Transition)
+_Read = TypeVar("_Read", TaskRecord, Transition, WorkflowTransition)
 
 #: What a cut value says, with how much it held.
 CUT = "[cut for display: {}]"
@@ -104,11 +105,11 @@ def text(value: str | None, task_name: str | None = None, args: Any = None,
 
 
 def shown(read: _Read) -> _Read:
-    """A record (its error message) or a transition (its reason) as shown: credentials taken
-    out by look (the worker took out the secret values of the task's arguments already),
-    and what a task put in it (its error, progress, checkpoint) in a form every page
-    renders: NUL and lone surrogates escaped, NaN as a string (``storable_value``; a lone
-    surrogate made the task page answer 500)."""
+    """A record (its error message) or a transition, a task's or a workflow's (its reason),
+    as shown: credentials taken out by look (the worker took out the secret values of the
+    task's arguments already), and what a task put in it (its error, progress, checkpoint)
+    in a form every page renders: NUL and lone surrogates escaped, NaN as a string
+    (``storable_value``; a lone surrogate made the task page answer 500)."""
     if isinstance(read, TaskRecord):
         error = read.error
         if error is not None:

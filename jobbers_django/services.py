@@ -1,6 +1,6 @@
 """What the admin, the API and the command line do, by its documented name: the dead-letter
 actions (:mod:`jobbers_django.dlq.selection`, :mod:`jobbers_django.dlq.actions`) and the
-Celery side with the live tasks (:mod:`jobbers_django.bridge`). Neither the admin nor the
+Celery side with the live tasks and workflows (:mod:`jobbers_django.bridge`). Neither the admin nor the
 API talks to Redis or changes the dead-letter tables on its own.
 """
 
@@ -9,7 +9,9 @@ from __future__ import annotations
 from jobbers_django.bridge import (
     LiveOverview,
     TaskDetail,
+    WorkflowDetail,
     cancel_task,
+    cancel_workflow,
     failure_history,
     get_app,
     get_jobbers,
@@ -18,6 +20,7 @@ from jobbers_django.bridge import (
     readable_arguments,
     task_detail,
     to_dead_letter,
+    workflow_detail,
 )
 from jobbers_django.dlq.actions import (
     SAMPLE_SIZE,
@@ -25,6 +28,7 @@ from jobbers_django.dlq.actions import (
     discard,
     publish_pending,
     resubmit,
+    resubmit_workflow,
 )
 from jobbers_django.dlq.selection import FILTERS, Selection, SelectionError, filter_entries
 
@@ -36,7 +40,9 @@ __all__ = [
     "Selection",
     "SelectionError",
     "TaskDetail",
+    "WorkflowDetail",
     "cancel_task",
+    "cancel_workflow",
     "discard",
     "failure_history",
     "filter_entries",
@@ -47,6 +53,8 @@ __all__ = [
     "publish_pending",
     "readable_arguments",
     "resubmit",
+    "resubmit_workflow",
     "task_detail",
     "to_dead_letter",
+    "workflow_detail",
 ]

@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from jobbers_celery import SetAside, SetAsideReport, StoreUnavailable
 from jobbers_django import bridge, conf
 from jobbers_django.api.base import JobbersAPIView, documented, error_responses, read_query
-from jobbers_django.api.serializers.fields import StrictSerializer
+from jobbers_django.api.serializers.fields import StrictSerializer, UTCDateTimeField
 from jobbers_django.api.serializers.requests import limit_field
 
 __all__ = ["SetAsideQuerySerializer", "SetAsideView", "listing", "shown_item"]
@@ -45,7 +45,7 @@ class SetAsideQuerySerializer(StrictSerializer):
 
 
 class _ItemSerializer(serializers.Serializer[Any]):
-    at = serializers.DateTimeField(help_text="when it was set aside")
+    at = UTCDateTimeField(help_text="when it was set aside")
     task_id = serializers.CharField(allow_null=True, help_text="null: unreadable")
     name = serializers.CharField(allow_null=True)
     attempt = serializers.IntegerField(allow_null=True)

@@ -30,6 +30,7 @@ from django.db.models import F
 from django.db.models.functions import Greatest, Least
 
 from jobbers_celery import DeadLetterRefused, escaped_logger, storable_form
+from jobbers_django.alerting import failure_stored
 from jobbers_django.fingerprint import fingerprint
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class DjangoDeadLetterSink:
         self.jobbers = jobbers
 
     def write(self, entry: DeadLetter) -> None:
-        _refusing(lambda: self._with_fresh_connection(lambda: write_entry(entry)))
+        _refusing(lambda: self._with_fresh_connection(lambda: write_entry(entry, self._told)))
 
     def write_many(self, entries: Sequence[DeadLetter]) -> None:
         """One transaction per entry, not one for the batch: a batch holding a failure
@@ -61,8 +62,15 @@ class DjangoDeadLetterSink:
         waiting for that group) would be a deadlock."""
         def write_all() -> None:
             for entry in entries:
-                write_entry(entry)
+                write_entry(entry, self._told)
         _refusing(lambda: self._with_fresh_connection(write_all))
+
+    def _told(self, entry: DeadLetter, fingerprint: str, new_group: int | None) -> None:
+        """The alerts hear of each failure stored: counted per failure group, and a new
+        group told (``jobbers_django.alerting``)."""
+        alerts = getattr(self.jobbers, "alerts", None)
+        if alerts is not None:
+            failure_stored(alerts, entry, fingerprint, new_group)
 
     def entry(self, task_id: str, attempt: int) -> DeadLetter | None:
         """The task's entry if its last failure is ``attempt`` (the one whose payload its
@@ -111,9 +119,11 @@ def _refusing(call: Callable[[], object]) -> None:
         raise DeadLetterRefused(f"the database refused the entry: {exc}") from exc
 
 
-def write_entry(entry: DeadLetter) -> bool:
+def write_entry(entry: DeadLetter,
+                told: Callable[[DeadLetter, str, int | None], None] | None = None) -> bool:
     """Store one failure (its storable form); ``False`` if this ``(task_id, attempt)`` was
-    already stored."""
+    already stored. ``told``: called once it is stored (after the transaction), with the
+    failure group's fingerprint and the group's id if this failure created it."""
     from jobbers_django.models import DeadLetterEntry, Status
 
     entry = storable_form(entry)
@@ -145,9 +155,12 @@ def write_entry(entry: DeadLetter) -> bool:
         if newest and not created:
             update.update(last, status=Status.DEAD, publish_pending=False)
         DeadLetterEntry.objects.filter(pk=row.pk).update(**update)
-        _count_in_group(entry, fp, dead_delta=1 if newest and was_dead_fp != fp.value else 0)
+        new_group = _count_in_group(entry, fp,
+                                    dead_delta=1 if newest and was_dead_fp != fp.value else 0)
         if newest and was_dead_fp is not None and was_dead_fp != fp.value:
             _move_dead(was_dead_fp, -1)
+    if told is not None:
+        told(entry, fp.value, new_group)
     return True
 
 
@@ -192,7 +205,8 @@ def _insert_failure(row: DeadLetterEntry, entry: DeadLetter, fp: str) -> bool:
     return True
 
 
-def _count_in_group(entry: DeadLetter, fp: Any, dead_delta: int) -> None:
+def _count_in_group(entry: DeadLetter, fp: Any, dead_delta: int) -> int | None:
+    """Count the failure in its group; the group's id if this created it."""
     from jobbers_django.models import FailureGroup
 
     update = {
@@ -202,16 +216,18 @@ def _count_in_group(entry: DeadLetter, fp: Any, dead_delta: int) -> None:
         "last_seen": Greatest(F("last_seen"), entry.failed_at),
     }
     if FailureGroup.objects.filter(fingerprint=fp.value).update(**update):
-        return
+        return None
     try:
         with transaction.atomic():
-            FailureGroup.objects.create(
+            group = FailureGroup.objects.create(
                 fingerprint=fp.value, task_name=entry.name,
                 exception_type=entry.exception_type or "", message=fp.message,
                 frame=fp.frame[:500], failures=1, dead=dead_delta,
                 first_seen=entry.failed_at, last_seen=entry.failed_at)
     except IntegrityError:  # created concurrently
         FailureGroup.objects.filter(fingerprint=fp.value).update(**update)
+        return None
+    return int(group.pk)
 
 
 def _move_dead(fingerprint_value: str, delta: int) -> None:

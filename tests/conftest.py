@@ -8,6 +8,7 @@ Nothing here touches the machine's shared Redis: the session starts its own
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -119,6 +120,8 @@ XDIST_GROUPS = {
     "tests/integration/test_tls_acl.py": "tls",  # one TLS redis-server
     "tests/integration/test_cli.py": "cli",  # one worker for the module
     "tests/integration/test_paced_redis.py": "paced_redis",  # one worker for the module
+    # a redis-server and a plain and a jobbers worker per pool (five pools) for the module
+    "tests/integration/test_celery_parity.py": "parity",
     "tests/integration/test_beat_django.py": "beat_django",  # one migrated database
     # its outages one at a time: each loads a worker of four processes, and what each
     # counts depends on timing that two at once upset (a paused store met no step, once)
@@ -167,6 +170,18 @@ def _worker_not_shutting_down() -> None:
     from jobbers_celery.worker import shutdown
 
     shutdown.on_worker_init()  # what a worker starting in the process does
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_level() -> Iterator[None]:
+    """Each test ends with the root logger's level it started with. An embedded worker
+    (celery.contrib.testing's start_worker) sets it to its loglevel, "error": left so, a
+    later test of this pytest process reading a jobbers warning with caplog sees nothing.
+    (Only the level: pytest's logging plugin swaps its own root handlers between phases.)"""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

@@ -159,6 +159,21 @@ CELERY_JOBBERS_KEY_PREFIX = "jobbers-example"
 CELERY_JOBBERS_CLEANER_INTERVAL = 1
 CELERY_JOBBERS_WORKER_LOST_AFTER = 3
 CELERY_JOBBERS_SCHEDULER_INTERVAL = 0.2
+# The cleaner's beat task on a queue of its own (the main worker consumes it beside celery):
+# a burst on the celery queue never holds a pass back (docs/howto/periodic.md).
+CELERY_JOBBERS_CLEANER_QUEUE = "jobbers"
+
+# Alerts (docs/howto/alerts.md) link to this admin; with EXAMPLE_ALERT_WEBHOOK set, every
+# kind of alert is posted there (a Slack incoming webhook, or a local receiver). Rules can
+# also be added in the admin (Jobbers > Alert rules); their emails go to the console here.
+CELERY_JOBBERS_ADMIN_URL = os.environ.get("EXAMPLE_ADMIN_URL") or "http://127.0.0.1:8000/admin/"
+CELERY_JOBBERS_ALERTS = [
+    {"name": f"example-{kind}", "kind": kind, "min_interval": 60,
+     "webhooks": [os.environ["EXAMPLE_ALERT_WEBHOOK"]]}
+    for kind in ("new_failure_group", "stall", "cleaner_overdue", "periodic_missed",
+                 "periodic_late", "store_emptied")
+] if os.environ.get("EXAMPLE_ALERT_WEBHOOK") else []
+EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 
 # jobbers_django: which Celery app the admin and the API act through.
 JOBBERS_CELERY_APP = "example.celery.app"

@@ -46,7 +46,7 @@ def start_redis(ui: UI, procs: Processes, notes: list[str]) -> tuple[str, Proc |
                 "Start that Redis, or unset REDIS_URL to let the example start its own "
                 "redis-server.") from None
         notes.append(f"using REDIS_URL={url} (Redis {info.get('redis_version')}); keys under "
-                     "'jobbers-example', queues celery, long, imports")
+                     "'jobbers-example', queues celery, long, imports, jobbers")
         return url, None
     binary = shutil.which("redis-server")
     if binary is None and _answers(LOCAL_REDIS):
@@ -165,7 +165,7 @@ def http_ok(url: str) -> bool:
 def start_services(ui: UI, procs: Processes, app: Any, jobbers: Any, port: int,
                    var: Path, notes: list[str]) -> dict[str, Proc]:
     workers = {
-        MAIN: procs.worker(MAIN, "celery", 4),
+        MAIN: procs.worker(MAIN, "celery,jobbers", 4),
         LONG_A: procs.worker(LONG_A, "long", 1),
         IMPORTS_B: procs.worker(IMPORTS_B, "imports", 1),
     }

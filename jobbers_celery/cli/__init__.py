@@ -25,9 +25,18 @@ from jobbers_celery.cli.base import (
     json_option,
 )
 from jobbers_celery.cli.dlq import dlq
+from jobbers_celery.cli.fair import fair
+from jobbers_celery.cli.history import history
+from jobbers_celery.cli.names import check_task_name
+from jobbers_celery.cli.periodic import periodic
+from jobbers_celery.cli.ratelimits import rate_limits
+from jobbers_celery.cli.search import find
+from jobbers_celery.cli.workers import COMMANDS as FLEET_COMMANDS
+from jobbers_celery.cli.workflow import workflow
 from jobbers_celery.core.options import ResubmitVersion
 from jobbers_celery.core.printable import printable
 from jobbers_celery.core.states import TaskState
+from jobbers_celery.core.unique import unique_json, unique_text
 
 __all__ = ["jobbers"]
 
@@ -45,6 +54,14 @@ def jobbers(ctx: click.Context) -> None:
 
 
 jobbers.add_command(dlq)
+jobbers.add_command(fair)
+jobbers.add_command(workflow)
+jobbers.add_command(find)
+for _command in FLEET_COMMANDS:  # workers, queues, pauses, pause, resume
+    jobbers.add_command(_command)
+jobbers.add_command(history)
+jobbers.add_command(periodic)
+jobbers.add_command(rate_limits)
 
 
 def _emit(e: Env, data: Any, human: str) -> None:
@@ -103,10 +120,13 @@ def tasks(ctx: click.Context, state: str | None, name: str | None, queue: str | 
     wanted = out.parse_state(state)
     e = env(ctx, as_json)
     found = e.jobbers.tasks(wanted, name, queue, limit, worker)
+    if not found:  # a mistyped --name: exit 2, never "nothing matched"
+        check_task_name(e, name)
     _emit(e, [out.record_json(r, e.redactor) for r in found], out.table(
         ("ID", "NAME", "STATE", "QUEUE", "ATTEMPT", "WORKER", "SUBMITTED", "ERROR"),
         [(r.task_id, r.name, r.state.value, r.queue, r.attempt, r.worker, r.submitted_at,
-          out.error_text(r, e.redactor)) for r in found]))
+          out.error_text(r, e.redactor)) for r in found],
+        optional=("WORKER", "ATTEMPT", "QUEUE", "SUBMITTED")))
 
 
 @jobbers.command(cls=Command)
@@ -122,6 +142,7 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         raise NotFound(f"no task {printable(task_id)} (unknown, or its record expired)")
     shown = out.record_json(record, e.redactor)
     steps = e.jobbers.history(task_id)
+    lock = e.jobbers.unique_of(task_id)
     history = [out.transition_json(t, e.redactor) for t in steps]
     error = shown["error"]
     human = "\n".join([
@@ -134,15 +155,19 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
             ("Completed", record.completed_at), ("Heartbeat", record.heartbeat_at),
             ("Run at", record.run_at),
             ("Error", f"{error['type']}: {error['message']}" if error else None),
-            ("Progress", shown["progress"]), ("Checkpoint", shown["checkpoint"]),
+            ("Progress", out.progress_text(shown["progress"])),
+            ("Checkpoint", shown["checkpoint"]),
+            ("Unique", unique_text(lock, task_id)),
         ], blocks=("Error",)),
         "",
         "History:",
         out.table(("AT", "FROM", "TO", "ATTEMPT", "WORKER", "REASON"),
                   [(t.at, t.from_state.value, t.to_state.value, t.attempt, t.worker,
-                    h["reason"]) for t, h in zip(steps, history, strict=True)]),
+                    h["reason"]) for t, h in zip(steps, history, strict=True)],
+                  optional=("WORKER", "ATTEMPT")),
     ])
-    _emit(e, {"task_id": task_id, "record": shown, "transitions": history}, human)
+    _emit(e, {"task_id": task_id, "record": shown, "transitions": history,
+              "unique": unique_json(lock, task_id)}, human)
 
 
 @jobbers.command(cls=Command)
@@ -156,7 +181,8 @@ def scheduled(ctx: click.Context, limit: int, as_json: bool) -> None:
     _emit(e, [out.record_json(r, e.redactor) for r in found], out.table(
         ("ID", "NAME", "QUEUE", "ATTEMPT", "RETRY", "RUN AT", "ERROR"),
         [(r.task_id, r.name, r.queue, r.attempt, r.retry_attempt, r.run_at,
-          out.error_text(r, e.redactor)) for r in found]))
+          out.error_text(r, e.redactor)) for r in found],
+        optional=("RETRY", "ATTEMPT", "QUEUE")))
 
 
 # ------------------------------------------------------------------------------ actions
@@ -241,6 +267,7 @@ def purge(ctx: click.Context, name: str | None, queue: str | None,
         raise click.UsageError("purge needs at least one of --name, --queue, "
                                "--submitted-before (it never purges everything)")
     e = env(ctx, as_json)
+    check_task_name(e, name)  # a mistyped --name would purge nothing, with exit 0
     before = out.parse_before(submitted_before, e.jobbers.now())
     criteria = {"name": name, "queue": queue, "submitted_before": out.iso(before)}
     click.echo("Purge the tasks matching all of:\n" + out.fields(

@@ -5,7 +5,7 @@ The same command shape as the Django sink's ``manage.py`` command: ``list``, ``s
 (``--queue``, ``--task``, ``--version``); no ids and no filter is a usage error, never
 "everything". ``resubmit --rate R [--halt-after X --of-last N]`` starts a paced resubmit
 that the workers' scheduler passes drive (:mod:`jobbers_celery.resubmit.pacer`), not this process;
-``run ID [--pause|--resume|--cancel]`` shows and controls it.
+``run ID [--pause|--resume|--cancel|--continue]`` shows and controls it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from celery.bin.base import CeleryOption
 from jobbers_celery.cli import output as out
 from jobbers_celery.cli.aside import set_aside
 from jobbers_celery.cli.base import Command, Env, NotFound, confirm, env, json_option
+from jobbers_celery.cli.names import check_task_name
 from jobbers_celery.core.errors import ResubmitRunConflict
 from jobbers_celery.core.options import ResubmitVersion
 from jobbers_celery.core.printable import printable
@@ -66,10 +67,16 @@ dlq.add_command(set_aside)
 def _sink(e: Env) -> RedisDeadLetterSink:
     sink = e.jobbers.sink
     if not isinstance(sink, RedisDeadLetterSink):
+        kind = f"{type(sink).__module__}.{type(sink).__name__}"
+        if type(sink).__module__.startswith("jobbers_django"):
+            raise click.UsageError(
+                f"this app's dead-letter sink is the Django sink ({kind}): its entries and "
+                "paced resubmits are in the Django database; use `python manage.py "
+                "jobbers_dlq` (list, show, resubmit, discard, run: the same shape) or the "
+                "admin's Dead letters page")
         raise click.UsageError(
-            f"this app's dead-letter sink is {type(sink).__module__}.{type(sink).__name__}, "
-            "not the Redis sink: manage its entries where it keeps them (the Django sink: "
-            "its manage.py command of the same shape)")
+            f"this app's dead-letter sink is {kind}, not the Redis sink: manage its entries "
+            "where it keeps them (the Django sink: `python manage.py jobbers_dlq`)")
     return sink
 
 
@@ -124,6 +131,8 @@ def _select(e: Env, sink: RedisDeadLetterSink, ids: Sequence[str], filters: DlqF
             limit: int, every_attempt: bool) -> list[DeadLetter]:
     found = (sink.select(filters.queue, filters.task, filters.version, limit) if not ids else
              [x for x in _by_ids(e, sink, ids, every_attempt) if filters.matches(x)])
+    if not found:  # a mistyped --task: exit 2, never "nothing matched"
+        check_task_name(e, filters.task, "--task")
     if every_attempt:
         return found
     # a task is resubmitted once, from its newest entry (the others would be skipped)
@@ -136,7 +145,8 @@ def _select(e: Env, sink: RedisDeadLetterSink, ids: Sequence[str], filters: DlqF
 
 
 def _table(shown: Sequence[dict[str, Any]]) -> str:
-    return out.table(out.DEAD_LETTER_HEADERS, [out.dead_letter_row(s) for s in shown])
+    return out.table(out.DEAD_LETTER_HEADERS, [out.dead_letter_row(s) for s in shown],
+                     optional=("TASK NOW", "VER", "REASON", "QUEUE", "FAILED AT"))
 
 
 @dlq.command(name="list", cls=Command)
@@ -149,6 +159,8 @@ def list_(ctx: click.Context, queue: str | None, name: str | None, version: int 
     """Entries, newest first (messages redacted)."""
     e = env(ctx, as_json)
     shown = _shown(e, _sink(e).select(queue, name, version, limit))
+    if not shown:  # a mistyped --task: exit 2, never "nothing matched"
+        check_task_name(e, name, "--task")
     click.echo(out.to_json(shown) if as_json else _table(shown))
 
 
@@ -296,6 +308,7 @@ def discard(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: s
                        else "Nothing discarded.")
             return
     removed = sink.discard(entries)
+    e.jobbers.release_chord_parts(entries)  # a chord a discarded member held fails now
     click.echo(out.to_json({"discarded": removed, "ids": [s["id"] for s in shown]})
                if as_json else f"Discarded {removed} entr{'y' if removed == 1 else 'ies'}.")
 
@@ -308,10 +321,12 @@ def discard(ctx: click.Context, ids: tuple[str, ...], queue: str | None, name: s
               help="Publish again, at the run's pace counted from now.")
 @click.option("--cancel", "action", flag_value="cancel", cls=CeleryOption,
               help="Publish nothing more, for good (the rest stays dead).")
+@click.option("--continue", "action", flag_value="continue", cls=CeleryOption,
+              help="A halted run goes on (its cause fixed): its stop rule starts over.")
 @json_option
 @click.pass_context
 def run(ctx: click.Context, run_id: int, action: str | None, as_json: bool) -> None:
-    """A paced resubmit's progress; pause, resume or cancel it."""
+    """A paced resubmit's progress; pause, resume, cancel or continue (halted) it."""
     e = env(ctx, as_json)
     _sink(e)  # the Django sink's runs are in its database (manage.py jobbers_dlq run)
     jobbers = e.jobbers
@@ -322,7 +337,8 @@ def run(ctx: click.Context, run_id: int, action: str | None, as_json: bool) -> N
         by = f"cli:{_user()}"
         try:
             info = {"pause": jobbers.pause_resubmit_run, "resume": jobbers.resume_resubmit_run,
-                    "cancel": jobbers.cancel_resubmit_run}[action](run_id, by)
+                    "cancel": jobbers.cancel_resubmit_run,
+                    "continue": jobbers.continue_resubmit_run}[action](run_id, by)
         except ResubmitRunConflict as exc:
             raise click.UsageError(printable(str(exc))) from exc
         except LookupError as exc:  # expired meanwhile

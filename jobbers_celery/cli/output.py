@@ -1,8 +1,9 @@
 """What the ``celery jobbers`` command prints, and how it reads its arguments. No network.
 
 Two forms of every answer: a human one (aligned tables, every date as
-``2026-11-26 15:47:32Z``, UTC) and ``--json`` for scripts (stable keys, ISO-8601 UTC
-dates). Both show values as the admin does: redacted by :class:`~jobbers_celery.Redactor`
+``2026-11-26 15:47:32 UTC``) and ``--json`` for scripts (stable keys, dates as
+``2026-11-26T15:47:32.120Z``): the one time format (:mod:`jobbers_celery.core.timefmt`).
+Both show values as the admin does: redacted by :class:`~jobbers_celery.Redactor`
 (arguments by key and parameter name, credentials by look, messages and tracebacks).
 
 Whoever publishes a message chooses its id, name, queue and much of its error message: the
@@ -22,10 +23,13 @@ from typing import Any
 
 import click
 
+from jobbers_celery.core.columns import fit_columns, terminal_width
 from jobbers_celery.core.printable import printable, unprintable
+from jobbers_celery.core.progress import progress_shown
 from jobbers_celery.core.records import DeadLetter, TaskRecord, Transition, WorkerInfo
 from jobbers_celery.core.redaction import Parameters, Redactor
 from jobbers_celery.core.states import TaskState
+from jobbers_celery.core.timefmt import human_time, iso_time
 from jobbers_celery.deadletter.selection import (
     TASK_ID_MAX,
     DlqIdError,
@@ -120,15 +124,25 @@ def parse_before(value: str | None, now: datetime) -> datetime | None:
 
 # ---------------------------------------------------------------------------- dates
 def human_date(value: datetime | None) -> str:
-    """Every date a person reads, in one format (UTC, to the second)."""
-    if value is None:
-        return "-"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    """Every date a person reads: ``2026-11-26 15:47:32 UTC`` (the one format)."""
+    return human_time(value)
 
 
 def iso(value: datetime | None) -> str | None:
-    """Every date a script reads: ISO-8601, UTC, milliseconds."""
-    return value.astimezone(UTC).isoformat(timespec="milliseconds") if value else None
+    """Every date a script reads: ``2026-11-26T15:47:32.120Z`` (the one format)."""
+    return iso_time(value)
+
+
+def progress_text(value: Any) -> str | None:
+    """A reported progress as people read it, as the admin shows it
+    (:mod:`jobbers_celery.core.progress`): ``chunk 11 of 60 (18%)``, a counter as a number,
+    anything else as ``key: value`` text; ``None`` for none."""
+    found = progress_shown(value)
+    if found is None:
+        return None
+    if found.fraction is None or found.label.endswith("%"):
+        return found.label
+    return f"{found.label} ({found.percent}%)"
 
 
 # ---------------------------------------------------------------------------- tables
@@ -145,15 +159,24 @@ def cell(value: Any, width: int = MAX_CELL) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """Aligned columns (two spaces apart), a header row; ``(none)`` when there are no rows."""
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
+          optional: Sequence[str] = (), width: int | None = None) -> str:
+    """Aligned columns (two spaces apart), a header row; ``(none)`` when there are no rows.
+    Fitted to the terminal's width (:mod:`jobbers_celery.core.columns`: text cut, names
+    and ids elided in the middle, then the ``optional`` columns left out, said below)."""
     cells = [[cell(v) for v in row] for row in rows]
     if not cells:
         return "(none)"
-    widths = [max(len(h), *(len(r[n]) for r in cells)) for n, h in enumerate(headers)]
-    lines = [list(headers), *cells]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+    shown, cut, dropped = fit_columns(list(headers), cells,
+                                      width if width is not None else terminal_width(),
+                                      optional)
+    widths = [max(len(h), *(len(r[n]) for r in cut)) for n, h in enumerate(shown)]
+    lines = [shown, *cut]
+    text = "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
                      for line in lines)
+    if dropped:
+        text += f"\n(hidden at this width: {', '.join(dropped)}; --json has all)"
+    return text
 
 
 def fields(pairs: Iterable[tuple[str, Any]], blocks: Collection[str] = ()) -> str:

@@ -12,9 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from jobbers_celery.core.alertrules import parse_rules
 from jobbers_celery.core.codec import parse_keys, require_backend
+from jobbers_celery.core.destinations import parse_networks
 from jobbers_celery.core.errors import ConfigurationError
-from jobbers_celery.core.redaction import DEFAULT_REDACT_KEYS
+from jobbers_celery.core.redaction import DEFAULT_REDACT_KEYS, redactor
+from jobbers_celery.core.search import SCAN_LIMIT, ArgumentIndex
 
 __all__ = ["DEFAULT_SHARDS", "DEFAULT_SINK", "MAX_SHARDS", "JobbersConfig"]
 
@@ -27,6 +30,8 @@ MAX_SHARDS = 256
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 #: Broker URL schemes whose URL (and transport options) the state store can take over.
 _REDIS_SCHEMES = frozenset({"redis", "rediss", "sentinel"})
+#: The most records ``jobbers_search_scan_limit`` lets a search read.
+MAX_SCAN = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,17 @@ class JobbersConfig:
     store_shards: int | None = None
     #: Seconds between cleaner passes (scheduled by celery beat).
     cleaner_interval: float = 10.0
+    #: Queue the cleaner's beat task goes to (``jobbers_cleaner_queue="jobbers"``, consumed
+    #: by ``celery worker -Q celery,jobbers``), so that a backlog on the default queue never
+    #: holds its passes back; empty: the default queue, as any task.
+    cleaner_queue: str = ""
+    #: Seconds after its slot within which a periodic task's run must start (else it is
+    #: late) and beat must have published it (else the slot is missed).
+    periodic_tolerance: float = 10.0
+    #: Seconds between the workers' checks for missed periodic slots (one worker at a time).
+    periodic_check_interval: float = 5.0
+    #: Runs (and missed slots) kept per periodic schedule, newest first.
+    periodic_keep_runs: int = 50
     #: Seconds without a sign of life after which a worker's started tasks are stalled.
     worker_lost_after: float = 60.0
     #: Seconds that terminal records (and their history) are kept.
@@ -66,6 +82,9 @@ class JobbersConfig:
     scheduler_interval: float = 0.5
     #: Seconds a scheduler may take to publish what it claimed before another may re-publish.
     publish_lease: float = 30.0
+    #: Seconds between a worker's reads of the pauses (a pause or resume also tells the
+    #: live workers at once, with a control command; this is for those it did not reach).
+    pause_poll_interval: float = 2.0
     #: Seconds a task cancelled with ``terminate=True`` gets to stop at a heartbeat before
     #: its worker interrupts it.
     cancel_grace: float = 10.0
@@ -75,6 +94,18 @@ class JobbersConfig:
     #: Size in bytes of a task's payload (args, kwargs and publish options as JSON) above
     #: which its first publish logs a warning; 0: never warn.
     payload_warn_bytes: int = 256 * 1024
+    #: Members of a group (chunks, a chord's header) whose ``submitted`` records its publish
+    #: writes in one store call, their messages held until then (see
+    #: :mod:`jobbers_celery.lifecycle.bulk`); 0 or 1: one round trip per member, as a single
+    #: publish. 200: 50 store calls for 10,000 members, and few messages held at a time (the
+    #: garbage collector walks what the publisher holds: at 500 it cost more CPU).
+    publish_batch: int = 200
+    #: Days the per-minute history (throughput, runtime, queue latency, failures per task
+    #: name and queue; see ``docs/howto/history.md``) is kept.
+    history_days: float = 7.0
+    #: Task names (and, apart, queues) the history keeps a day; later ones count under
+    #: ``~other``: names come from messages, so their number is bounded.
+    history_max_names: int = 200
     #: Substrings of argument keys and parameter names whose values are shown redacted in
     #: Celery's ``argsrepr``/``kwargsrepr`` (worker logs, task events, Flower) and in
     #: exception messages (case-insensitive; see :mod:`jobbers_celery.core.redaction`).
@@ -84,6 +115,29 @@ class JobbersConfig:
     #: :mod:`jobbers_celery.core.codec`, ``docs/howto/encryption.md``); empty: kept in clear.
     #: Never shown in a repr.
     payload_keys: tuple[str, ...] = field(default=(), repr=False)
+    #: Argument paths indexed at publish, per task name (``"*"``: every task), so that
+    #: ``Jobbers.search`` finds a task by their values: ``{"shop.tasks.import_order":
+    #: ["order_id", "0"], "*": ["customer_id"]}`` (syntax and bounds:
+    #: :mod:`jobbers_celery.core.search`; a path reading a redacted key is refused).
+    indexed_arguments: Mapping[str, Any] = field(default_factory=dict)
+    #: Records a search of a path that is not indexed reads at most, newest first.
+    search_scan_limit: int = SCAN_LIMIT
+    #: Alert rules, a list of dicts (see :mod:`jobbers_celery.core.alertrules`,
+    #: ``docs/howto/alerts.md``); jobbers_django adds the admin's. Never shown in a repr
+    #: (a webhook URL's path is its secret).
+    alerts: tuple[Any, ...] = field(default=(), repr=False)
+    #: The base URL of the Django admin (``https://ops.example.com/admin/``) alerts link
+    #: their pages under; empty: alerts carry the page's path only.
+    admin_url: str = ""
+    #: Seconds an alert's webhook POST may take in all (name lookup, connect, TLS, send,
+    #: the answer's status line) before it is given up; also how long the admin's test
+    #: alert waits for an email (whose send Django's ``EMAIL_TIMEOUT`` bounds).
+    alert_timeout: float = 5.0
+    #: Networks an alert webhook may reach although they are not public (``["10.20.0.0/16",
+    #: "fd00:1::/64"]``; ``["127.0.0.0/8"]`` for a receiver on the worker's host): without
+    #: them a webhook whose address is loopback, private, link-local, multicast, reserved
+    #: or otherwise not global is refused (see :mod:`jobbers_celery.core.destinations`).
+    alert_webhook_allow_networks: tuple[str, ...] = ()
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any], broker_url: str | None = None) -> JobbersConfig:
@@ -119,7 +173,9 @@ class JobbersConfig:
             )
         for name in ("cleaner_interval", "worker_lost_after", "retention",
                      "scheduler_interval", "publish_lease", "cancel_grace",
-                     "metrics_gauge_lease"):
+                     "periodic_tolerance", "periodic_check_interval",
+                     "pause_poll_interval",
+                     "metrics_gauge_lease", "alert_timeout"):
             value = getattr(self, name)
             if (isinstance(value, bool) or not isinstance(value, int | float)
                     or not math.isfinite(value) or value <= 0):
@@ -136,11 +192,41 @@ class JobbersConfig:
                 "jobbers_payload_warn_bytes must be a whole number of bytes >= 0 (0: never "
                 f"warn), got {self.payload_warn_bytes!r}"
             )
+        days = self.history_days
+        if (isinstance(days, bool) or not isinstance(days, int | float)
+                or not math.isfinite(days) or not 0 < days <= 90):
+            raise ConfigurationError(
+                f"jobbers_history_days must be a number of days > 0 and <= 90, got {days!r}")
+        most = self.history_max_names
+        if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= 10_000:
+            raise ConfigurationError(
+                "jobbers_history_max_names must be a whole number from 1 to 10000, got "
+                f"{most!r}")
+        keep = self.periodic_keep_runs
+        if isinstance(keep, bool) or not isinstance(keep, int) or not 1 <= keep <= 1000:
+            raise ConfigurationError(
+                f"jobbers_periodic_keep_runs must be a whole number from 1 to 1000, got {keep!r}")
+        queue = self.cleaner_queue
+        if not isinstance(queue, str) or len(queue) > 200:
+            raise ConfigurationError(
+                "jobbers_cleaner_queue must be a queue name (empty: the default queue), "
+                f"got {queue!r:.80}")
+        batch = self.publish_batch
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
+            raise ConfigurationError(
+                "jobbers_publish_batch must be a whole number of members >= 0 (0: no "
+                f"batching), got {batch!r}")
         keys: object = self.redact_keys  # a list from a settings file is fine too
         if (not isinstance(keys, list | tuple)
                 or not all(isinstance(k, str) and k for k in keys)):
             raise ConfigurationError(
                 f"jobbers_redact_keys must be a list of non-empty strings, got {keys!r}")
+        ArgumentIndex.from_setting(self.indexed_arguments, redactor(tuple(keys)))
+        scan = self.search_scan_limit
+        if isinstance(scan, bool) or not isinstance(scan, int) or not 1 <= scan <= MAX_SCAN:
+            raise ConfigurationError(
+                f"jobbers_search_scan_limit must be a whole number of records from 1 to "
+                f"{MAX_SCAN:,}, got {scan!r}")
         if parse_keys(self.payload_keys):  # names a bad key by position, never quotes it
             require_backend()
         if not isinstance(self.redis_transport_options, Mapping):
@@ -164,6 +250,14 @@ class JobbersConfig:
                 "jobbers_dead_letter_spool must be a directory path (a string; empty: the "
                 f"default), got {self.dead_letter_spool!r}"
             )
+        # each rule named in the message that refuses it; a webhook to a non-public
+        # address (as written: a name is checked at each send) refused here already
+        parse_rules(self.alerts, allow=parse_networks(self.alert_webhook_allow_networks))
+        if not isinstance(self.admin_url, str) or (
+                self.admin_url and not re.match(r"^https?://[^\s]+$", self.admin_url)):
+            raise ConfigurationError(
+                "jobbers_admin_url must be the admin's http:// or https:// URL (empty: none), "
+                f"got {self.admin_url!r:.80}")
         if not isinstance(self.dead_letter_sink, str) or "." not in self.dead_letter_sink:
             raise ConfigurationError(
                 f"jobbers_dead_letter_sink must be a dotted path, got {self.dead_letter_sink!r}"

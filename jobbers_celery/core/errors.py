@@ -90,8 +90,8 @@ class ResubmitRunConflict(JobbersError):
     def __init__(self, run_id: int, action: str, status: str) -> None:
         self.run_id, self.action, self.status = run_id, action, status
         sources = {"pause": "queued or running", "resume": "paused",
-                   "cancel": "queued, running or paused"}.get(action, "?")
-        done = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}.get(action,
-                                                                                  action)
+                   "cancel": "queued, running or paused", "continue": "halted"}.get(action, "?")
+        done = {"pause": "paused", "resume": "resumed", "cancel": "cancelled",
+                "continue": "continued"}.get(action, action)
         super().__init__(f"paced resubmit {run_id} is {status}: it can be {done} only "
                          f"when {sources}")

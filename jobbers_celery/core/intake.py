@@ -54,6 +54,10 @@ _CONTAINERS = (list, tuple, dict)
 def identity_over_limits(task_id: Any, name: Any) -> str | None:
     """Why a task id and name cannot be recorded (too long, or holding a lone surrogate,
     which has no UTF-8 form: no key, no result backend can hold it), or ``None``."""
+    if (type(task_id) is str and len(task_id) <= MAX_ID_CHARS and task_id.isascii()
+            and (name is None or (type(name) is str and len(name) <= MAX_NAME_CHARS
+                                  and name.isascii()))):
+        return None  # the usual case (every publish asks), told without building anything
     for what, value, limit in (("task id", task_id, MAX_ID_CHARS),
                                ("task name", name, MAX_NAME_CHARS)):
         if not isinstance(value, str):

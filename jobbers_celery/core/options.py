@@ -15,6 +15,9 @@ from typing import Any, TypeVar
 
 from jobbers_celery.core.backoff import BackoffStrategy
 from jobbers_celery.core.errors import InvalidTaskOption
+from jobbers_celery.core.fairshare import ConcurrencyKey, validate_concurrency_key
+from jobbers_celery.core.ratelimit import RateLimit, validate_rate_limit
+from jobbers_celery.core.unique import Unique, validate_unique
 
 __all__ = [
     "OPTION_NAMES",
@@ -22,6 +25,7 @@ __all__ = [
     "ResubmitVersion",
     "ShutdownPolicy",
     "TaskOptions",
+    "WorkerLostPolicy",
     "validate_options",
 ]
 
@@ -35,6 +39,26 @@ class ShutdownPolicy(StrEnum):
     STOP = "stop"
     RESUBMIT = "resubmit"
     CONTINUE = "continue"
+
+
+class WorkerLostPolicy(StrEnum):
+    """What becomes of a task whose worker process was lost while it ran (a prefork pool
+    process killed: SIGKILL, the OOM killer), with ``acks_late`` (its message is still
+    unacknowledged): Celery's ``reject_on_worker_lost`` requeues it, or not.
+
+    ``RERUN``: the message is requeued and the task runs again, as Celery does with
+    ``reject_on_worker_lost``; the record goes ``started -> unsubmitted -> submitted`` with a
+    reason naming the lost worker, and the redelivered copy's start is the next attempt.
+    ``FAIL``: it is not requeued even if ``reject_on_worker_lost`` is set: Celery stores
+    FAILURE (``WorkerLostError``), the record says ``failed`` with it, and the task is
+    dead-lettered per ``dead_letter_policy``. The default (``None``) follows Celery:
+    ``RERUN`` when the task sets ``reject_on_worker_lost`` (``task_reject_on_worker_lost``),
+    ``FAIL`` otherwise. Without ``acks_late`` the message was acknowledged when the task
+    started: nothing can be requeued, and the task fails whatever this says.
+    """
+
+    RERUN = "rerun"
+    FAIL = "fail"
 
 
 class ResubmitVersion(StrEnum):
@@ -66,6 +90,10 @@ class TaskOptions:
     on_shutdown: ShutdownPolicy = ShutdownPolicy.STOP
     max_concurrent: int | None = None
     max_stall_recoveries: int = 0
+    on_worker_lost: WorkerLostPolicy | None = None
+    unique: Unique | None = None
+    rate_limit_by: RateLimit | None = None
+    concurrency_key: ConcurrencyKey | None = None
 
 
 OPTION_NAMES: frozenset[str] = frozenset(TaskOptions.__dataclass_fields__)
@@ -148,7 +176,12 @@ def validate_options(raw: Mapping[str, Any]) -> TaskOptions:
                                         positive=True),
         on_shutdown=_enum("on_shutdown", ShutdownPolicy, get("on_shutdown", d.on_shutdown)),
         max_concurrent=max_concurrent,
+        unique=validate_unique(get("unique")),
         max_stall_recoveries=_count("max_stall_recoveries",
                                     get("max_stall_recoveries", d.max_stall_recoveries),
                                     allow_none=False, minimum=0) or 0,
+        on_worker_lost=(None if get("on_worker_lost") is None
+                        else _enum("on_worker_lost", WorkerLostPolicy, get("on_worker_lost"))),
+        rate_limit_by=validate_rate_limit(get("rate_limit_by")),
+        concurrency_key=validate_concurrency_key(get("concurrency_key"), max_concurrent),
     )

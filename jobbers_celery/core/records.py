@@ -55,6 +55,11 @@ class TaskRecord:
     error: ErrorInfo | None
     progress: Any
     checkpoint: Any
+    #: Celery's ``root_id``, ``parent_id`` and ``group`` of a canvas member (``None`` for a
+    #: task published alone): see :mod:`jobbers_celery.core.workflow`.
+    root_id: str | None = None
+    parent_id: str | None = None
+    group_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from jobbers_celery.core.credentials import (
+    MAX_KNOWN,
+    MIN_KNOWN_CHARS,
+    REDACTED,
+    CredentialFinder,
+    known_spans,
+    maybe_secret_text,
+    merged,
+)
 from jobbers_celery.core.intake import MAX_DEPTH as INTAKE_DEPTH
 
 __all__ = ["DEFAULT_REDACT_KEYS", "REDACTED", "TOO_DEEP", "Parameters", "Redactor",
@@ -57,19 +66,8 @@ DEFAULT_REDACT_KEYS: tuple[str, ...] = (
     "cvv", "card_number", "authentication", "oauth", "privkey", "passwort", "pin", "ssn",
     "cvc",
 )
-#: What a secret is shown as.
-REDACTED = "********"
 #: What a value nested deeper than :data:`MAX_DEPTH` is shown as.
 TOO_DEEP = "[nested too deep to show]"
-#: A known secret value shorter than this is not searched for in text.
-MIN_KNOWN_CHARS = 4
-#: Known secret values searched for in one text (each also as JSON and ``repr()`` quote
-#: it; see :func:`_known_spans`).
-MAX_KNOWN = 1024
-#: Up to this many known values (forms) each is found by the string search.
-_FEW_KNOWN = 32
-#: Lengths of the known values that share their first characters checked at one place.
-_PER_HEAD = 6
 #: Levels of dicts and lists shown; deeper ones are replaced by :data:`TOO_DEEP`.
 MAX_DEPTH = 32
 #: A needle this short matches a whole word of a key only.
@@ -82,35 +80,15 @@ _SCAN_CHARS = 16_384
 #: Characters of a key looked at (a longer key is cut for the rule and for display).
 _MAX_KEY = 256
 _UNLIMITED = 1 << 62
-_SEPARATORS = str.maketrans("", "", "_.-")
 
-_SCHEMES = ("bearer", "basic", "token", "digest", "apikey", "api-key", "oauth", "negotiate",
-            "ntlm", "hoba", "mutual", "ssws", "aws4-hmac-sha256", "splunk", "sharedaccesskey")
-# scheme://userinfo@ - the userinfo ends at the last @ before a /, ? or # (bounded)
-_URL_RE = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]{0,30}://)"
-                     r"(?P<info>[^\s/?#'\"<>\\]{1,512})@")
-_AUTH_RE = re.compile(rf"\b(?P<scheme>{'|'.join(re.escape(s) for s in _SCHEMES)})"
-                      r"[ \t]{1,8}(?P<secret>[A-Za-z0-9\-._~+/:=,]{1,4096})",
-                      re.IGNORECASE)
-# a key and its separator (the key holds a needle, its separators anywhere: the rule
-# decides); the value is read after it
-_PAIR = (r"(?<![\w.\-])(?P<key>[\w.\-]{{0,40}}?(?:{needles})[\w.\-]{{0,40}})"
-         r"[\"']?[ \t]{{0,8}}[=:][ \t]{{0,8}}")
-# a quote closes a value only when a separator follows it (so `ab"cd` or `ab\"cd` inside it,
-# escaped once or twice, do not end it); every alternative starts with another character:
-# nothing to backtrack over
-_CLOSE = r"[ \t]{0,8}(?:[,;&:}\])\r\n]|$)"
-_DQ = rf"\"(?:\\.|[^\"\\\n]|\"(?!{_CLOSE}))*"
-_SQ = rf"'(?:\\.|[^'\\\n]|'(?!{_CLOSE}))*"
-_VALUE_RE = re.compile(
-    rf"(?:(?P<scheme>{'|'.join(re.escape(s) for s in _SCHEMES)})[ \t]{{1,8}})?"
-    rf"(?P<value>{_DQ}|{_SQ}|(?:[^\s,;&'\"()\[\]{{}}]|['\"](?!{_CLOSE}))+)",
-    re.IGNORECASE)
-_SCHEME_HEAD_RE = re.compile(rf"(?:{'|'.join(re.escape(s) for s in _SCHEMES)})[ \t]{{1,8}}",
-                             re.IGNORECASE)
+
 _WORDS_RE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-#: A user name shown in a URL (``u``, ``svc``, ``postgres``); any other user part is hidden.
-_PLAIN_USER_RE = re.compile(r"[A-Za-z][A-Za-z.\-]{0,23}")
+#: Value types shown as they are by :meth:`Redactor.shown_unchanged` (exact types: a
+#: subclass may have its own repr).
+_PLAIN_SCALARS = frozenset({int, float, bool, type(None)})
+_PAIRS = frozenset({list, tuple})
+#: Levels :meth:`Redactor.shown_unchanged` looks into (deeper: the walk decides).
+_UNCHANGED_DEPTH = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,9 +160,7 @@ class Redactor:
         self._long = tuple(n for n in compacts if len(n) > _SHORT_NEEDLE)
         self._short = frozenset(n for n in compacts if len(n) <= _SHORT_NEEDLE)
         self._keys: dict[str, bool] = {}
-        needles = "|".join("[_.\\-]?".join(re.escape(c) for c in n) for n in compacts)
-        self._pair_re = re.compile(_PAIR.format(needles=needles), re.IGNORECASE) \
-            if compacts else None
+        self._spans = CredentialFinder(self._compacts, self.is_secret_key).spans
 
     # ------------------------------------------------------------------ keys
     def is_secret_key(self, key: object) -> bool:
@@ -263,6 +239,76 @@ class Redactor:
         shown_kwargs = self._show(dict(kwargs or {}), 0, kwalk)
         return shown_args, shown_kwargs, args_cut, kwalk.cut
 
+    def shown_unchanged(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+                        params: Parameters | None, limit: int) -> bool:
+        """Whether :meth:`arguments` would show ``args`` and ``kwargs`` with nothing
+        redacted: every value looked at is a number, ``None``, a boolean, a string that no
+        credential pattern can match (none of ``@``, ``=``, ``:``, a space or a tab), a list
+        or tuple, or a dict whose keys are such strings and not secret; no positional one
+        under a secret parameter name. Looks at no more than ``limit`` values and characters
+        of each (what lies beyond is past what a repr cut at ``limit`` characters shows: every
+        value takes one character at least). ``False`` means: not known, walk them.
+
+        Why: the walk copies every value it shows; a bulk fan-out's arguments (numbers,
+        ids, names) are shown as they are, and this tells so without copying them."""
+        if limit <= 0:  # no limit: everything is shown, walk it
+            return False
+        budget = [limit]
+        for n in range(min(len(args), limit)):
+            if params is not None and self.is_secret_key(params.name_of(n)):
+                return False
+        if not self._unchanged(args, 0, budget):
+            return False
+        budget[0] = limit
+        return self._unchanged(kwargs, 0, budget)
+
+    def _unchanged(self, value: Any, depth: int, budget: list[int]) -> bool:
+        kind = type(value)
+        if kind is str:
+            budget[0] -= len(value) + 1
+            return not ("@" in value or "=" in value or ":" in value or " " in value
+                        or "\t" in value)
+        if kind in _PLAIN_SCALARS:
+            budget[0] -= 1
+            return True
+        if depth >= _UNCHANGED_DEPTH:
+            return False
+        if kind is list or kind is tuple:
+            budget[0] -= 1
+            # what is shown of it (every item takes a character at least), in C: numbers,
+            # or lists/tuples of numbers (a starmap's or chunk's pairs)
+            head = value[:max(budget[0], 0)] if len(value) > budget[0] else value
+            if _PLAIN_SCALARS.issuperset(map(type, head)):
+                budget[0] -= len(head)
+                return True
+            if _PAIRS.issuperset(map(type, head)) and _PLAIN_SCALARS.issuperset(
+                    map(type, itertools.chain.from_iterable(head))):
+                budget[0] -= len(head) + sum(map(len, head))
+                return True
+            for item in value:
+                if budget[0] <= 0:
+                    return True  # past what is shown
+                inner = type(item)
+                if inner in _PLAIN_SCALARS:
+                    budget[0] -= 1
+                elif ((inner is tuple or inner is list)
+                      and _PLAIN_SCALARS.issuperset(map(type, item))):
+                    budget[0] -= len(item) + 1  # a pair of numbers (starmap, chunks)
+                elif not self._unchanged(item, depth + 1, budget):
+                    return False
+            return True
+        if isinstance(value, dict):  # a Signature too: Celery's repr shows its items
+            budget[0] -= 1
+            for key, item in value.items():
+                if budget[0] <= 0:
+                    return True
+                if (type(key) is not str or len(key) > _MAX_KEY or self.is_secret_key(key)
+                        or not self._unchanged(key, depth + 1, budget)
+                        or not self._unchanged(item, depth + 1, budget)):
+                    return False
+            return True
+        return False  # bytes, sets, objects: the walk shows them its own way
+
     def _show(self, value: Any, depth: int, walk: _Walk) -> Any:
         """``value`` redacted within what ``walk`` still shows (see :meth:`display`)."""
         if isinstance(value, str):
@@ -328,7 +374,7 @@ class Redactor:
         return shown[:keep] + "... " + walk.note.format(f"{size:,} characters in all")
 
     def _show_key(self, key: Any) -> Any:
-        if isinstance(key, str) and (len(key) > _MAX_KEY or _maybe_secret_text(key)):
+        if isinstance(key, str) and (len(key) > _MAX_KEY or maybe_secret_text(key)):
             shown = self.text(key[:_MAX_KEY + _MARGIN])
             return shown if len(shown) <= _MAX_KEY else shown[:_MAX_KEY] + "..."
         return key
@@ -346,57 +392,18 @@ class Redactor:
         if not text:
             return text
         spans = self._spans(text)
-        spans.extend(_known_spans(text, known))
+        if known:  # most texts (a publish's reprs) have none to look for
+            spans.extend(known_spans(text, known))
         if not spans:
             return text
         out: list[str] = []
         at = 0
-        for start, end in _merged(spans):
+        for start, end in merged(spans):
             out.append(text[at:start])
             out.append(REDACTED)
             at = end
         out.append(text[at:])
         return "".join(out)
-
-    def _spans(self, text: str) -> list[tuple[int, int]]:
-        """Where ``text`` holds credentials (each pattern linear; each needs a character or
-        word most strings lack: looked for first, as most strings hold none)."""
-        spans: list[tuple[int, int]] = []
-        if "@" in text and "://" in text:
-            for match in _URL_RE.finditer(text):
-                spans.extend(_userinfo_spans(match))
-        if (" " in text or "\t" in text) and _maybe_scheme(text):
-            for match in _AUTH_RE.finditer(text):
-                secret = match.group("secret")
-                if not (secret.isalpha() and secret.islower()):  # "Bearer token missing"
-                    spans.append(match.span("secret"))
-        if ("=" in text or ":" in text) and self._pair_re is not None:
-            compact = text.lower().translate(_SEPARATORS)
-            if any(n in compact for n in self._compacts):
-                spans.extend(self._pair_spans(text))
-        return spans
-
-    def _pair_spans(self, text: str) -> Iterator[tuple[int, int]]:
-        """The values of ``key=value`` pairs with a secret key (each value read once: the
-        search goes on after it)."""
-        assert self._pair_re is not None
-        at = 0
-        while (match := self._pair_re.search(text, at)) is not None:
-            at = match.end()
-            # of a dotted name its last part (db.password; not secrets.LoginError)
-            if not self.is_secret_key(match.group("key").rsplit(".", 1)[-1]):
-                continue
-            value = _VALUE_RE.match(text, at)
-            if value is None:
-                continue
-            start, end = value.span("value")
-            if value.group("value")[0] in "'\"":
-                start += 1  # the closing quote is not part of it: kept
-                head = _SCHEME_HEAD_RE.match(text, start, end)  # "Bearer <token>": shown
-                start = head.end() if head else start
-            if end > start and text[start:end] != REDACTED:
-                yield start, end
-            at = max(end, at)
 
     def secrets(self, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
                 params: Parameters | None = None) -> frozenset[str]:
@@ -475,74 +482,6 @@ def _compact(name: str) -> str:
 
 def _count(n: int, what: str) -> str:
     return f"{n:,} {what}{'' if n == 1 else 's'}"
-
-
-def _maybe_scheme(text: str) -> bool:
-    folded = text.lower()
-    return any(s in folded for s in ("bearer", "basic", "token", "digest", "key", "auth",
-                                     "negotiate", "ntlm", "hoba", "mutual", "ssws", "aws4",
-                                     "splunk"))
-
-
-def _maybe_secret_text(text: str) -> bool:
-    return "=" in text or ":" in text or " " in text or "@" in text
-
-
-def _userinfo_spans(match: re.Match[str]) -> Iterator[tuple[int, int]]:
-    """The secret parts of a URL's user part: its password, and the user unless it is a
-    plain name (a token as the user: GitHub's ``https://ghp_...@``, a Sentry DSN's key)."""
-    info = match.group("info")
-    start = match.start("info")
-    user, colon, password = info.partition(":")
-    if user and user != REDACTED and not _PLAIN_USER_RE.fullmatch(user):
-        yield start, start + len(user)
-    if colon and password:
-        yield start + len(user) + 1, start + len(info)
-
-
-def _known_spans(text: str, known: Iterable[str]) -> Iterator[tuple[int, int]]:
-    """Where ``text`` quotes the known secret values (the first :data:`MAX_KNOWN` of them,
-    in their three forms): a few are each found by the string search; more, in one pass
-    over ``text`` with an index by their first characters (at most :data:`_PER_HEAD`
-    lengths checked at a place), so the cost is the text's length, not values times
-    length."""
-    values = [v for v in dict.fromkeys(known) if len(v) >= MIN_KNOWN_CHARS][:3 * MAX_KNOWN]
-    if len(values) <= _FEW_KNOWN:
-        for value in values:
-            at = text.find(value)
-            while at >= 0:
-                yield at, at + len(value)
-                at = text.find(value, at + len(value))
-        return
-    # first characters -> the lengths of the values starting so (longest first), and them
-    index: dict[str, tuple[list[int], set[str]]] = {}
-    for value in values:
-        lengths, found = index.setdefault(value[:MIN_KNOWN_CHARS], ([], set()))
-        if len(value) not in lengths:
-            if len(lengths) >= _PER_HEAD:
-                continue
-            lengths.append(len(value))
-            lengths.sort(reverse=True)
-        found.add(value)
-    for at in range(len(text) - MIN_KNOWN_CHARS + 1):
-        entry = index.get(text[at:at + MIN_KNOWN_CHARS])
-        if entry is not None:
-            for length in entry[0]:
-                if text[at:at + length] in entry[1]:
-                    yield at, at + length
-                    break
-
-
-def _merged(spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
-    spans.sort()
-    start, end = spans[0]
-    for s, e in spans[1:]:
-        if s <= end:
-            end = max(end, e)
-        else:
-            yield start, end
-            start, end = s, e
-    yield start, end
 
 
 def _leaves(value: Any, depth: int) -> Iterator[str]:

@@ -15,13 +15,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from jobbers_celery.alerts import links
+from jobbers_celery.alerts.events import AlertEvent, AlertKind
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.records import from_ms
+from jobbers_celery.core.timefmt import iso_time
 from jobbers_celery.lifecycle import liveness, payload
 from jobbers_celery.lifecycle.publisher import UnpublishablePayload
 from jobbers_celery.store import StallVerdict
 
 if TYPE_CHECKING:
+    from jobbers_celery.alerts.service import Alerts
     from jobbers_celery.core.config import JobbersConfig
     from jobbers_celery.lifecycle.publisher import Publisher
     from jobbers_celery.lifecycle.recorder import Recorder
@@ -39,6 +43,8 @@ PUBLISH_BUDGET_S = 0.2
 STALL_CHUNK = 200
 #: A catch-up pass runs in a worker when the last pass is older than this many intervals.
 CATCH_UP_AFTER_INTERVALS = 3
+#: Task names one pass's stall alerts name at most (one alert each; the rest are counted).
+STALL_ALERT_NAMES = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +65,15 @@ class CleanReport:
     resumed_at: datetime | None = None
 
     def as_dict(self, max_ids: int | None = None) -> dict[str, Any]:
-        """Plain data; ``max_ids`` keeps only the first ids of each list."""
+        """Plain data (times as every JSON output writes them: ISO 8601 UTC, ``Z``);
+        ``max_ids`` keeps only the first ids of each list."""
         return {
-            "at": self.at.isoformat(), "duration_ms": round(self.duration_ms, 3), "by": self.by,
+            "at": iso_time(self.at), "duration_ms": round(self.duration_ms, 3), "by": self.by,
             "examined": self.examined, "stalled": self.stalled,
             "recovered": self.recovered[:max_ids], "recovered_count": len(self.recovered),
             "dead_lettered": self.dead_lettered[:max_ids],
             "dead_lettered_count": len(self.dead_lettered), "kept": self.kept,
-            "resumed_at": self.resumed_at.isoformat() if self.resumed_at else None,
+            "resumed_at": iso_time(self.resumed_at),
         }
 
 
@@ -86,14 +93,17 @@ class Cleaner:
     ``max_stall_recoveries`` allows, else dead-lettered through ``recorder``.
 
     ``pass_limit``, ``stall_chunk`` and ``publish_budget_s`` bound one pass (see the module
-    constants of the same names, their defaults).
+    constants of the same names, their defaults). ``alerts``: where stalls and an overdue
+    cleaner are told (``AlertKind.STALL``, ``AlertKind.CLEANER_OVERDUE``).
     """
 
     def __init__(self, store: CleanerStore, config: JobbersConfig, recorder: Recorder,
                  publisher: Publisher, *, pass_limit: int = PASS_LIMIT,
                  stall_chunk: int = STALL_CHUNK,
-                 publish_budget_s: float = PUBLISH_BUDGET_S) -> None:
+                 publish_budget_s: float = PUBLISH_BUDGET_S,
+                 alerts: Alerts | None = None) -> None:
         self.store = store
+        self.alerts = alerts
         self.config = config
         self.recorder = recorder
         self.publisher = publisher
@@ -198,8 +208,27 @@ class Cleaner:
         tasks republished and the others dead-lettered; returns both lists of ids."""
         recorder = self.recorder
         recorder.stalled((*verdict.recovered, *verdict.dead))
-        return (self._publish(verdict.recovered),
-                recorder.dead_letter_stalled(verdict.dead))
+        done = (self._publish(verdict.recovered), recorder.dead_letter_stalled(verdict.dead))
+        if self.alerts is not None and (verdict.recovered or verdict.dead):
+            self._tell_stalls(verdict)
+        return done
+
+    def _tell_stalls(self, verdict: StallVerdict) -> None:
+        """One STALL alert per task name that stalled (its key: the name)."""
+        alerts = self.alerts
+        assert alerts is not None
+        by_name: dict[str, list[int]] = {}
+        for n, items in enumerate((verdict.recovered, verdict.dead)):
+            for item in items:
+                counts = by_name.setdefault(item.get("name") or "", [0, 0])
+                counts[n] += 1
+        for name, (again, dead) in list(by_name.items())[:STALL_ALERT_NAMES]:
+            shown = name or "(no name recorded)"
+            alerts.emit(AlertEvent(
+                AlertKind.STALL, name, f"{again + dead} task(s) of {shown} stalled",
+                f"The cleaner found {again + dead} task(s) of {shown} stalled (heartbeat "
+                f"missed or worker lost): {again} resubmitted, {dead} dead-lettered.",
+                links.LIVE, name or None))
 
     def _publish(self, recovered: list[dict[str, str]]) -> list[str]:
         """Republish the resubmitted tasks; returns their ids.
@@ -254,4 +283,10 @@ class Cleaner:
             return None
         log.info("cleaner: no pass for %d intervals (is celery beat running?); catching up",
                  CATCH_UP_AFTER_INTERVALS)
+        if self.alerts is not None:  # ongoing: told once while the catch-ups go on
+            self.alerts.emit(AlertEvent(
+                AlertKind.CLEANER_OVERDUE, "cleaner", "The jobbers cleaner is overdue",
+                f"No cleaner pass for {CATCH_UP_AFTER_INTERVALS} intervals of "
+                f"{self.config.cleaner_interval:g} s: is celery beat running? The workers run "
+                "catch-up passes meanwhile.", links.LIVE, ongoing=True))
         return self.run(by=by)

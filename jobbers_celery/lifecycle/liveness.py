@@ -26,20 +26,24 @@ import os
 import secrets
 import signal
 import socket
+import threading
 import time
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jobbers_celery.core.printable import escaped_logger
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from jobbers_celery.core.config import JobbersConfig
     from jobbers_celery.core.options import TaskOptions
     from jobbers_celery.store import Halt, RunningStore
 
-__all__ = ["HALTED", "HALT_GRACE_S", "Liveness", "gaps", "refresh_period", "set_worker_id", "worker_id"]
+__all__ = ["HALTED", "HALT_GRACE_S", "Liveness", "ending", "gaps", "refresh_period",
+           "set_worker_id", "worker_id"]
 
 log = escaped_logger("jobbers.liveness")
 
@@ -56,6 +60,32 @@ def set_worker_id(hostname: str | None) -> str:
 def worker_id() -> str:
     """The incarnation running tasks in this process (inherited by prefork children)."""
     return _wid if _wid is not None else set_worker_id(None)
+
+
+_ending: Counter[str] = Counter()
+_ending_lock = threading.Lock()
+
+
+@contextmanager
+def ending(task_id: str) -> Iterator[None]:
+    """While the main process records the end of ``task_id`` (a lost pool process, a hard
+    time limit), the task still counts as run here: Celery's ``on_failure`` takes it out of
+    the active requests first, and a refresh between that and the record would take the
+    task for one whose end was lost (stalled and dead-lettered instead of failed)."""
+    with _ending_lock:
+        _ending[task_id] += 1
+    try:
+        yield
+    finally:
+        with _ending_lock:
+            _ending[task_id] -= 1
+            if _ending[task_id] <= 0:
+                del _ending[task_id]
+
+
+def _ending_here() -> list[str]:
+    with _ending_lock:
+        return list(_ending)
 
 
 def refresh_period(worker_lost_after: float) -> float:
@@ -153,7 +183,11 @@ class Liveness:
         config = self.config
         running: dict[str, list[Any]] = {}
         leases = []
+        # the active requests first, then the ends under way: Celery's on_failure enters
+        # ending() before it takes the request out, so a task missing from the snapshot is
+        # in ending() when it is read after it (or its end is recorded already)
         active = _snapshot(state.active_requests)
+        ending = _ending_here()
         for request in active:
             running.setdefault(request.id, []).append(request)
             # a jobbers task (JobbersTask, one layer up) states its options
@@ -166,7 +200,7 @@ class Liveness:
         sent_at = time.time()
         got = self.store.alive(
             self.wid, gaps(config), leases, lost_ms,
-            running=list(running), orphan_ms=lost_ms,
+            running=list({*running, *ending}), orphan_ms=lost_ms,
             orphan_grace_ms=max(lost_ms, ORPHAN_GRACE_MIN_MS), notes=notes,
         )
         del self._notes[:len(notes)]

@@ -14,7 +14,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from jobbers_celery.core.codec import ENCRYPTED, CannotOpen, PayloadCodec
+from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.storable import storable_value
+from jobbers_celery.core.workflow import HEADER_WORKFLOW, bounded_id, links, workflow_key
 from jobbers_celery.deadletter.errors import describe_exception, describe_traceback
 from jobbers_celery.deadletter.payloadjson import dumps, loads, seal_arguments, sealed_arguments
 
@@ -43,7 +45,10 @@ __all__ = [
     "seal_arguments",
     "sealed_arguments",
     "unopenable",
+    "workflow_of",
 ]
+
+log = escaped_logger("jobbers.lifecycle")
 
 HEADER_TASK = "jobbers_task"
 HEADER_VERSION = "jobbers_version"
@@ -84,9 +89,9 @@ def from_publish(
     args, kwargs, embed = body
     embed = embed or {}
     hard, soft = (headers.get("timelimit") or (None, None))[:2]
-    user_headers = {
+    user_headers = {  # and the workflow key: a republish stays in its workflow
         k: v for k, v in headers.items()
-        if k not in _PROTOCOL_HEADERS and not k.startswith("jobbers_")
+        if k not in _PROTOCOL_HEADERS and (not k.startswith("jobbers_") or k == HEADER_WORKFLOW)
     }
     options: dict[str, Any] = {
         "headers": user_headers,
@@ -140,6 +145,45 @@ def deferred(args: Any, kwargs: Any, options: Mapping[str, Any], queue: str,
     elif not (named or opts.get("exchange") or opts.get("routing_key")):
         opts["queue"] = queue
     return from_signature_options(args, kwargs, opts)
+
+
+def workflow_of(app: Celery, headers: Mapping[str, Any], body: Any) -> dict[str, str]:
+    """The canvas fields of a message being published (see
+    :func:`jobbers_celery.core.workflow.links`; empty for a task published alone): a
+    message the running task publishes (it is its parent: a chain's next step, a chord's
+    callback, a ``replace``) joins that task's workflow; a successor is awaited only if it
+    is recorded (not a plain Celery task of ``app``). Never raises: a message whose canvas
+    cannot be read is recorded outside any workflow."""
+    task_id = headers.get("id")
+    if not isinstance(task_id, str):
+        return {}
+    try:
+        inherited = None
+        untracked_root = False
+        parent_id = headers.get("parent_id")
+        if parent_id:  # published by a running task (its parent): which one?
+            current = app.current_worker_task
+            req = getattr(current, "request", None)
+            if req is not None and req.id and req.id == parent_id:
+                inherited = bounded_id(request_header(req, HEADER_WORKFLOW))
+                if inherited is None and getattr(current, "jobbers_options", None) is None:
+                    # a plain task (chord_unlock publishing a chord's callback): not a
+                    # member; if it is the root, the message's group names the workflow
+                    untracked_root = headers.get("root_id") == parent_id
+                elif inherited is None:
+                    inherited = workflow_key(req.id, req.root_id, req.group,
+                                             getattr(req, "chain", None))
+        tasks = app.tasks
+
+        def tracked(name: str) -> bool:  # a JobbersTask, or unknown here (send_task)
+            task = tasks.get(name)
+            return task is None or getattr(task, "jobbers_options", None) is not None
+
+        return links(task_id, headers, body, tracked=tracked, inherited=inherited,
+                     untracked_root=untracked_root)
+    except Exception:
+        log.exception("could not read the canvas of %s", task_id)
+        return {}
 
 
 def request_header(request: Any, name: str) -> Any:

@@ -9,43 +9,54 @@ which delay) and the recorder records the one decided, as Procrastinate's ``JobM
 records what its worker decided. It receives what it uses (the store, the dead-letter
 dispatcher, two limits), never the whole ``Jobbers``.
 
+The submit side (``publish``, ``publish_later``, ``never_sent``, ``late_submit``) is
+:mod:`jobbers_celery.lifecycle.submits`, which the recorder extends: a publishing process
+records no more than that.
+
 The task's start and completion are the hot path: one store round trip each, no read
 before or after, the per-attempt values kept on one :class:`Run` built at the start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jobbers_celery.core import errortext, intake
+from jobbers_celery.core import errortext
 from jobbers_celery.core.codec import PayloadCodec
+from jobbers_celery.core.fairshare import FairKey
 from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.core.ratelimit import RateKey
 from jobbers_celery.core.records import DeadLetter
-from jobbers_celery.core.states import RESUBMITTABLE, TaskState
+from jobbers_celery.core.states import RESUBMITTABLE, TERMINAL, TaskState
+from jobbers_celery.core.workflow import links_of_options
 from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
 from jobbers_celery.deadletter.entry import DEAD_LETTER_FIELDS, dead_letter_entry
 from jobbers_celery.lifecycle import payload as pl
-from jobbers_celery.lifecycle.publisher import internal_publish_ms, publishing_unrecorded
+from jobbers_celery.lifecycle.submits import (
+    ERROR_MESSAGE_MAX_CHARS,
+    SubmitRecorder,
+    error_fields,
+    publishing,
+)
 from jobbers_celery.store import CancelOutcome, Giver, ResultWrite, StepResult, StepStore
-from jobbers_celery.telemetry import metrics, tracing
+from jobbers_celery.telemetry import metrics
 
 __all__ = [
     "ERROR_MESSAGE_MAX_CHARS",
     "Recorder",
     "Run",
     "error_fields",
+    "publishing",
 ]
 
 log = escaped_logger("jobbers.lifecycle")
 
 S = TaskState
-_FROM_UNSUBMITTED = (S.UNSUBMITTED,)
+#: The states of a record whose attempt's end is recorded.
+_ENDED = frozenset(state.value for state in TERMINAL)
 
-#: Characters of an error message the record keeps (a dead letter keeps more, see
-#: :mod:`jobbers_celery.core.errortext`): an exception that quotes a big argument must not put
-#: another copy of it on the record.
-ERROR_MESSAGE_MAX_CHARS = 1024
 
 class Run:
     """One running attempt, as its ending steps and metrics need it: built once, when its
@@ -67,143 +78,48 @@ class Run:
         self.enqueued_ms = enqueued_ms  # Redis time of the first enqueue (header)
 
 
-def error_fields(exc: BaseException | None, message: str | None = None) -> dict[str, str]:
-    if exc is None:
-        return {"err": pl.dumps({"type": "", "message": _clip(message or "")})}
-    type_name, text, _ = pl.describe_exception(exc, message_max=ERROR_MESSAGE_MAX_CHARS)
-    return {"err": pl.dumps({"type": type_name, "message": _clip(message) if message else text})}
+def _said(exc: BaseException) -> str:
+    """``exc`` as a step's reason quotes it: its type and message, cut."""
+    return errortext.cut_head(f"{type(exc).__name__}: {exc}", 300)
 
 
-def _clip(text: str) -> str:
-    return errortext.cut_head(text, ERROR_MESSAGE_MAX_CHARS)
+def _refused(res: StepResult, task_id: str, to: TaskState, fence: int | None) -> None:
+    """Log a step refused (the store was told to expect it): at debug when the attempt's
+    end is recorded already (a second report of it, or a step of the pool process after its
+    main process recorded how the attempt ended: the record is terminal), else as the store
+    logs any refusal, a warning (another attempt, another worker, an unexpected state)."""
+    if res.applied:
+        return
+    routine = res.why == "state" and res.previous in _ENDED
+    log.log(logging.DEBUG if routine else logging.WARNING,
+            "refused transition %s -> %s of task %s (%s, attempt %s, fence %s)",
+            res.previous, to.value, task_id, res.why, res.attempt, fence)
 
 
-class Recorder:
-    """Records outcomes: the only caller of the store's lifecycle step."""
+class Recorder(SubmitRecorder):
+    """Records outcomes: the only caller of the store's lifecycle step (its submit side is
+    :class:`~jobbers_celery.lifecycle.submits.SubmitRecorder`'s)."""
 
     def __init__(self, store: StepStore, dead_letters: DeadLetterDispatcher, *,
                  payload_warn_bytes: int = 0, publish_lease_s: float = 30.0,
-                 codec: PayloadCodec | None = None) -> None:
-        self.store = store
+                 codec: PayloadCodec | None = None,
+                 index: Callable[[str, Any, Any], list[str]] | None = None) -> None:
+        """``index``: the argument-index digests of a publish (name, args, kwargs; see
+        :mod:`jobbers_celery.lifecycle.search`), written by its own submit step."""
+        super().__init__(store, payload_warn_bytes=payload_warn_bytes,
+                         publish_lease_s=publish_lease_s, codec=codec, index=index)
         self.dead_letters = dead_letters
-        self.codec = codec  # seals the arguments of every payload and dead letter it writes
-        self.payload_warn_bytes = payload_warn_bytes
-        self.publish_lease_ms = int(publish_lease_s * 1000)
-
-    # ------------------------------------------------------------------ publish
-    def publish(
-        self,
-        name: str,
-        headers: dict[str, Any],
-        body: Any,
-        exchange: str | None,
-        routing_key: str | None,
-        properties: Mapping[str, Any],
-        version: int | None,
-        dead_letter: bool,
-    ) -> None:
-        """Stamp the message headers and record ``unsubmitted -> submitted`` (one round trip).
-
-        ``jobbers_epoch`` is stamped only when the submission is recorded: a worker that finds
-        no record for a message carrying it knows the record was removed on purpose.
-        """
-        task_id = headers.get("id")
-        if not task_id:
-            return
-        too_long = intake.identity_over_limits(task_id, name)
-        if too_long:  # never a key: its worker refuses it, and says so
-            log.error("task %s[%s] not recorded: %s", errortext.cut_head(name, 200),
-                      errortext.cut_head(str(task_id), 200), too_long)
-            return
-        headers.setdefault(pl.HEADER_TASK, name)
-        if version is not None:
-            # a resubmit states the version the task failed with; keep it
-            headers.setdefault(pl.HEADER_VERSION, version)
-        if dead_letter:
-            headers[pl.HEADER_DEAD_LETTER] = 1
-        if publishing_unrecorded():
-            return  # the store is away: the message keeps the headers it was published with
-        now = internal_publish_ms()
-        epoch: str | None = None
-        if now is None:
-            tracing.stamp(headers)  # the trace its republishes continue (see tracing)
-            payload = pl.from_publish(headers, body, exchange, routing_key, properties)
-            if payload is None:
-                log.warning("task %s[%s] uses a message protocol jobbers cannot record", name,
-                            task_id)
-                return
-            queue = pl.queue_of(payload["options"])
-            fields = {"msg": _encode_payload(payload, self.codec)}
-            if headers.get("retries"):  # absent means 0: every byte of a record counts
-                fields["retries"] = str(headers["retries"])
-            elif len(fields["msg"]) > self.payload_warn_bytes > 0:  # first publish only
-                _warn_large_payload(name, task_id, len(fields["msg"]), self.payload_warn_bytes)
-            create = {"name": name, "queue": queue}
-            if dead_letter:
-                create["dlq"] = "1"
-            if version is not None:
-                create["ver"] = str(version)
-            result = self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
-                                       fields=fields, reason="published", name=name)
-            now, epoch = result.now_ms, result.epoch  # epoch: None if refused (not recorded)
-        else:
-            epoch = self.store.epoch(task_id, max_age=10.0)
-        headers.setdefault(pl.HEADER_ENQUEUED_AT, now)
-        headers[pl.HEADER_PUBLISHED_AT] = now
-        if epoch:
-            headers[pl.HEADER_EPOCH] = epoch
-
-    def publish_later(self, task_id: str, name: str, payload: dict[str, Any], *,
-                      version: int | None, dead_letter: bool, delay_ms: int,
-                      reason: str) -> StepResult:
-        """A first publish with a delay (``countdown``/``eta``): ``unsubmitted -> submitted
-        -> scheduled`` in one step, with ``payload``, which the scheduler publishes when
-        ``run_at`` comes, as for a delayed retry: no ETA message waits at the broker (where
-        a Redis broker delivers it again after its visibility timeout). Raises
-        ``TypeError`` if ``payload`` is not JSON. An id or name over the intake limits is not
-        recorded (refused: the caller sends an ETA message, which its worker refuses)."""
-        too_long = intake.identity_over_limits(task_id, name)
-        if too_long:
-            log.error("task %s[%s] not recorded: %s", errortext.cut_head(name, 200),
-                      errortext.cut_head(task_id, 200), too_long)
-            return StepResult(applied=False, previous="missing", now_ms=0, attempt=0,
-                              why=too_long)
-        msg = self.encode(payload)
-        if len(msg) > self.payload_warn_bytes > 0:
-            _warn_large_payload(name, task_id, len(msg), self.payload_warn_bytes)
-        create = {"name": name, "queue": pl.queue_of(payload["options"])}
-        if dead_letter:
-            create["dlq"] = "1"
-        if version is not None:
-            create["ver"] = str(version)
-        return self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
-                                 fields={"msg": msg}, reason="published", name=name,
-                                 later=(delay_ms, reason))
-
-    def encode(self, payload: dict[str, Any]) -> str:
-        """``payload`` as the record keeps it: JSON, its arguments sealed when payload keys
-        are set. Raises ``TypeError`` if it is not JSON."""
-        return pl.dumps(pl.seal_arguments(payload, self.codec))
-
-    def late_submit(self, task_id: str, name: str, version: int, queue: str, dead_letter: bool,
-                    msg: str, retries: int) -> StepResult:
-        """A worker records the submission of a message published without a record."""
-        return self.store.submit(
-            task_id, sources=_FROM_UNSUBMITTED,
-            create={"name": name, "ver": str(version), "queue": queue,
-                    "dlq": "1" if dead_letter else "0"},
-            fields={"msg": msg, "retries": str(retries)},
-            reason="recorded by the worker: no submission record", name=name,
-        )
 
     # ------------------------------------------------------------------ start
     def start(self, task_id: str, name: str, *, worker: str | None, wid: str,
               heartbeat_ms: int | None, cap: int | None, lease_cap_ms: int, defer_ms: int,
-              fields: dict[str, str]) -> StepResult:
-        """``submitted -> started`` (or ``scheduled`` past ``cap``, or ``cancelled``)."""
+              fields: dict[str, str], rate: RateKey | None = None,
+              fair: FairKey | None = None) -> StepResult:
+        """``submitted -> started`` (or ``scheduled`` past ``cap`` or ``rate``'s limit, or
+        past ``fair``'s cap of its key, or ``cancelled``)."""
         return self.store.start(
             task_id, name=name, worker=worker, wid=wid, heartbeat_ms=heartbeat_ms, cap=cap,
-            lease_cap_ms=lease_cap_ms, defer_ms=defer_ms, fields=fields,
+            lease_cap_ms=lease_cap_ms, defer_ms=defer_ms, fields=fields, rate=rate, fair=fair,
         )
 
     def running(self, res: StepResult, task_id: str, name: str, worker: str | None, wid: str,
@@ -254,11 +170,12 @@ class Recorder:
                 now_ms=res.now_ms, started_ms=run.started_ms, enqueued_ms=run.enqueued_ms)
 
     def complete(self, run: Run, *, fields: dict[str, str], drop: Sequence[str],
-                 write: ResultWrite | None) -> StepResult:
-        """``started -> completed`` (with Celery's result written by the same script)."""
+                 write: ResultWrite | None, reason: str | None = None) -> StepResult:
+        """``started -> completed`` (with Celery's result written by the same script);
+        ``reason``: how it ended otherwise than by returning (an ``Ignore``, a replace)."""
         res = self.store.complete(
             run.task_id, run.attempt, name=run.name, worker=run.worker, wid=run.wid,
-            fields=fields, delete=drop, write_result=write,
+            fields=fields, delete=drop, write_result=write, reason=reason,
         )
         self._ended(run, res, S.COMPLETED.value)
         return res
@@ -305,6 +222,18 @@ class Recorder:
         self._retried(run, res, version)
         return res
 
+    def replaced(self, run: Run, *, reason: str) -> StepResult:
+        """``started -> unsubmitted`` with a publish lease: the task replaced itself
+        (Celery's ``replace()``) by a task that takes its id; that task's publish records
+        ``unsubmitted -> submitted`` under its own name, and the caller confirms the lease
+        once the replacement is published (should it die first, a scheduler publishes the
+        recorded payload: the replaced task runs again). Cancellable: a pending
+        cancellation ends it ``cancelled`` (the caller then publishes nothing). The mark
+        ``rpl`` lets that publish, and only it, rewrite the record's name and queue."""
+        res = self._requeue_step(run, reason, {"rpl": "1"}, self.publish_lease_ms, True, None)
+        self._ended(run, res, S.COMPLETED.value)  # the attempt did its part: it handed over
+        return res
+
     def _retried(self, run: Run, res: StepResult, version: int | None) -> None:
         self._ended(run, res, metrics.STATUS_RETRIED)
         if res.applied and res.state is not S.CANCELLED:
@@ -313,30 +242,36 @@ class Recorder:
     def requeue(self, run: Run, *, reason: str, fields: dict[str, str] | None = None,
                 lease: bool = False, cancel_reason: str | None = None) -> StepResult:
         """``started -> unsubmitted`` without using a retry (``Reject(requeue=True)``, or
-        ``on_shutdown=resubmit``, then with a publish lease and cancellable)."""
+        ``on_shutdown=resubmit``, then with a publish lease and cancellable). Refused
+        because the attempt ended already (see :func:`_refused`): logged at debug."""
         res = self._requeue_step(run, reason, fields or {},
                                  self.publish_lease_ms if lease else None, lease,
-                                 cancel_reason)
+                                 cancel_reason, expect_refusal=True)
+        _refused(res, run.task_id, S.UNSUBMITTED, run.attempt)
         self._ended(run, res, metrics.STATUS_RESUBMITTED)
         return res
 
     def _requeue_step(self, run: Run, reason: str, fields: dict[str, str],
                       lease_ms: int | None, cancellable: bool,
-                      cancel_reason: str | None) -> StepResult:
+                      cancel_reason: str | None, expect_refusal: bool = False) -> StepResult:
         return self.store.end(
             run.task_id, S.UNSUBMITTED, fence=run.attempt, worker=run.worker, reason=reason,
             fields=fields, wid=run.wid, name=run.name, cancellable=cancellable,
-            cancel_reason=cancel_reason, lease_ms=lease_ms,
+            cancel_reason=cancel_reason, lease_ms=lease_ms, expect_refusal=expect_refusal,
         )
 
     def stop(self, run: Run, *, reason: str, fields: dict[str, str], cancel_reason: str,
              dead_letter: bool) -> StepResult:
-        """``started -> stalled``: the worker shut down under ``on_shutdown=stop``."""
+        """``started -> stalled``: the worker shut down under ``on_shutdown=stop`` (or
+        interrupted the task: a hard time limit, whose failure its main process records
+        first: that refusal is logged at debug, see :func:`_refused`)."""
         res = self.store.end(
             run.task_id, S.STALLED, fence=run.attempt, worker=run.worker, reason=reason,
             fields={**fields, **error_fields(None, reason)}, ret=DEAD_LETTER_FIELDS,
             wid=run.wid, name=run.name, cancellable=True, cancel_reason=cancel_reason,
+            expect_refusal=True,
         )
+        _refused(res, run.task_id, S.STALLED, run.attempt)
         self._ended(run, res, S.STALLED.value)
         if dead_letter and res.applied and res.state is S.STALLED:
             self._dead_letter(run.task_id, run.name, "stalled", res, message=reason,
@@ -348,21 +283,81 @@ class Recorder:
                       traceback: str | None, worker: str | None, enqueued_ms: float | None,
                       dead_letter: bool) -> StepResult:
         """A failure the worker's main process reports (a lost pool child, a hard time
-        limit): ``started -> failed``, fenced by the worker incarnation."""
+        limit, a ``Reject`` without requeue): ``started -> failed``, fenced by the worker
+        incarnation. Celery reports some twice (a hard time limit: as the pool's error and
+        from ``on_timeout``) and some the task recorded itself (``Reject``): a refusal
+        because the attempt ended already is logged at debug (see :func:`_refused`)."""
         res = self.store.end(
             task_id, S.FAILED, wid_fence=wid, wid=wid, name=name, worker=None,
             reason=f"{type(exc).__name__} reported by the worker", cancellable=True,
             fields=error_fields(exc), ret=(*DEAD_LETTER_FIELDS, *metrics.ATTEMPT_FIELDS),
+            expect_refusal=True,
         )
-        if res.applied:
-            metrics.attempt_ended(
-                name, res.values.get("queue"),
-                S.CANCELLED.value if res.state is S.CANCELLED else S.FAILED.value,
-                now_ms=res.now_ms, started_ms=metrics.started_ms(res.values),
-                enqueued_ms=enqueued_ms)
+        _refused(res, task_id, S.FAILED, None)
+        self._reported(name, res, S.FAILED.value, enqueued_ms)
         if dead_letter and res.applied and res.state is S.FAILED:
             self._dead_letter(task_id, name, "failed", res, exc=exc, traceback=traceback,
                               worker=worker)
+        return res
+
+    def requeue_reported(self, task_id: str, name: str, *, wid: str, exc: BaseException,
+                         why: str) -> StepResult:
+        """``started -> unsubmitted -> submitted`` from the worker's main process: the task
+        failed there (``why``: its pool process was lost) and Celery hands its message back
+        to the broker to run again (``acks_late`` with ``reject_on_worker_lost`` or
+        ``on_worker_lost="rerun"``).
+        Fenced by the worker incarnation; a pending cancellation ends it ``cancelled``
+        instead (the redelivered copy then does not run); a refusal is routine (the process
+        was lost before its start was recorded: the copy starts as any delivery). Recorded
+        before the message is handed back, so that the copy's start is the next attempt."""
+        res = self._lost(task_id, name, wid, exc, f"{why} ({_said(exc)}); the message goes back "
+                         "to the broker to run again")
+        if res.applied and res.state is S.UNSUBMITTED:
+            self.requeued(task_id, name)
+        return res
+
+    def retry_reported(self, task_id: str, name: str, *, wid: str,
+                       exc: BaseException) -> StepResult:
+        """``started -> unsubmitted`` from the worker's main process: the task's pool process
+        was lost and Celery retries it (``retry_on_worker_lost``, Celery 5.7): it publishes
+        the retry next, through the task's ``apply_async``, which records the submission
+        (``scheduled`` first when ``default_retry_delay`` is set). Without this step the
+        record was still ``started``: the retry was refused as a duplicate and never ran.
+        Fenced by the worker incarnation; a pending cancellation ends it ``cancelled``; a
+        refusal is routine (the process was lost before its start was recorded)."""
+        return self._lost(task_id, name, wid, exc, f"its worker process was lost ({_said(exc)}); "
+                          "Celery retries it (retry_on_worker_lost)")
+
+    def _lost(self, task_id: str, name: str, wid: str, exc: BaseException,
+              reason: str) -> StepResult:
+        """``started -> unsubmitted`` of an attempt whose pool process was lost, fenced by the
+        worker incarnation, ``cancelled`` instead if a cancellation is pending."""
+        res = self.store.end(
+            task_id, S.UNSUBMITTED, wid_fence=wid, wid=wid, name=name, worker=None,
+            reason=reason, cancellable=True, fields=error_fields(exc),
+            ret=metrics.ATTEMPT_FIELDS, expect_refusal=True)
+        self._reported(name, res, metrics.STATUS_RESUBMITTED)
+        return res
+
+    def requeued(self, task_id: str, name: str) -> StepResult:
+        """``unsubmitted -> submitted``: the worker's main process hands the message of a
+        task whose attempt ended ``unsubmitted`` back to the broker (``Reject(requeue=True)``,
+        a lost worker process). A refusal is routine (a pending cancellation ended it)."""
+        return self.store.step(task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,), name=name,
+                               reason="requeued by the worker", expect_refusal=True)
+
+    def complete_reported(self, task_id: str, name: str, *, wid: str,
+                          drop: Sequence[str]) -> StepResult:
+        """``started -> completed`` from the worker's main process: the pool process stored
+        the task's result (Celery's backend says SUCCESS) and was lost before it recorded
+        the completion. Fenced by the worker incarnation; a refusal is routine (the
+        completion was recorded, with the result or just after it)."""
+        res = self.store.step(
+            task_id, S.COMPLETED, sources=(S.STARTED,), wid_fence=wid, wid=wid, name=name,
+            delete=drop, expect_refusal=True, ret=metrics.ATTEMPT_FIELDS,
+            reason="its result was stored, then its worker process was lost before the "
+                   "completion was recorded")
+        self._reported(name, res, S.COMPLETED.value)
         return res
 
     def interrupted(self, task_id: str, name: str, *, wid: str, signum: Any,
@@ -373,11 +368,21 @@ class Recorder:
             task_id, S.CANCELLED, wid_fence=wid, wid=wid, name=name,
             reason=f"interrupted by the worker (signal {signum})", worker=worker,
             expect_refusal=True, ret=metrics.ATTEMPT_FIELDS)
+        self._reported(name, res, S.CANCELLED.value, enqueued_ms)
+        return res
+
+    @staticmethod
+    def _reported(name: str, res: StepResult, status: str,
+                  enqueued_ms: float | None = None) -> None:
+        """Metrics of a step the worker's main process recorded (if it applied), from the
+        fields the step returned: ``status``, or ``cancelled`` when a pending cancellation
+        redirected the step (as :meth:`_ended` for the pool process's)."""
         if res.applied:
             metrics.attempt_ended(
-                name, res.values.get("queue"), S.CANCELLED.value, now_ms=res.now_ms,
-                started_ms=metrics.started_ms(res.values), enqueued_ms=enqueued_ms)
-        return res
+                name, res.values.get("queue"),
+                S.CANCELLED.value if res.state is S.CANCELLED else status,
+                now_ms=res.now_ms, started_ms=metrics.started_ms(res.values),
+                enqueued_ms=enqueued_ms)
 
     def revoke_running(self, task_id: str, *, reason: str) -> CancelOutcome:
         """Celery's revoke with ``terminate`` reached the worker running the task: its
@@ -452,7 +457,9 @@ class Recorder:
         # a new attempt, not a duplicate of the dead-lettered one (a sink keeps one per
         # task id and attempt, and would drop it)
         create = {"name": entry.name, "queue": entry.queue or pl.queue_of(data["options"]),
-                  "dlq": "1", "attempt": str(entry.attempt)}
+                  "dlq": "1", "attempt": str(entry.attempt),
+                  # a record made again is a member of its workflow again
+                  **links_of_options(entry.task_id, data["options"])}
         if version is not None:
             fields["ver"] = str(version)
         elif entry.version is not None:
@@ -524,21 +531,3 @@ def _resubmit_reason(reset_retry_count: bool, *, from_dlq: bool = False,
             reason += f" (the entry's was {was})"
     return reason
 
-
-def _warn_large_payload(name: str, task_id: str, size: int, limit: int) -> None:
-    log.warning(
-        "task %s[%s]: its payload (args, kwargs and publish options) is %d bytes as JSON, "
-        "above jobbers_payload_warn_bytes=%d; jobbers stores it once (on the task's record "
-        "while the task can run, in its dead-letter entry once dead-lettered) and the broker "
-        "holds the message: pass a reference to large data (a key, a path, a URL) instead",
-        name, task_id, size, limit)
-
-
-def _encode_payload(payload: dict[str, Any], codec: PayloadCodec | None) -> str:
-    try:
-        return pl.dumps(pl.seal_arguments(payload, codec))
-    except TypeError:
-        # Not JSON: keep what a person can read; such a task cannot be republished by jobbers.
-        return pl.dumps(pl.seal_arguments(
-            {"unserializable": True, "args": repr(payload.get("args")),
-             "kwargs": repr(payload.get("kwargs")), "options": {}}, codec))

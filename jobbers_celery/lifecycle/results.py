@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from celery import states
 from celery.app import task as celery_task
+from celery.backends.base import DisabledBackend
 from celery.backends.redis import RedisBackend
-from kombu.exceptions import EncodeError
 
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.store import ResultWrite
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
     from jobbers_celery.store import LayoutStore
 
-__all__ = ["check_layout", "folded_result", "mark_revoked", "not_folded"]
+__all__ = ["check_layout", "folded_result", "forget", "mark_revoked", "not_folded",
+           "stored_by_celery"]
 
 log = escaped_logger("jobbers.results")
 
@@ -116,7 +117,10 @@ def check_layout(store: LayoutStore, backend: Any) -> str | None:
 def folded_result(task: Task[Any, Any], store: LayoutStore, retval: Any) -> ResultWrite | None:
     """The result write to fold into this request's ``completed`` step, or ``None``.
 
-    ``None`` means Celery's tracer stores the result itself, as for any task.
+    ``None`` means Celery's tracer stores the result itself, as for any task. Raises
+    kombu's ``EncodeError`` when the backend cannot encode ``retval``: the attempt ends
+    ``failed`` with it, and Celery stores FAILURE, as for a result its own write cannot
+    encode.
     """
     req: celery_task.Context = task.request
     if _ignore_result(task, req):
@@ -127,14 +131,11 @@ def folded_result(task: Task[Any, Any], store: LayoutStore, retval: Any) -> Resu
     foldable, db = _target(store, backend)
     if not foldable:
         return None
-    try:
-        value = backend.encode_result(retval, states.SUCCESS)
-        meta = backend._get_result_meta(result=value, state=states.SUCCESS, traceback=None,
-                                        request=req)
-        meta["task_id"] = str(req.id)
-        encoded = backend.encode(meta)
-    except EncodeError:
-        return None  # the tracer's own store raises it again and records the failure
+    value = backend.encode_result(retval, states.SUCCESS)
+    meta = backend._get_result_meta(result=value, state=states.SUCCESS, traceback=None,
+                                    request=req)
+    meta["task_id"] = str(req.id)
+    encoded = backend.encode(meta)  # raises EncodeError as Celery's own write would
     if not isinstance(encoded, str) or len(encoded) > backend._MAX_STR_VALUE_SIZE:
         return None
     key: Any = backend.get_key_for_task(req.id)
@@ -144,6 +145,26 @@ def folded_result(task: Task[Any, Any], store: LayoutStore, retval: Any) -> Resu
         expires=int(backend.expires or 0),
         db=db,
     )
+
+
+def stored_by_celery(task: Task[Any, Any]) -> bool:
+    """Whether Celery's tracer stores this request's result (not folded): it does unless
+    the result is ignored or the app has no result backend. The completion is then
+    recorded after that write, so that the record follows what Celery stored."""
+    return not (_ignore_result(task, task.request) or isinstance(task.backend, DisabledBackend))
+
+
+def forget(task: Task[Any, Any], task_id: str) -> None:
+    """Remove the result Celery's tracer just stored for an attempt whose completion the
+    record refused (another attempt or outcome owns it), so that the result does not
+    contradict the record and the attempt that owns it can store its own. A backend that
+    cannot forget keeps it (logged)."""
+    try:
+        task.backend.forget(task_id)
+    except Exception:
+        log.warning("the completion of %s[%s] was refused, but the result it stored could not "
+                    "be removed: the result backend keeps it", task.name, task_id,
+                    exc_info=True)
 
 
 def mark_revoked(backend: Any, task_id: str, reason: str) -> bool:

@@ -13,6 +13,7 @@ decides what one pass does; the thread that repeats it lives in the runtime.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from jobbers_celery.core.codec import CannotOpen
@@ -23,12 +24,14 @@ if TYPE_CHECKING:
     from jobbers_celery.core.config import JobbersConfig
     from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
     from jobbers_celery.lifecycle.cleaner import Cleaner
+    from jobbers_celery.lifecycle.periodic import PeriodicWatch
     from jobbers_celery.lifecycle.publisher import Publisher
     from jobbers_celery.resubmit.pacer import Pacer
-    from jobbers_celery.store import Claimed, SchedulerStore
+    from jobbers_celery.store import Claimed, SchedulerStore, SchedulingStore
     from jobbers_celery.telemetry.history import CountHistory
+    from jobbers_celery.telemetry.series import Series
 
-__all__ = ["Scheduler"]
+__all__ = ["Scheduler", "release_and_publish"]
 
 log = escaped_logger("jobbers.scheduler")
 
@@ -43,6 +46,38 @@ _SEALED_AWAY_LEASES = 5
 _SEALED_AWAY_MAX = 10_000
 
 
+def release_and_publish(store: SchedulingStore, publisher: Publisher, keys: Sequence[tuple[str, str]],
+                        lease_ms: int, worker: str | None) -> int:
+    """Release the parked tasks of ``keys`` (``(name, digest)``) that have room now and
+    publish them (fair shares: the end of a keyed task, so that its key's next task need
+    not wait for a scheduler pass). A claim this process fails to publish is published by
+    a scheduler when its lease expires. Returns the tasks published."""
+    released = store.fair_release(keys=keys)
+    if not released.ids:
+        return 0
+    claimed = store.claim(list(released.ids), lease_ms, worker, released.ids)
+    _unclaimed(store, released.ids, claimed)
+    done = []
+    for item in claimed:
+        try:
+            publisher.republish(item.task_id, item.name, publisher.payload_of(item.msg),
+                                item.retries, released.now_ms)
+            done.append(item.task_id)
+        except Exception:
+            log.exception("could not publish released task %s; it will be published after "
+                          "its lease", item.task_id)
+    store.confirm_published(done)
+    return len(done)
+
+
+def _unclaimed(store: SchedulingStore, released: dict[str, tuple[str, str]],
+               claimed: Sequence[Claimed]) -> None:
+    """Released tasks the claim did not take (cancelled, purged, published already) stop
+    holding their key's room back at once."""
+    got = {item.task_id for item in claimed}
+    store.fair_unreleased([(i, *released[i]) for i in released if i not in got])
+
+
 class Scheduler:
     """Publishes the due retries of one jobbers namespace, and runs its housekeeping.
 
@@ -55,30 +90,41 @@ class Scheduler:
                  dead_letters: DeadLetterDispatcher | None = None,
                  cleaner: Cleaner | None = None, worker_name: str | None = None, *,
                  batch: int = _BATCH, history: CountHistory | None = None,
-                 pacer: Pacer | None = None) -> None:
+                 pacer: Pacer | None = None, series: Series | None = None,
+                 periodic: PeriodicWatch | None = None) -> None:
         self.store = store
         self.config = config
         self.publisher = publisher
         self.dead_letters = dead_letters
         self.cleaner = cleaner
         self.history = history
+        self.series = series
         self.pacer = pacer
+        self.periodic = periodic
         self.batch = batch
         self.worker_name = worker_name
         self._last_housekeeping = 0.0
         self._last_catch_up_check = time.monotonic()
         self._sealed_away: dict[str, float] = {}  # task id -> monotonic time to try again
+        #: run the fair shares' release pass (set when a registered task has a
+        #: ``concurrency_key``: other workers' passes cost no call for it)
+        self.fair_shares = False
 
     def run_once(self) -> tuple[int, float | None]:
         """Claim and publish what is due. Returns (published, seconds until the next run_at)."""
         store = self.store
         ids, next_ms = store.due(self.batch)
+        released = store.fair_release().ids if self.fair_shares else {}
+        if released:  # parked tasks whose key has room (fair shares): published as due
+            ids = list(dict.fromkeys([*ids, *released]))
         if self._sealed_away:
             ids = self._not_sealed_away(ids)
         published = 0
         if ids:
             lease_ms = int(self.config.publish_lease * 1000)
-            claimed = store.claim(ids, lease_ms, self.worker_name)
+            claimed = store.claim(ids, lease_ms, self.worker_name, released)
+            if released:
+                _unclaimed(store, released, claimed)
             done = []
             now_ms = store.now_ms()
             for item in claimed:
@@ -130,6 +176,8 @@ class Scheduler:
             self.dead_letters.retry_pending()
         if self.history is not None:
             self.history.sample()
+        if self.series is not None:
+            self.series.configure()  # the history settings the steps read
         store = self.store
         if not store.try_lock("housekeeping", int(HOUSEKEEPING_EVERY_S * 1000)):
             return 0
@@ -159,4 +207,6 @@ class Scheduler:
         if self.cleaner is not None and time.monotonic() - self._last_catch_up_check > every:
             self._last_catch_up_check = time.monotonic()
             self.cleaner.catch_up(by=f"catch-up in {self.worker_name}")
+        if self.periodic is not None:  # missed beat slots: here, since beat may be down
+            self.periodic.maybe_judge()
         return wait

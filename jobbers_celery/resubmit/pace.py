@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from jobbers_celery.core.options import ResubmitVersion
 from jobbers_celery.core.states import RESUBMITTABLE, TaskState
+from jobbers_celery.core.timefmt import iso_time
 
 __all__ = [
     "CONTROL",
@@ -79,7 +80,8 @@ class RunStatus(StrEnum):
     DONE = "done"
 
 
-#: Statuses a run never leaves.
+#: Statuses in which a run moves no more by itself (finished): only an operator's
+#: ``continue`` moves a halted run again (cancelled and done are for good).
 FINAL = frozenset({RunStatus.HALTED, RunStatus.CANCELLED, RunStatus.DONE})
 
 
@@ -89,6 +91,9 @@ class RunAction(StrEnum):
     PAUSE = "pause"
     RESUME = "resume"
     CANCEL = "cancel"
+    #: a halted run goes on (its cause fixed): at its pace counted from now, the stop
+    #: rule's window emptied (the failures that halted it are not counted again)
+    CONTINUE = "continue"
 
 
 #: THE control table, for both sinks: each action, the statuses it moves a run from, and
@@ -99,6 +104,7 @@ CONTROL: dict[RunAction, tuple[frozenset[RunStatus], RunStatus]] = {
     RunAction.RESUME: (frozenset({RunStatus.PAUSED}), RunStatus.RUNNING),
     RunAction.CANCEL: (frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.PAUSED}),
                        RunStatus.CANCELLED),
+    RunAction.CONTINUE: (frozenset({RunStatus.HALTED}), RunStatus.RUNNING),
 }
 
 
@@ -293,9 +299,7 @@ class ResubmitRunInfo:
     def to_json(self) -> dict[str, Any]:
         """The shape of the Django sink's runs (``jobbers_dlq run --json``), plus
         ``ended_otherwise``, ``publish_failed``, ``in_flight``, ``events`` and ``notes``."""
-        def iso(at: datetime | None) -> str | None:
-            return at.isoformat(timespec="milliseconds") if at else None
-
+        iso = iso_time  # the one JSON time format, as the REST API writes the same runs
         return {
             "id": self.id, "status": self.status.value, "rate": self.rate,
             "halt_after": self.halt_after, "of_last": self.of_last, "rule": self.rule,

@@ -15,8 +15,10 @@ from jobbers_celery.store.base import (
     Halt,
     Heartbeat,
     ResultWrite,
+    SentSteps,
     StallVerdict,
     StepResult,
+    Submission,
 )
 from jobbers_celery.store.errors import (
     UNREACHABLE,
@@ -27,6 +29,7 @@ from jobbers_celery.store.errors import (
 )
 from jobbers_celery.store.keys import Keys
 from jobbers_celery.store.parts import (
+    AlertStore,
     CleanerStore,
     ClockStore,
     DeadLetterStore,
@@ -34,6 +37,7 @@ from jobbers_celery.store.parts import (
     LayoutStore,
     MetricsStore,
     PacerStore,
+    PauseStore,
     ReadStore,
     RunningStore,
     RunStore,
@@ -44,9 +48,10 @@ from jobbers_celery.store.parts import (
 )
 from jobbers_celery.store.redis import RedisStore
 
-__all__ = ["UNREACHABLE", "Alive", "CancelOutcome", "Claimed", "CleanerScan", "CleanerStore",
+__all__ = ["UNREACHABLE", "AlertStore", "Alive", "CancelOutcome", "Claimed", "CleanerScan",
+           "CleanerStore",
            "ClockStore", "DeadLetterStore", "Giver", "Halt", "Heartbeat", "HousekeepingStore",
-           "Keys", "LayoutStore", "MetricsStore", "PacerStore", "ReadStore", "RedisStore",
+           "Keys", "LayoutStore", "MetricsStore", "PacerStore", "PauseStore", "ReadStore", "RedisStore",
            "ResultWrite", "RunStore", "RunningStore", "SchedulerStore", "SchedulingStore",
-           "StallVerdict", "StepResult", "StepStore", "StoreError", "StoreValueError", "TaskStore",
-           "WritesRefused", "is_outage"]
+           "SentSteps", "StallVerdict", "StepResult", "StepStore", "StoreError", "StoreValueError",
+           "Submission", "TaskStore", "WritesRefused", "is_outage"]

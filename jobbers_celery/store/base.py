@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from jobbers_celery.core.states import TaskState
 
 __all__ = ["Alive", "CancelOutcome", "Claimed", "CleanerScan", "Giver", "Halt", "Heartbeat",
-           "ResultWrite", "StallVerdict", "StepResult"]
+           "ResultWrite", "SentSteps", "StallVerdict", "StepResult", "Submission"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,38 @@ class StepResult:
     #: with ``write_result``: whether the script wrote Celery's result (``False``: the step
     #: was refused, or the result's db could not be selected; Celery must write it)
     result_written: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One publish's ``submit`` step in a batch (:meth:`StepStore.submit_many`): the
+    arguments the recorder gives :meth:`StepStore.submit` for a single publish."""
+
+    task_id: str
+    name: str
+    create: dict[str, str]
+    fields: dict[str, str]
+    reason: str = "published"
+    sources: tuple[TaskState, ...] = (TaskState.UNSUBMITTED,)
+
+
+class SentSteps:
+    """Steps sent to the store in one write whose replies are read later (a bulk publish
+    goes on building its next members meanwhile): :meth:`results` reads them once, in the
+    order sent. An entry is the step's result or the exception that stands for it (an error
+    reply, or a connection lost before its reply: the step may or may not have applied)."""
+
+    __slots__ = ("_read", "_results")
+
+    def __init__(self, read: Callable[[], list[StepResult | Exception]]) -> None:
+        self._read: Callable[[], list[StepResult | Exception]] | None = read
+        self._results: list[StepResult | Exception] = []
+
+    def results(self) -> list[StepResult | Exception]:
+        if self._read is not None:
+            read, self._read = self._read, None
+            self._results = read()
+        return self._results
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import (
@@ -117,12 +117,27 @@ def without_shebang(script: Script, exc: BaseException) -> bool:
     return True
 
 
-def _pack(args: list[str]) -> bytes:
+def _pack_py(args: list[str]) -> bytes:
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:
         data = arg.encode()
         parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(parts)
+
+
+_pack_c: Callable[[tuple[Any, ...]], Any] | None
+try:  # redis[hiredis], a dependency: the same bytes, packed in C (a publish's ~20 args)
+    from hiredis import pack_command as _pack_c
+except ImportError:  # pragma: no cover - hiredis missing: Python's packing
+    _pack_c = None
+
+
+def _pack(args: list[str]) -> bytes:
+    """``args`` as one RESP command (UTF-8)."""
+    if _pack_c is None:
+        return _pack_py(args)
+    packed: bytes = _pack_c(tuple(args))
+    return packed
 
 
 _ASKING = b"*1\r\n$6\r\nASKING\r\n"
@@ -167,6 +182,34 @@ def not_a_cluster_client(exc: BaseException) -> ConfigurationError:
         "process started (see the warning logged then); restart it once the node answers")
 
 
+class _ThreadConnections(dict[str, Any]):
+    """One thread's connections, by node, taken from their pools with ``get_connection``.
+
+    Why: a connection counts against its pool's ``max_connections`` (redis-py 8: 100) until
+    it is released. When the thread ends, Python drops its thread-local state, and this
+    hands its connections back to their pools for the next thread to take. Made without the
+    pool's knowledge, they would count for ever: a process that starts thread after thread
+    (a thread per request, a pool of threads made per call) found its pool exhausted after
+    about a hundred, and every later step raised ``Too many connections`` (a publish then
+    went out unrecorded). After a fork the pool forgets its parent's connections and
+    ignores their release.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pools: dict[str, Any] = {}
+
+    def take(self, name: str, pool: Any) -> Any:
+        conn = self[name] = pool.get_connection()
+        self._pools[name] = pool
+        return conn
+
+    def __del__(self) -> None:
+        for name, conn in list(self.items()):
+            with contextlib.suppress(Exception):  # the pool or the interpreter is going
+                self._pools[name].release(conn)
+
+
 class FastScript:
     """Calls one registered script with ``EVALSHA`` on a per-thread connection."""
 
@@ -185,7 +228,7 @@ class FastScript:
         keys' slot in the cluster client's slot map (the one server otherwise)."""
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
-            local.conns, local.pid = {}, os.getpid()
+            local.conns, local.pid = _ThreadConnections(), os.getpid()
         if self._cluster:
             if node is None:
                 node = self.client.get_node_from_key(keys[0])  # type: ignore[attr-defined]
@@ -194,7 +237,7 @@ class FastScript:
             name, pool = "", self.client.connection_pool
         conn = local.conns.get(name)
         if conn is None:
-            conn = local.conns[name] = pool.make_connection()
+            conn = local.conns.take(name, pool)
         return conn
 
     def _asked_node(self, exc: AskError) -> Any:
@@ -294,7 +337,13 @@ class FastScript:
                     self.client.script_load(self.script.script)
                 except ResponseError as exc:
                     if not without_shebang(self.script, exc):
-                        raise
+                        # refused on a new connection's PING (MISCONF) or the load itself
+                        # (OOM): the script did not run; wait while the refusal may last
+                        refused = as_refusal(exc)
+                        if refused is None:
+                            raise
+                        pause = _wait_or_raise(refused, exc, deadline, pause)
+                        continue
                     self.client.script_load(self.script.script)
                     command = _pack(["EVALSHA", str(self.script.sha), str(len(keys)),
                                      *keys, *args])
@@ -321,6 +370,68 @@ class FastScript:
             except BaseException:
                 conn.disconnect()
                 raise
+
+    def send_many(self, calls: Sequence[tuple[list[str], list[str]]]
+                  ) -> Callable[[], list[Any]]:
+        """Send calls of a step script (a bulk publish's ``submit`` steps) in one write, on
+        a connection of this thread's own for them, and return the function that reads their
+        replies, in order (call it once; the thread may make other calls in between, on its
+        usual connection). A reply entry is the reply or the exception that stands for it:
+        an error reply (a ``NOSCRIPT`` one is run again alone: the script did not run), or a
+        connection lost before it (the step may or may not have applied; never sent twice).
+        A failure to send is sent once more on a new connection (a step sent twice is
+        refused, never applied twice: it is a compare-and-set). On Redis Cluster, or for one
+        call, each call runs at once through :meth:`__call__` (keys of many slots)."""
+        if self._cluster or len(calls) <= 1:
+            done = [self._caught(keys, args) for keys, args in calls]
+            return lambda: done
+        sha = str(self.script.sha)
+        commands = [_pack(["EVALSHA", sha, str(len(keys)), *keys, *args])
+                    for keys, args in calls]
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():
+            local.conns, local.pid = _ThreadConnections(), os.getpid()
+        conn = local.conns.get("batch")
+        if conn is None:
+            conn = local.conns.take("batch", self.client.connection_pool)
+        failed: Exception | None = None
+        for _ in range(2):
+            try:
+                self._drop_if_closed(conn)
+                conn.send_packed_command(commands, check_health=True)
+                failed = None
+                break
+            except (*_SEND_ERRORS, ResponseError) as exc:
+                conn.disconnect()
+                failed = exc
+        if failed is not None:
+            lost = failed
+            return lambda: [lost] * len(calls)
+
+        def read() -> list[Any]:
+            replies: list[Any] = []
+            while len(replies) < len(calls):
+                try:
+                    replies.append(conn.read_response())
+                except ResponseError as exc:  # read whole: the next reply follows
+                    replies.append(exc)
+                except Exception as exc:  # noqa: BLE001 - the rest is lost with the connection
+                    conn.disconnect()
+                    replies += [exc] * (len(calls) - len(replies))
+                except BaseException:
+                    conn.disconnect()
+                    raise
+            return [self._caught(keys, args) if isinstance(reply, NoScriptError) else reply
+                    for (keys, args), reply in zip(calls, replies, strict=True)]
+
+        return read
+
+    def _caught(self, keys: list[str], args: list[str]) -> Any:
+        """One call through :meth:`__call__`, an exception returned in place of its reply."""
+        try:
+            return self(keys, args)
+        except Exception as exc:  # noqa: BLE001 - handed back for the caller to judge
+            return exc
 
     def many(self, calls: Sequence[tuple[list[str], list[str]]]) -> list[Any]:
         """Several calls of an idempotent script (a liveness refresh, one per shard) in one

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import redis
 
 from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.core.search import MAX_INDEXED_PATHS
 from jobbers_celery.core.states import RESUBMITTABLE, TERMINAL, TaskState
 from jobbers_celery.store import reads, steps
 from jobbers_celery.store.base import (
@@ -20,7 +23,7 @@ from jobbers_celery.store.keys import Keys
 from jobbers_celery.store.scripts import EXPIRY_SLACK_S, as_ids, as_int, to_json
 from jobbers_celery.store.sharded import Sharded
 
-__all__ = ["cleaner_due", "clock", "drop_payloads", "last_pass_age_ms", "maxmemory_policy",
+__all__ = ["cleaner_due", "clock", "drop_payloads", "epochs", "last_pass_age_ms", "maxmemory_policy",
            "prune", "purge", "record_pass", "remove_terminal", "stall", "tidy_cancelling",
            "without_payload", "worker_tasks", "workers"]
 
@@ -195,6 +198,24 @@ def clock(s: Sharded) -> dict[str, str]:
     return cast("dict[str, str]", s.client.hgetall(s.keys.clock))
 
 
+def epochs(s: Sharded) -> list[str]:
+    """Every shard's epoch id (made on first use, ``SET NX``: a shard that lost its data gets
+    a new one), in shard order: one pipeline, so one round trip per Redis Cluster node. Its
+    ``SET NX`` is refused wherever writes are (``OOM``, ``READONLY``): every node that holds
+    a shard is probed (the watch of an emptied store, a loop's write probe)."""
+    shards = s.shards
+    pipe = s.client.pipeline(transaction=False)
+    for keys in shards.keys:
+        pipe.set(keys.epoch, uuid.uuid4().hex, nx=True)
+        pipe.get(keys.epoch)
+    got = pipe.execute()
+    now = time.monotonic()
+    out = [str(got[2 * i + 1]) for i in range(shards.count)]
+    for i, epoch in enumerate(out):  # steps.epoch's cache, read fresh
+        s._epochs[i] = (epoch, now)
+    return out
+
+
 def last_pass_age_ms(s: Sharded) -> int | None:
     """Redis-clock ms since the cleaner's last pass, ``None`` if none ran (one round trip)."""
     pipe = s.client.pipeline(transaction=False)
@@ -281,15 +302,25 @@ def prune(s: Sharded, limit: int = 500) -> int:
 
 
 def _remove(s: Sharded, ids: list[str], cutoff: int) -> int:
-    names = dict(zip(ids, (n for (n,) in reads.fields(s, ids, ("name",))), strict=True))
+    # the name and workflow indexes the record is in (a member of no workflow: its name
+    # index again, a placeholder), and the argument indexes its field ix names
+    found = dict(zip(ids, reads.fields(s, ids, ("name", "wf", "ix")), strict=True))
     removed = 0
     for shard, group in s._by_shard(ids).items():
         sk = s.shards.keys[shard]
         keys, states = s._shared_keys(TERMINAL, shard=shard)
+        counts = []
         for task_id in group:
-            keys += [sk.task(task_id), sk.name_index(names[task_id] or "")]
-        spec = {"ids": group, "cutoff_ms": cutoff,
-                "terminal": sorted(state.value for state in TERMINAL)}
+            name, workflow, ix = found[task_id]
+            named = sk.name_index(name or "")
+            keys += [sk.task(task_id), named, sk.workflow(workflow) if workflow else named]
+            digests = (ix or "").split()[:MAX_INDEXED_PATHS]
+            keys += [sk.argument_index(d) for d in digests]
+            counts.append(len(digests))
+        spec: dict[str, Any] = {"ids": group, "cutoff_ms": cutoff,
+                                "terminal": sorted(state.value for state in TERMINAL)}
+        if any(counts):
+            spec["ix"] = counts
         removed += int(s._scripts["prune"](keys=keys, args=[states, to_json(spec)]))
     return removed
 

@@ -27,6 +27,16 @@ cap        max_concurrent of a started attempt holding a concurrency lease
 stalls     stall recoveries so far    cancel    cancellation requested (ms)
 cxl        the reason a cancel request kept for the step that ends it (a revoke)
 purged     "1": cancelled by purge (a tombstone purge keeps)
+wf         the workflow key of a canvas member (see core/workflow.py; absent for a task
+           published alone)        root, par, grp  Celery's root_id, parent_id, group
+chd        a chord header member: its callback's id
+end        a chain link: the id of the chain's last link
+nxt        "1": it publishes tracked successors when it completes (chain, link)
+ix         the argument-index digests it is entered under, space-separated (see
+           core/search.py; absent when no argument path is indexed for it)
+ql         the running attempt's queue latency, ms (counted in the history when it ends)
+uq         a unique task's lock: ``<s|e|w>:<ttl ms>:<key digest>`` (until start, end or a
+           window; see core/unique.py and ``Keys.unique``)
 hn, h<n>   history: count, and entry n (format in _lib.lua)
 =========  ==============================================================
 
@@ -43,10 +53,20 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from jobbers_celery.core.states import TaskState
 
-__all__ = ["STATE_ORDER", "Keys", "Shards", "shard_tags"]
+__all__ = ["SERIES_CONF", "SERIES_DAY", "SERIES_HOUR", "STATE_ORDER", "Keys", "Shards",
+           "shard_tags"]
 
 #: The order in which per-state index keys are passed to the scripts.
 STATE_ORDER: tuple[TaskState, ...] = tuple(TaskState)
+
+#: The history's keys after their namespace, as printf formats: an hour of a series (kind,
+#: hour; the name follows, never formatted: Lua's would stop at a NUL), a day's index of
+#: names (kind, day), the settings. ``_lib.lua``'s step fills them in (``string.format``)
+#: after the tag of the task it steps; the loader puts them in the script
+#: (``store/scripts.py``): this is their one home. No quote or backslash in them.
+SERIES_HOUR = ":ser:%s:%d:"
+SERIES_DAY = ":ser:idx:%s:%d"
+SERIES_CONF = ":ser:conf"
 
 
 def shard_tags(prefix: str, shards: int) -> tuple[str, ...]:
@@ -98,6 +118,32 @@ class Keys:
 
     def name_index(self, name: str) -> str:
         return f"{self._ns}:name:{name}"
+
+    def argument_index(self, digest: str) -> str:
+        """Sorted set of the tasks of this shard whose indexed argument path holds one
+        value (``digest``: :func:`jobbers_celery.core.search.digest`), scored by submission
+        (ms): written by the ``submit`` step that makes the record, trimmed to the newest
+        ``MAX_PER_VALUE``, pruned with the records (their field ``ix`` names the digests)."""
+        return f"{self._ns}:arg:{digest}"
+
+    def workflow(self, key: str) -> str:
+        """Sorted set of a workflow's members in this shard, scored by submission (ms):
+        each member's ``submit`` step adds it in its own shard (the same script as its
+        record), so a workflow is read from every shard; pruned with its records."""
+        return f"{self._ns}:wf:{key}"
+
+    def workflow_alias(self, alias: str) -> str:
+        """String: the workflow key an id names besides its members' (a nested group's, a
+        chord callback's, a chain's last link's, known before that task is recorded),
+        written by the steps of the members of this shard that name it; expires with the
+        retention period."""
+        return f"{self._ns}:wfa:{alias}"
+
+    def workflow_cancelled(self, key: str) -> str:
+        """String: when the workflow was cancelled as a whole (ms), written in every
+        shard: a member recorded while it is set is cancelled by its own ``submit`` step.
+        Expires with the retention period."""
+        return f"{self._ns}:wfx:{key}"
 
     @property
     def publishing(self) -> str:
@@ -164,9 +210,58 @@ class Keys:
         alone never can."""
         return f"{self._ns}:notrun:{wid}"
 
+    def unique(self, digest: str) -> str:
+        """String: the id of the copy holding a unique task's lock (``digest``: its key's
+        SHA-256, see core/unique.py), with an expiry. The record's tag with one shard (the
+        step that creates the record takes it), the global one with several."""
+        return f"{self._ns}:uq:{digest}"
+
     def concurrency(self, name: str) -> str:
         """Sorted set of running ``name`` tasks holding a ``max_concurrent`` lease (expiry)."""
         return f"{self._ns}:conc:{name}"
+
+    # Fair shares (``concurrency_key``, see core/fairshare.py and ``_lib.lua``'s fair
+    # section), in the global slot. ``digest``: the key's 64 hex digits first (fixed length:
+    # no separator a value or a name could forge), then the task name.
+
+    def fair_running(self, name: str, digest: str) -> str:
+        """Sorted set: the ``name`` tasks of key ``digest`` that started (lease expiry);
+        an entry counts only while its lease in ``concurrency(name)`` is live."""
+        return f"{self._ns}:fs:c:{digest}:{name}"
+
+    def fair_parked(self, name: str, digest: str) -> str:
+        """Sorted set: the ``name`` tasks of key ``digest`` parked past its cap, scored by
+        first submission (first in, first out)."""
+        return f"{self._ns}:fs:p:{digest}:{name}"
+
+    def fair_released(self, name: str, digest: str) -> str:
+        """Sorted set: parked tasks of key ``digest`` released (made due) and not started
+        yet, scored by when the release stops counting (a lost publish self-heals)."""
+        return f"{self._ns}:fs:r:{digest}:{name}"
+
+    @property
+    def fair_index(self) -> str:
+        """Sorted set of ``<digest><name>`` (a key with parked tasks), scored by the release
+        pass's last visit (round robin)."""
+        return f"{self._ns}:fs:idx"
+
+    @property
+    def fair_caps(self) -> str:
+        """Hash ``<digest><name>`` -> the cap per key its parked tasks were given."""
+        return f"{self._ns}:fs:cap"
+
+    @property
+    def pauses(self) -> str:
+        """Hash of the pauses: ``task:<name>`` / ``queue:<name>`` -> JSON ``{"at": ms,
+        "by": text}`` (the global one, read by every worker; each shard keeps a copy of the
+        task names, read by ``hold.lua`` in the same script as the hold; see
+        :mod:`jobbers_celery.store.pauses`)."""
+        return f"{self._ns}:pauses"
+
+    def held(self, name: str) -> str:
+        """Sorted set of the tasks of ``name`` held in this shard because that name is
+        paused (scored by when held): what a resume publishes again."""
+        return f"{self._ns}:held:{name}"
 
     @property
     def cancelling(self) -> str:
@@ -193,6 +288,27 @@ class Keys:
         minute (ms): JSON ``{"at": ms, "counts": {state: n}}``, trimmed to the newest
         ``history.KEEP`` (see :mod:`jobbers_celery.telemetry.history`)."""
         return f"{self._ns}:counts:history"
+
+    def series(self, kind: str, hour: int, name: str) -> str:
+        """Hash: one hour of a per-minute series (kind ``n`` a task name, ``q`` a queue):
+        field the minute of the hour, value ``"s ql e rt n f r"``; written by ``_lib.lua``'s
+        step in the task's shard (which builds the same name from the task key's tag) when
+        an attempt ends, expires ``jobbers_history_days`` after the hour (see
+        :mod:`jobbers_celery.core.series`)."""
+        return self._ns + SERIES_HOUR % (kind, hour) + name
+
+    def series_index(self, kind: str, day: int) -> str:
+        """Sorted set of the names (``n``) or queues (``q``) a day's series hold, capped;
+        score: the name's first event that day (ms). Sorted, not a plain set, so that the
+        steps' script needs only commands the documented ACL rule grants (zscore, zcard,
+        zadd; no sismember, scard)."""
+        return self._ns + SERIES_DAY % (kind, day)
+
+    @property
+    def series_conf(self) -> str:
+        """Hash ``days``, ``cap``: the history settings the steps read, written by the
+        workers' housekeeping (the script's defaults without it: 7 days, 200 names)."""
+        return self._ns + SERIES_CONF
 
     @property
     def resubmit_runs(self) -> str:
@@ -223,14 +339,56 @@ class Keys:
         and ``log`` list (JSON events: start, pause, resume, cancel, halt, done)."""
         return f"{self._ns}:run:{run_id}:{part}"
 
+    @property
+    def periodic_schedules(self) -> str:
+        """Sorted set of the beat schedules watched (names, at most
+        ``core.periodic.MAX_SCHEDULES``), scored by when they were last learned (ms)."""
+        return f"{self._ns}:periodic"
+
+    def periodic(self, name: str, part: str = "") -> str:
+        """A schedule's hash (``part`` empty: task, description, next slot, counters), its
+        ``runs`` hash (run id -> JSON), its ``order`` sorted set (run ids by slot, trimmed to
+        ``jobbers_periodic_keep_runs``) and its ``running`` sorted set (ids by start ms)."""
+        return f"{self._ns}:periodic:{part}:{name}" if part else f"{self._ns}:periodic:s:{name}"
+
     def lock(self, name: str) -> str:
         return f"{self._ns}:lock:{name}"
+
+    def alert_mark(self, digest: str) -> str:
+        """String: an alert was sent for a (rule, kind, thing) within the rule's
+        ``min_interval`` (expires; see ``store/alerts.py``)."""
+        return f"{self._ns}:alert:mark:{digest}"
+
+    def alert_count(self, digest: str) -> str:
+        """Counter: dead letters of a rate rule's thing in one window (expires)."""
+        return f"{self._ns}:alert:count:{digest}"
 
     @property
     def metrics_lease(self) -> str:
         """String: the token of the one process that reports the cluster-wide metric gauges
         (expires unless that process renews it; see ``jobbers_celery.telemetry.metrics``)."""
         return f"{self._ns}:metrics:lease"
+
+    def rate_window(self, name: str, digest: str) -> str:
+        """Sorted set: the starts of ``name`` tasks with rate-limit key ``digest`` (64 hex
+        digits: the value is never in a key) in the last period, scored by ms (global;
+        see ``_lib.lua``'s ``rate_wait``)."""
+        return f"{self._ns}:rl:w:{name}:{digest}"
+
+    def rate_waiting(self, name: str, digest: str) -> str:
+        """Sorted set: the ``name`` tasks of key ``digest`` told to wait, scored by run_at."""
+        return f"{self._ns}:rl:q:{name}:{digest}"
+
+    def rate_held(self, name: str) -> str:
+        """Sorted set: the ``name`` tasks told to wait by their rate limit, scored by run_at
+        (what the operators' pages count)."""
+        return f"{self._ns}:rl:held:{name}"
+
+    @property
+    def rate_limits(self) -> str:
+        """Hash: task name -> the rate that overrides its declared ``rate_limit_by``
+        (``10/s``) or ``off``; read by every start step (see ``store/ratelimits.py``)."""
+        return f"{self._ns}:rl:conf"
 
 
 class Shards:

@@ -10,11 +10,18 @@ A consumer that uses several parts is typed on their intersection, named at the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from jobbers_celery.core.fairshare import FairHeld, FairKey, Released
+from jobbers_celery.core.pauses import Pause, PauseKind
+from jobbers_celery.core.periodic import PeriodicSchedule
+from jobbers_celery.core.ratelimit import RateKey
 from jobbers_celery.core.records import TaskRecord, Transition
+from jobbers_celery.core.series import SeriesKind
 from jobbers_celery.core.states import TaskState
+from jobbers_celery.core.unique import UniqueInfo
+from jobbers_celery.core.workflow import WorkflowRead
 from jobbers_celery.store.base import (
     Alive,
     CancelOutcome,
@@ -23,14 +30,18 @@ from jobbers_celery.store.base import (
     Giver,
     Heartbeat,
     ResultWrite,
+    SentSteps,
     StallVerdict,
     StepResult,
+    Submission,
 )
 from jobbers_celery.store.keys import Keys, Shards
 
-__all__ = ["CleanerStore", "ClockStore", "DeadLetterStore", "HousekeepingStore", "LayoutStore",
-           "MetricsStore", "PacerStore", "ReadStore", "RunStore", "RunningStore",
-           "SchedulerStore", "SchedulingStore", "StepStore", "TaskStore"]
+__all__ = ["AlertStore", "CleanerStore", "ClockStore", "DeadLetterStore", "FairStore", "HousekeepingStore", "LayoutStore",
+           "MetricsStore", "PacerStore", "PauseStore", "PeriodicStore",
+           "ReadStore", "RunStore", "RunningStore",
+           "SchedulerStore", "SchedulingStore", "SearchStore", "SeriesStore", "StepStore", "TaskStore",
+           "WorkflowStore"]
 
 
 class LayoutStore(Protocol):
@@ -76,7 +87,14 @@ class StepStore(Protocol):
         lease_ms: int | None = None,
         ret: Sequence[str] = (),
         later: tuple[int, str] | None = None,
+        fair: FairKey | None = None,
     ) -> StepResult: ...
+
+    def submit_many(self, items: Sequence[Submission]) -> SentSteps:
+        """The ``submit`` steps of a bulk publish's members, built as :meth:`submit` builds
+        each and sent in one write (per server) without waiting: the records exist once
+        :meth:`SentSteps.results` has their replies, never before."""
+        ...
 
     def start(
         self,
@@ -90,6 +108,8 @@ class StepStore(Protocol):
         lease_cap_ms: int,
         defer_ms: int,
         fields: dict[str, str],
+        rate: RateKey | None = None,
+        fair: FairKey | None = None,
     ) -> StepResult: ...
 
     def complete(
@@ -103,6 +123,7 @@ class StepStore(Protocol):
         fields: dict[str, str],
         delete: Sequence[str],
         write_result: ResultWrite | None,
+        reason: str | None = None,
     ) -> StepResult: ...
 
     def end(
@@ -228,6 +249,61 @@ class ReadStore(ClockStore, Protocol):
     def refused_counts(self) -> dict[str, int]: ...
 
 
+class SeriesStore(ClockStore, Protocol):
+    """The per-minute series' reads and settings (the steps write them; see
+    :mod:`jobbers_celery.core.series`)."""
+
+    def series_hours(self, kind: SeriesKind, names: Sequence[str], hours: Sequence[int]
+                     ) -> list[tuple[int, dict[str, str]]]:
+        """The stored hour hashes of ``kind`` and ``names`` among ``hours`` (per shard)."""
+    def series_names(self, kind: SeriesKind, days: Sequence[int]) -> list[str]: ...
+    def series_configure(self, days: float, cap: int) -> None: ...
+
+
+class SearchStore(Protocol):
+    """The argument search's reads (:mod:`jobbers_celery.core.search`)."""
+
+    def indexed(self, key: str, limit: int) -> list[TaskRecord]:
+        """The newest ``limit`` tasks the argument index ``key`` (a digest) holds."""
+    def recent(self, name: str | None, limit: int
+               ) -> tuple[list[tuple[TaskRecord, str | None]], int]:
+        """The newest ``limit`` records of ``name`` (``None``: any) with their payloads,
+        and how many its index holds."""
+
+
+class UniqueStore(Protocol):
+    """Unique tasks' locks, read (:mod:`jobbers_celery.store.unique`)."""
+
+    def unique_holder(self, digest: str) -> str | None:
+        """The id of the copy holding the lock of key ``digest``, ``None`` if free."""
+    def unique_of(self, task_id: str) -> UniqueInfo | None:
+        """The lock of a unique task (``None``: not one), with its holder now."""
+
+
+class WorkflowStore(ClockStore, Protocol):
+    """Canvases as units: a workflow's members (its index, written by each member's
+    ``submit`` step, see :mod:`jobbers_celery.core.workflow`) and its cancel mark."""
+
+    def workflow(self, task_id: str, limit: int) -> WorkflowRead | None:
+        """The workflow ``task_id`` names (a member's id, a workflow key or a group id):
+        its first ``limit`` members by submission time with their records and histories;
+        ``None`` if it names none (a task published alone is a workflow of one)."""
+
+    def mark_workflow_cancelled(self, root_id: str, cancelled: bool) -> None:
+        """Set (or clear) the workflow's cancel mark: while set, a member recorded at its
+        publish is cancelled at once by the same step."""
+
+
+class RateLimitStore(Protocol):
+    """Rate limits keyed by arguments (:mod:`jobbers_celery.store.ratelimits`): the
+    operators' overrides, and how many tasks wait on a limit."""
+
+    def rate_overrides(self) -> dict[str, str]: ...
+    def set_rate_override(self, name: str, text: str) -> str: ...
+    def clear_rate_override(self, name: str) -> bool: ...
+    def rate_held(self, names: Iterable[str]) -> dict[str, int]: ...
+
+
 class HousekeepingStore(ClockStore, Protocol):
     """The cleaner's scans and verdicts, purges and pruning, payload dropping."""
 
@@ -261,12 +337,22 @@ class HousekeepingStore(ClockStore, Protocol):
     def maxmemory_policy(self) -> str | None: ...
 
 
-class SchedulingStore(ClockStore, Protocol):
-    """Delayed tasks coming due, and the publish leases of what is being published."""
+class FairStore(Protocol):
+    """Fair shares: the release pass and what is held back (store/fairshare.py)."""
+
+    def fair_release(self, limit: int = ...,
+                     keys: Sequence[tuple[str, str]] | None = None) -> Released: ...
+    def fair_unreleased(self, ids: Sequence[tuple[str, str, str]]) -> None: ...
+    def fair_held(self, limit: int = 100) -> list[FairHeld]: ...
+
+
+class SchedulingStore(ClockStore, FairStore, Protocol):
+    """Delayed tasks coming due (parked ones too, see FairStore), and the publish leases of
+    what is being published."""
 
     def due(self, limit: int = 500) -> tuple[list[str], int | None]: ...
-    def claim(self, ids: Sequence[str], lease_ms: int, worker: str | None
-              ) -> list[Claimed]: ...
+    def claim(self, ids: Sequence[str], lease_ms: int, worker: str | None,
+              released: Collection[str] = ()) -> list[Claimed]: ...
     def release_publish_leases(self, ids: Sequence[str]) -> None: ...
     def confirm_published(self, ids: Iterable[str]) -> None: ...
 
@@ -316,7 +402,54 @@ class DeadLetterStore(Protocol):
         """The newest ``limit`` items, how many are kept, how many were ever added."""
 
 
+class PeriodicStore(ClockStore, Protocol):
+    """The beat watch (``periodic.lua``): schedules learned, their runs, missed slots."""
+
+    def periodic_learn(self, name: str, fields: Mapping[str, str],
+                       next_in_ms: int | None) -> bool: ...
+    def periodic_remove(self, name: str) -> bool: ...
+    def periodic_publish(self, name: str, task_id: str, task: str, slot_in_ms: int,
+                         next_in_ms: int | None, keep: int, tolerance_ms: int) -> int: ...
+    def periodic_start(self, name: str, task_id: str, task: str, keep: int,
+                       tolerance_ms: int, stale_ms: int, age_ms: float = 0
+                       ) -> tuple[bool, list[str]]: ...
+    def periodic_end(self, name: str, task_id: str, state: str,
+                     age_ms: float = 0) -> list[str]: ...
+    def periodic_missed(self, name: str, judged_to: str, slots: Sequence[int],
+                        keep: int) -> int: ...
+    def periodic_late(self, name: str, tolerance_ms: int) -> list[str]: ...
+    def periodic_names(self) -> list[str]: ...
+    def periodic_state(self, name: str) -> dict[str, str]: ...
+    def periodic_schedules(self, runs: int) -> list[PeriodicSchedule]: ...
+
+
 # Consumers that use several parts: typed on their intersection.
+class AlertStore(Protocol):
+    """The alerts' dedupe marks and rate counters, shared by every process."""
+
+    def alert_mark(self, digest: str, ttl_ms: int) -> bool: ...
+    def alert_extend(self, digest: str, ttl_ms: int) -> None: ...
+    def alert_unmark(self, digest: str) -> None: ...
+    def alert_count(self, digest: str, ttl_ms: int) -> int: ...
+
+
+class PauseStore(ClockStore, Protocol):
+    """Pauses of a task name or a queue, and the tasks held by a paused name
+    (:mod:`jobbers_celery.store.pauses`)."""
+
+    def pause(self, kind: PauseKind, target: str, by: str) -> bool: ...
+    def unpause(self, kind: PauseKind, target: str) -> bool: ...
+    def pauses(self) -> list[Pause]: ...
+    def hold(self, task_id: str, name: str, *, worker: str | None, reason: str
+             ) -> StepResult: ...
+    def held_ids(self, name: str, limit: int = 500) -> list[list[str]]: ...
+    def held_count(self, name: str) -> int: ...
+    def release(self, name: str, ids: Sequence[str], *, lease_ms: int, worker: str | None,
+                reason: str) -> list[Claimed] | None: ...
+    def oldest_submitted(self, queues: Sequence[str], scan: int = 2000
+                         ) -> dict[str, tuple[int, str]]: ...
+
+
 class SchedulerStore(SchedulingStore, HousekeepingStore, Protocol):
     """The scheduler: delayed tasks, publish leases, and pruning."""
 

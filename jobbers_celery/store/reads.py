@@ -260,6 +260,9 @@ def _record(task_id: str, raw: dict[str, str]) -> TaskRecord:
         if isinstance(err, dict) else None,
         progress=maybe_json(raw.get("progress")),
         checkpoint=maybe_json(raw.get("ckpt")),
+        root_id=raw.get("root") or None,
+        parent_id=raw.get("par") or None,
+        group_id=raw.get("grp") or None,
     )
 
 

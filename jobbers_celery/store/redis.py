@@ -10,7 +10,23 @@ consumer is typed on the Protocol of what it uses, never on ``RedisStore``.
 
 from __future__ import annotations
 
-from jobbers_celery.store import deadletters, housekeeping, reads, running, scheduling, steps
+from jobbers_celery.store import (
+    alerts,
+    deadletters,
+    fairshare,
+    housekeeping,
+    ratelimits,
+    reads,
+    running,
+    scheduling,
+    search,
+    series,
+    steps,
+    unique,
+    workflows,
+)
+from jobbers_celery.store import pauses as held
+from jobbers_celery.store import periodic as beatwatch
 from jobbers_celery.store import runs as paced
 from jobbers_celery.store.errors import UNREACHABLE, WritesRefused, is_outage
 from jobbers_celery.store.sharded import Sharded
@@ -23,6 +39,7 @@ class RedisStore(Sharded):
 
     # steps (StepStore)
     submit = steps.submit
+    submit_many = steps.submit_many
     start = steps.start
     complete = steps.complete
     end = steps.end
@@ -30,6 +47,10 @@ class RedisStore(Sharded):
     step = steps.step
     cancel = steps.cancel
     epoch = steps.epoch
+    epochs = housekeeping.epochs
+    # unique tasks' locks
+    unique_holder = unique.unique_holder
+    unique_of = unique.unique_of
     # running tasks (RunningStore)
     heartbeat = running.heartbeat
     alive = running.alive
@@ -45,6 +66,16 @@ class RedisStore(Sharded):
     scheduled = reads.scheduled
     tasks = reads.tasks
     refused_counts = reads.refused_counts
+    # the per-minute series (SeriesStore)
+    series_hours = series.series_hours
+    series_names = series.series_names
+    series_configure = series.series_configure
+    # the argument search (SearchStore)
+    indexed = search.indexed
+    recent = search.recent
+    # canvases as units (WorkflowStore)
+    workflow = workflows.workflow
+    mark_workflow_cancelled = workflows.mark_workflow_cancelled
     # the cleaner and pruning (HousekeepingStore)
     cleaner_due = housekeeping.cleaner_due
     workers = housekeeping.workers
@@ -65,6 +96,35 @@ class RedisStore(Sharded):
     claim = scheduling.claim
     release_publish_leases = scheduling.release_publish_leases
     confirm_published = scheduling.confirm_published
+    # fair shares (FairStore)
+    fair_release = fairshare.release
+    fair_unreleased = fairshare.unreleased
+    fair_held = fairshare.held
+    # pauses of a task name or a queue, and the held tasks (PauseStore)
+    pause = held.pause
+    unpause = held.unpause
+    pauses = held.pauses
+    hold = held.hold
+    held_ids = held.held_ids
+    held_count = held.held_count
+    # rate limits keyed by arguments (RateLimitStore)
+    rate_overrides = ratelimits.overrides
+    set_rate_override = ratelimits.set_override
+    clear_rate_override = ratelimits.clear_override
+    rate_held = ratelimits.held
+    release = held.release
+    oldest_submitted = held.oldest_submitted
+    # the beat watch (PeriodicStore)
+    periodic_learn = beatwatch.periodic_learn
+    periodic_remove = beatwatch.periodic_remove
+    periodic_publish = beatwatch.periodic_publish
+    periodic_start = beatwatch.periodic_start
+    periodic_end = beatwatch.periodic_end
+    periodic_missed = beatwatch.periodic_missed
+    periodic_late = beatwatch.periodic_late
+    periodic_names = beatwatch.periodic_names
+    periodic_state = beatwatch.periodic_state
+    periodic_schedules = beatwatch.periodic_schedules
     # paced resubmits (RunStore)
     run_keys = paced.run_keys
     create_run = paced.create_run
@@ -88,3 +148,8 @@ class RedisStore(Sharded):
     outbox_remove = deadletters.outbox_remove
     set_aside_push = deadletters.set_aside_push
     set_aside_read = deadletters.set_aside_read
+    # the alerts' dedupe marks and rate counters (AlertStore)
+    alert_mark = alerts.alert_mark
+    alert_extend = alerts.alert_extend
+    alert_unmark = alerts.alert_unmark
+    alert_count = alerts.alert_count

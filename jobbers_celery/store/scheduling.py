@@ -3,7 +3,7 @@ publish leases of what is being published."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.states import TaskState
@@ -32,18 +32,20 @@ def due(s: Sharded, limit: int = 500) -> tuple[list[str], int | None]:
     return list(dict.fromkeys(ids)), nxt
 
 
-def claim(s: Sharded, ids: Sequence[str], lease_ms: int, worker: str | None) -> list[Claimed]:
-    """Atomically take due tasks (scheduled -> submitted) for this caller to publish."""
+def claim(s: Sharded, ids: Sequence[str], lease_ms: int, worker: str | None,
+          released: Collection[str] = ()) -> list[Claimed]:
+    """Atomically take due tasks (scheduled -> submitted) for this caller to publish;
+    ``released``: parked tasks let go by the fair shares' release pass, due now."""
     if not ids:
         return []
     out: list[Claimed] = []
     for shard, group in s._by_shard(ids).items():
-        out += _claim(s, shard, group, lease_ms, worker)
+        out += _claim(s, shard, group, lease_ms, worker, released)
     return out
 
 
-def _claim(s: Sharded, shard: int, ids: Sequence[str], lease_ms: int, worker: str | None
-           ) -> list[Claimed]:
+def _claim(s: Sharded, shard: int, ids: Sequence[str], lease_ms: int, worker: str | None,
+           released: Collection[str] = ()) -> list[Claimed]:
     keys, states = s._shared_keys(
         (TaskState.UNSUBMITTED, TaskState.SCHEDULED, TaskState.SUBMITTED), shard=shard)
     sk = s.shards.keys[shard]
@@ -55,6 +57,8 @@ def _claim(s: Sharded, shard: int, ids: Sequence[str], lease_ms: int, worker: st
         "worker": worker or "",
         "from": [TaskState.SCHEDULED.value],
     }
+    if released:
+        spec["released"] = [i for i in ids if i in released]
     raw = s._scripts["claim"](keys=keys, args=[states, to_json(spec)])
     return [
         Claimed(task_id=str(raw[i]), msg=str(raw[i + 1]), retries=as_int(raw[i + 2]),

@@ -14,6 +14,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from jobbers_celery.store import keys
 from jobbers_celery.store.fastcall import without_shebang
 
 __all__ = ["EXPIRY_SLACK_S", "LuaScript", "as_ids", "as_int", "lua_text", "maybe_json",
@@ -26,6 +27,11 @@ EXPIRY_SLACK_S = 3600
 #: Script flags (Redis >= 7) of the scripts that must run when Redis refuses writes:
 #: ``prune`` only deletes, so it keeps freeing memory under ``maxmemory``.
 _SCRIPT_FLAGS = {"prune": "allow-oom"}
+
+#: What the loader puts in ``_lib.lua`` (a Lua string literal each): the key formats whose
+#: one home is :mod:`jobbers_celery.store.keys`.
+_FROM_KEYS = {"'$SERIES_HOUR'": keys.SERIES_HOUR, "'$SERIES_DAY'": keys.SERIES_DAY,
+              "'$SERIES_CONF'": keys.SERIES_CONF}
 
 
 def lua_text(name: str) -> str:
@@ -42,7 +48,16 @@ def script_source(name: str) -> str:
     Redis < 7 cannot compile it: the line is dropped there (see ``without_shebang``)."""
     flags = _SCRIPT_FLAGS.get(name)
     shebang = f"#!lua flags={flags}" if flags else "#!lua"
-    return shebang + "\n" + lua_text("_lib") + "\n" + lua_text(name)
+    return shebang + "\n" + _library() + "\n" + lua_text(name)
+
+
+def _library() -> str:
+    """``_lib.lua`` with the key formats of :data:`_FROM_KEYS` put in."""
+    text = lua_text("_lib")
+    for mark, value in _FROM_KEYS.items():
+        assert mark in text, mark  # renamed in one place, not the other: fail at once
+        text = text.replace(mark, f"'{value}'")
+    return text
 
 
 class LuaScript(Script):
@@ -57,8 +72,12 @@ class LuaScript(Script):
             return super().__call__(keys, args, client)
 
 
+#: One compact encoder for every step's spec (``json.dumps`` with options makes one per call).
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def to_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    return _COMPACT.encode(value)
 
 
 def maybe_json(raw: str | None) -> Any:

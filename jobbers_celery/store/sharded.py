@@ -61,7 +61,8 @@ class Sharded:
         self._scripts = {
             name: LuaScript(client, script_source(name))
             for name in ("transition", "complete", "claim", "prune", "heartbeat", "cancel",
-                         "alive", "cleaner_due", "stall", "conc")
+                         "alive", "cleaner_due", "stall", "conc", "hold", "release",
+                         "uniq", "fair")
         }
         self._transition = FastScript(client, self._scripts["transition"])
         self._complete = FastScript(client, self._scripts["complete"])

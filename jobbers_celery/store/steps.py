@@ -6,32 +6,44 @@ scripts compare-and-set against the same table that the Python code documents. O
 per kind of transition, typed: what jobbers' recorder calls. Each builds the spec the script
 reads (the same keys, the same encoding as the general form :func:`step`, which tests and
 tools use) and runs it through ``FastScript``; the key layout of each shape is worked out
-once.
+once. The sharded layout's pre-checks in the global slot are in
+:mod:`~jobbers_celery.store.prechecks`, a bulk publish's batch in
+:mod:`~jobbers_celery.store.stepbatch`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, cast
 
+from jobbers_celery.core.fairshare import FairKey
 from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.core.ratelimit import RateKey
+from jobbers_celery.core.search import MAX_PER_VALUE
 from jobbers_celery.core.states import TaskState, allowed_from
+from jobbers_celery.core.workflow import WORKFLOW_CANCELLED, aliases
+from jobbers_celery.store import fairshare, prechecks, ratelimits, stepbatch
 from jobbers_celery.store.base import (
     CancelOutcome,
     Giver,
     ResultWrite,
     StepResult,
 )
+from jobbers_celery.store.keys import Keys
 from jobbers_celery.store.parts import StepStore
 from jobbers_celery.store.scripts import EXPIRY_SLACK_S, to_json
 from jobbers_celery.store.sharded import Sharded
+from jobbers_celery.store.stepbatch import submit_many
 
-__all__ = ["cancel", "complete", "end", "epoch", "start", "step", "submit", "unstarted"]
+__all__ = ["cancel", "complete", "end", "epoch", "start", "step", "submit", "submit_many",
+           "unstarted"]
 
 log = escaped_logger("jobbers.store")
 
@@ -57,15 +69,47 @@ def submit(
     lease_ms: int | None = None,
     ret: Sequence[str] = (),
     later: tuple[int, str] | None = None,
+    fair: FairKey | None = None,
 ) -> StepResult:
     """``-> submitted`` from ``sources``: a publish (``create`` makes the record if
     missing), a worker's late record of one, or a resubmit (``lease_ms``: a publish
     lease the publisher confirms). ``later`` (delay in ms, reason): then ``submitted ->
     scheduled`` in the same script, a first publish with a delay (``state`` says
-    ``scheduled`` when both applied)."""
+    ``scheduled`` when both applied). ``fair``: a publish under fair shares, parked the
+    same way when its key has no room (store/fairshare.py); ``state`` says which."""
+    if fair is not None and name:
+        sharded = cast("Sharded", s)
+        if sharded.sharded:  # decided in the global slot first
+            admitted, counted = fairshare.admit(sharded, name, task_id, fair)
+            if not admitted:
+                later = (fairshare.PARK_BACKSTOP_MS, fair.parked_reason)
+            done = False
+            try:
+                res = s.step(task_id, TaskState.SUBMITTED, sources=sources, create=create,
+                             set_fields=fields, delete=delete, lease_ms=lease_ms,
+                             reason=reason, ret=ret, name=name, later=later)
+                done = res.applied or res is stepbatch.BATCHED
+                return res
+            finally:
+                if counted and not done:
+                    fairshare.withdraw(sharded, name, task_id, fair)
+        else:
+            token = _fair_publish.set(fairshare.publish_spec(sharded, name, fair))
+            try:
+                return s.step(task_id, TaskState.SUBMITTED, sources=sources, create=create,
+                              set_fields=fields, delete=delete, lease_ms=lease_ms,
+                              reason=reason, ret=ret, name=name, later=later)
+            finally:
+                _fair_publish.reset(token)
     return s.step(task_id, TaskState.SUBMITTED, sources=sources, create=create,
                   set_fields=fields, delete=delete, lease_ms=lease_ms, reason=reason,
                   ret=ret, name=name, later=later)
+
+
+#: Set by :func:`submit` for a fair-share publish on one shard: :func:`step` puts it in the
+#: spec (``fairpub``), where the submit step decides whether it is parked.
+_fair_publish: ContextVar[dict[str, Any] | None] = ContextVar("jobbers_fair_publish",
+                                                              default=None)
 
 
 def start(
@@ -80,10 +124,14 @@ def start(
     lease_cap_ms: int,
     defer_ms: int,
     fields: dict[str, str],
+    rate: RateKey | None = None,
+    fair: FairKey | None = None,
 ) -> StepResult:
     """``submitted -> started`` by worker incarnation ``wid`` (or ``scheduled``, past a
-    ``cap`` of running tasks of this name, deferred ``defer_ms``; or ``cancelled`` if a
-    cancellation is pending). Returns the record's ``ckpt`` and ``queue``."""
+    ``cap`` of running tasks of this name, deferred ``defer_ms``, or over ``rate``'s limit
+    until its key has room, or past ``fair``'s cap of its key, parked: see
+    store/fairshare.py; or ``cancelled`` if a cancellation is pending). Returns the
+    record's ``ckpt`` and ``queue``."""
     src_list, src = _sources(s, TaskState.STARTED, None)
     spec: dict[str, Any] = {"id": task_id, "to": "started", "from": src_list,
                             "ttl": s.retention_s + EXPIRY_SLACK_S}
@@ -98,19 +146,18 @@ def start(
     if cap:
         spec.update(cap=int(cap), lease_cap_ms=int(lease_cap_ms), defer_ms=int(defer_ms))
         targets = _CAPPED_START_TARGETS
+        if fair is not None:  # the cap is per key (fair shares)
+            spec.update(cap=fair.cap, fair=fairshare.spec(s, name, fair))
     spec["cancellable"] = True
     if worker:
         spec["worker"] = worker
     spec["ret"] = list(_START_RETURNS)
-    return _run(s, task_id, TaskState.STARTED, src | targets, spec, wid, name, None,
-                None, _START_RETURNS, None, False)
-
-
-def _take_lease(s: Sharded, name: str, task_id: str, cap: int, lease_ms: int) -> int:
-    """Take a ``max_concurrent`` lease of ``name`` for ``task_id`` (sharded layout, see
-    ``conc.lua``): 1 taken now, 2 held already, 0 when ``cap`` others hold one."""
-    return int(s._scripts["conc"](keys=[s.keys.concurrency(name)],
-                                     args=["take", lease_ms, cap, task_id]))
+    if rate is None:
+        return _run(s, task_id, TaskState.STARTED, src | targets, spec, wid, name, None,
+                    None, _START_RETURNS, None, False)
+    return prechecks.rated(s, spec, name, rate, lambda: _run(
+        s, task_id, TaskState.STARTED, src | _CAPPED_START_TARGETS, spec, wid, name,
+        None, None, _START_RETURNS, None, False))  # rate_limit_by: its entry first
 
 
 def complete(
@@ -124,10 +171,11 @@ def complete(
     fields: dict[str, str],
     delete: Sequence[str],
     write_result: ResultWrite | None,
+    reason: str | None = None,
 ) -> StepResult:
     """``started -> completed`` of attempt ``fence``, dropping the ``delete`` fields;
     ``write_result``: Celery's result written by the same script, only if it applies
-    (:attr:`StepResult.result_written`)."""
+    (:attr:`StepResult.result_written`); ``reason`` for the history (an ``Ignore``)."""
     src_list, src = _sources(s, TaskState.COMPLETED, _FROM_STARTED)
     spec: dict[str, Any] = {"id": task_id, "to": "completed", "from": src_list,
                             "ttl": s.retention_s + EXPIRY_SLACK_S, "fence": fence}
@@ -137,6 +185,8 @@ def complete(
         spec["del"] = list(delete)
     if worker:
         spec["worker"] = worker
+    if reason:
+        spec["reason"] = reason
     return _run(s, task_id, TaskState.COMPLETED, src | _COMPLETED, spec, wid, name,
                 None, write_result, (), fence, False)
 
@@ -296,11 +346,17 @@ def step(
         spec["reason"] = reason
     if ret:
         spec["ret"] = list(ret)
+    if create is not None and create.get("wf"):
+        targets.add(TaskState.CANCELLED)  # a member of a cancelled workflow
     if later is not None:
         if to is not TaskState.SUBMITTED or TaskState.SUBMITTED not in allowed_from(
                 TaskState.SCHEDULED):
             raise ValueError("later: only after a step to submitted")
         spec["later"] = {"delay_ms": int(later[0]), "reason": later[1]}
+        targets.add(TaskState.SCHEDULED)
+    fairpub = _fair_publish.get() if to is TaskState.SUBMITTED else None
+    if fairpub is not None:
+        spec["fairpub"] = fairpub
         targets.add(TaskState.SCHEDULED)
     return _run(s, task_id, to, src.union(targets), spec, wid, name, create,
                 write_result, ret, fence, expect_refusal)
@@ -327,12 +383,27 @@ def _run(s: Sharded, task_id: str, to: TaskState, states: frozenset[TaskState] |
             # the lease first, in the global slot (conc.lua); a start that does not
             # happen gives back a lease it took (one that fails unconfirmed lets it
             # expire), never one its task already held (a running attempt's)
-            took = _take_lease(s, name or "", task_id, int(spec["cap"]),
-                               int(spec["lease_cap_ms"]))
+            took = prechecks.take_cap_lease(s, name or "", task_id, spec)
             spec["cap_held"] = took > 0
             fresh = took == 1
+    uq = prechecks.lock_of(s, sk, task_id, spec, create) if split else None
+    took_lock = False
+    if uq:  # sharded: the unique lock first, in the global slot (uniq.lua)
+        holder, took_lock = prechecks.take_unique(s, task_id, uq)
+        if holder:
+            return stepbatch.given(prechecks.duplicate(task_id, holder))
+        spec["uq_held"] = True
     if create is not None:
         keys += [sk.name_index(name or ""), sk.epoch]
+        if create.get("wf"):  # a canvas member: its workflow's keys, in its own shard
+            keys += _workflow_keys(sk, create, spec)
+        if create.get("ix"):  # its indexed argument values (see core/search.py)
+            digests = create["ix"].split()
+            spec["ix"] = {"at": len(keys) + 1, "n": len(digests), "cap": MAX_PER_VALUE}
+            keys += [sk.argument_index(d) for d in digests]
+    if "rl" in spec and not split:  # rate_limit_by on one slot: the step checks it
+        spec["rl"]["at"] = len(keys) + 1
+        keys += ratelimits.keys_of(s, spec["rl"]["name"], spec["rl"]["d"])
     if "giver" in spec:  # last: transition.lua reads them there
         keys += [sk.clock, sk.not_running(str(spec["wid_fence"]))]
     if write_result is not None:
@@ -347,15 +418,70 @@ def _run(s: Sharded, task_id: str, to: TaskState, states: frozenset[TaskState] |
         if int(raw[-1]):
             result = dataclasses.replace(result, result_written=True)
     else:
-        raw = s._transition(keys, [layout, to_json(spec)])
-        result = _step_result(task_id, to, raw, ret, fence, expect_refusal, split)
-    if split and result.applied and raw[5 + len(ret)]:
-        s._release_leases([(task_id, str(raw[5 + len(ret)]))])
+        args = _transition_args(layout, spec)
+        batch = stepbatch.BATCH.get()
+        if batch is not None:  # submit_many: sent with the others, finished at its reply
+            if fresh or spec.get("reg"):
+                raise ValueError("a step that takes a lease or registers a worker cannot "
+                                 "be batched")
+            batch.append((keys, args, functools.partial(
+                _finish, s, task_id, to, ret, fence, expect_refusal, split,
+                unique=(task_id, uq) if uq and took_lock else None)))
+            return stepbatch.BATCHED
+        return _finish(s, task_id, to, ret, fence, expect_refusal, split,
+                       s._transition(keys, args), fresh=fresh, name=name,
+                       registered=(wid, shard) if spec.get("reg") else None,
+                       unique=(task_id, uq) if uq and took_lock else None)
+    if split and result.applied:
+        prechecks.release_freed(s, task_id, raw[5 + len(ret)])
     if fresh and result.state is not TaskState.STARTED:
         s._release_leases([(task_id, name or "")])
     if spec.get("reg") and result.applied:
         s._registered.add((os.getpid(), str(wid), shard))
     return result
+
+
+def _transition_args(layout: str, spec: dict[str, Any]) -> list[str]:
+    """``transition.lua``'s arguments: the spec as JSON, and a payload it sets (``msg``,
+    often most of a publish's bytes) apart, as it is: the script stores it without decoding
+    it, and it is not escaped into the spec's JSON (a step of a single publish and a
+    batched one alike)."""
+    fields = spec.get("set")
+    if not fields or "msg" not in fields:
+        return [layout, to_json(spec)]
+    rest = {k: v for k, v in fields.items() if k != "msg"}
+    spec = {k: v for k, v in spec.items() if k != "set"}
+    if rest:
+        spec["set"] = rest
+    return [layout, to_json(spec), fields["msg"]]
+
+
+def _finish(s: Sharded, task_id: str, to: TaskState, ret: Sequence[str], fence: int | None,
+            expect_refusal: bool, split: bool, raw: Sequence[Any], *, fresh: bool = False,
+            name: str | None = None, registered: tuple[str | None, int] | None = None,
+            unique: tuple[str, str] | None = None) -> StepResult:
+    """The result of a ``transition.lua`` reply ``raw``, and what follows it: the global
+    lease a step out of ``started`` freed (sharded layout), the lease this call took for a
+    start that did not happen (``fresh``), the worker's registration in the shard."""
+    result = _step_result(task_id, to, raw, ret, fence, expect_refusal, split)
+    if split and result.applied:
+        prechecks.release_freed(s, task_id, raw[5 + len(ret)])
+    if fresh and result.state is not TaskState.STARTED:
+        s._release_leases([(task_id, name or "")])
+    if registered is not None and result.applied:
+        s._registered.add((os.getpid(), str(registered[0]), registered[1]))
+    if unique is not None and not result.applied:
+        prechecks.free_unique(s, *unique)
+    return result
+
+
+def _workflow_keys(sk: Keys, create: dict[str, str], spec: dict[str, Any]) -> list[str]:
+    """The keys of a canvas member's workflow in its shard (index, cancel mark, the ids
+    that name it besides its members'), and its ``spec.wf`` (see ``transition.lua``)."""
+    key, names = create["wf"], aliases(create)
+    spec["wf"] = {"key": key, "aliases": len(names), "reason": WORKFLOW_CANCELLED}
+    return [sk.workflow(key), sk.workflow_cancelled(key),
+            *(sk.workflow_alias(a) for a in names)]
 
 
 def _sources(s: Sharded, to: TaskState, sources: Iterable[TaskState] | None

@@ -45,17 +45,22 @@ if TYPE_CHECKING:
     from jobbers_celery.store import MetricsStore
 
 __all__ = [
+    "ALERT_INSTRUMENTS",
     "GAUGES",
     "INSTRUMENTS",
+    "PERIODIC_INSTRUMENTS",
     "ROLE_SCHEDULER",
     "ROLE_WORKER",
     "STATUS_RESUBMITTED",
     "STATUS_RETRIED",
+    "alert",
     "attempt_ended",
     "dead_lettered",
+    "periodic",
     "retried",
     "selected",
     "set_meter_provider",
+    "store_emptied",
     "watch",
 ]
 
@@ -78,6 +83,11 @@ STATUS_RESUBMITTED = "resubmitted"
 INSTRUMENTS = ("tasks_retried", "tasks_dead_lettered", "tasks_processed", "execution_time",
                "end_to_end_latency", "time_in_queue", "tasks_selected")
 GAUGES = ("tasks_in_state", "dead_letter_queue_size", "cleaner_last_pass_age")
+#: The beat watch's counters (``docs/howto/periodic.md``), by ``schedule`` and ``task``.
+PERIODIC_INSTRUMENTS = ("periodic_runs_missed", "periodic_runs_late",
+                        "periodic_runs_overlapping")
+#: The alerts' counter (``docs/howto/alerts.md``), by ``kind`` and ``outcome``.
+ALERT_INSTRUMENTS = ("alerts",)
 
 #: Advisory histogram buckets (ms), from 5 ms to a day: jobbers tasks may run for hours.
 #: An SDK ``View`` overrides them.
@@ -112,10 +122,26 @@ class _Instruments:
             "time_in_queue", unit=ms,
             description="From publish (worker) or run_at (scheduler) to selection",
             explicit_bucket_boundaries_advisory=BUCKETS_MS)
+        self.store_emptied = meter.create_counter(
+            "store_emptied", unit="{event}",
+            description="Times jobbers' Redis store was found emptied (restarted without "
+                        "persistence, flushed), by key prefix; counted by the process "
+                        "that reported it")
         self.selected = meter.create_counter(
             "tasks_selected", unit=count,
             description="Tasks selected to run: started by a worker, or claimed when due "
                         "by the scheduler")
+        self.alerts = meter.create_counter(
+            "alerts", unit="{alert}",
+            description="Alert events by what became of them: sent, failed (a receiver), "
+                        "suppressed (dedupe, rate limit), dropped (the queue was full)")
+        self.periodic = {
+            kind: meter.create_counter(
+                f"periodic_runs_{kind}", unit="{run}",
+                description=f"Periodic task runs {what}, by schedule and task")
+            for kind, what in (("missed", "missed (beat published nothing for the slot)"),
+                               ("late", "late (started, or not started, past the tolerance)"),
+                               ("overlapping", "started while the previous run still ran"))}
         meter.create_observable_gauge(
             "tasks_in_state", callbacks=[_observe_states], unit=count,
             description="Records per lifecycle state (terminal ones until retention ends); "
@@ -240,6 +266,17 @@ def attempt_ended(
         log.debug("could not record tasks_processed", exc_info=True)
 
 
+def store_emptied(prefix: str) -> None:
+    """The store was found emptied (:mod:`jobbers_celery.lifecycle.emptied`)."""
+    found = _get()
+    if found is None:
+        return
+    try:
+        found.store_emptied.add(1, {"prefix": prefix})
+    except Exception:  # metrics never break anything
+        log.debug("could not record store_emptied", exc_info=True)
+
+
 def retried(task: str, version: int | None, queue: str | None) -> None:
     found = _get()
     if found is None:
@@ -248,6 +285,28 @@ def retried(task: str, version: int | None, queue: str | None) -> None:
         found.retried.add(1, _attrs(task, queue, version=version))
     except Exception:  # metrics never break a task
         log.debug("could not record tasks_retried", exc_info=True)
+
+
+def alert(kind: str, outcome: str) -> None:
+    """An alert event of ``kind`` ``sent``, ``failed``, ``suppressed`` or ``dropped``."""
+    found = _get()
+    if found is None:
+        return
+    try:
+        found.alerts.add(1, {"kind": kind, "outcome": outcome})
+    except Exception:  # metrics never break a task
+        log.debug("could not record alerts", exc_info=True)
+
+
+def periodic(kind: str, schedule: str, task: str, count: int = 1) -> None:
+    """A periodic run judged ``kind`` (``missed``, ``late``, ``overlapping``)."""
+    found = _get()
+    if found is None or count <= 0:
+        return
+    try:
+        found.periodic[kind].add(count, {"schedule": schedule, "task": task})
+    except Exception:  # metrics never break a task
+        log.debug("could not record periodic_runs_%s", kind, exc_info=True)
 
 
 def dead_lettered(entries: Iterable[DeadLetter]) -> None:

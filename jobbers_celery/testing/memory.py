@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from jobbers_celery.core.records import TaskRecord, Transition
+from jobbers_celery.core.workflow import aliases
 from jobbers_celery.store.reads import _history, _record
 
 __all__ = ["HeartbeatSent", "Memory", "history_of", "record_of"]
@@ -56,6 +57,11 @@ class Memory:
         self._offset_ms = 0
         self._epoch = uuid.uuid4().hex
         self._refused: Counter[str] = Counter()
+        #: workflow key -> {member id: submitted at ms}; alias -> workflow key; workflow
+        #: key -> when it was cancelled as a whole (ms): see jobbers_celery.core.workflow
+        self._workflows: dict[str, dict[str, int]] = {}
+        self._workflow_aliases: dict[str, str] = {}
+        self._workflows_cancelled: dict[str, int] = {}
         #: Every heartbeat the store accepted, oldest first.
         self.heartbeats: list[HeartbeatSent] = []
 
@@ -83,6 +89,15 @@ class Memory:
                 return False
             self._leases[key] = (token, now + ttl_ms)
             return True
+
+    def _join_workflow(self, task_id: str, create: dict[str, str], now: int) -> bool:
+        """Index a member whose record its ``submit`` step just made (as
+        ``transition.lua`` does); whether its workflow is marked cancelled."""
+        key = create["wf"]
+        self._workflows.setdefault(key, {})[task_id] = now
+        for alias in aliases(create):
+            self._workflow_aliases.setdefault(alias, key)  # the first keeps it (as Redis)
+        return key in self._workflows_cancelled
 
     def epoch(self, task_id: str, max_age: float = 0.0) -> str:
         return self._epoch

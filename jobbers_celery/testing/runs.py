@@ -167,11 +167,18 @@ class MemoryRuns(Memory):
             if target is None:
                 return False, f.get("status", "")
             f["status"] = target.value
-            if action == "resume":  # the pace counts from now: a pause saves up no burst
+            detail = ""
+            if action in ("resume", "continue"):  # the pace counts from now: no burst
                 f.update(paced_since=str(now), published_base=f.get("claimed") or "0")
+            if action == "continue":  # the stop rule starts over; driven again
+                detail = f"after: {f.get('halt_reason', '')}"
+                f["halt_reason"] = ""
+                f.pop("finished_at", None)
+                r.window.clear()
+                self._active.add(run_id)
             elif action == "cancel":
                 f["finished_at"] = str(now)
-            r.log.append(to_json({"at": now, "action": action, "by": by, "detail": ""}))
+            r.log.append(to_json({"at": now, "action": action, "by": by, "detail": detail}))
             if action == "cancel" and not r.unsettled:
                 self._active.discard(run_id)
             return True, target.value

@@ -3,7 +3,7 @@ what the scheduler claims and publishes, each due id at most once (as ``claim.lu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from jobbers_celery.core.states import TaskState
 from jobbers_celery.store.base import Claimed
@@ -30,7 +30,8 @@ class MemoryScheduling(MemorySteps):
         later = [at for at, _ in runs if at > now]
         return list(dict.fromkeys(ids)), (later[0] if later else None)
 
-    def claim(self, ids: Sequence[str], lease_ms: int, worker: str | None) -> list[Claimed]:
+    def claim(self, ids: Sequence[str], lease_ms: int, worker: str | None,
+              released: Collection[str] = ()) -> list[Claimed]:
         """As ``claim.lua``: each due id at most once, whoever else claims."""
         out: list[Claimed] = []
         with self._lock:
@@ -38,12 +39,16 @@ class MemoryScheduling(MemorySteps):
             for task_id in ids:
                 rec = self._records.get(task_id) or {}
                 state, run_at = rec.get("state"), rec.get("run_at")
-                if state == "scheduled" and run_at and int(run_at) <= now:
+                came = bool(run_at) and int(run_at or 0) <= now
+                if state == "scheduled" and (came or task_id in released):
                     res = self.step(task_id, S.SUBMITTED, sources=(S.SCHEDULED,),
-                                    lease_ms=lease_ms, worker=worker, reason="run_at reached",
+                                    lease_ms=lease_ms, worker=worker,
+                                    reason="run_at reached" if came
+                                    else "released: its key has room (fair share)",
                                     ret=_CLAIM_RETURNS)
                     if res.applied:
-                        out.append(self._claimed(task_id, res.values, int(run_at)))
+                        out.append(self._claimed(task_id, res.values,
+                                                 int(run_at or 0) if came else None))
                     continue
                 deadline = self._publishing.get(task_id)
                 if deadline is None or deadline > now:

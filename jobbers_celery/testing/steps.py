@@ -11,16 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from jobbers_celery.core.ratelimit import RateKey
 from jobbers_celery.core.states import TERMINAL, TaskState, allowed_from
-from jobbers_celery.store.base import CancelOutcome, Giver, ResultWrite, StepResult
-from jobbers_celery.testing.memory import Memory
+from jobbers_celery.core.unique import UniqueInfo
+from jobbers_celery.core.workflow import WORKFLOW_CANCELLED
+from jobbers_celery.store.base import (
+    CancelOutcome,
+    Giver,
+    ResultWrite,
+    SentSteps,
+    StepResult,
+    Submission,
+)
+from jobbers_celery.testing.ratelimits import MemoryRates
+from jobbers_celery.testing.ratelimits import reason as rate_reason
+from jobbers_celery.testing.series import MemorySeries
+from jobbers_celery.testing.unique import MemoryLocks
 
 __all__ = ["MemorySteps"]
 
 S = TaskState
 
 
-class MemorySteps(Memory):
+class MemorySteps(MemorySeries):
     """The steps of the in-memory store."""
 
     def submit(self, task_id: str, *, sources: Iterable[TaskState], reason: str,
@@ -32,20 +45,71 @@ class MemorySteps(Memory):
                          set_fields=fields, delete=delete, lease_ms=lease_ms, reason=reason,
                          ret=ret, name=name, later=later)
 
+    def submit_many(self, items: Sequence[Submission]) -> SentSteps:
+        """Each item's ``submit`` at once (as Redis applies them on receipt), the results
+        handed back when asked."""
+        results: list[StepResult | Exception] = []
+        for item in items:
+            try:
+                results.append(self.submit(item.task_id, sources=item.sources,
+                                           create=item.create, fields=item.fields,
+                                           reason=item.reason, name=item.name))
+            except Exception as exc:  # noqa: BLE001 - as the Redis store hands one back
+                results.append(exc)
+        return SentSteps(lambda: results)
+
     def start(self, task_id: str, *, name: str, worker: str | None, wid: str,
               heartbeat_ms: int | None, cap: int | None, lease_cap_ms: int, defer_ms: int,
-              fields: dict[str, str]) -> StepResult:
-        return self.step(task_id, S.STARTED, set_fields=fields, start=True, wid=wid,
-                         heartbeat_ms=heartbeat_ms, cap=cap, lease_cap_ms=lease_cap_ms,
-                         defer_ms=defer_ms, cancellable=True, worker=worker,
-                         ret=("ckpt", "queue"), name=name)
+              fields: dict[str, str], rate: RateKey | None = None) -> StepResult:
+        with self._lock:  # the rate check and the step: one atomic unit, as one script
+            rec = self._records.get(task_id) or {}
+            waits = None
+            if rate is not None and rec.get("state") == S.SUBMITTED and not rec.get("cancel") \
+                    and not (cap and self._running(name) >= cap):
+                waits = self.rates.wait(name, rate, task_id, self.now_ms())
+            if rate is not None and waits is not None:
+                return self.step(task_id, S.SCHEDULED, sources=(S.SUBMITTED,),
+                                 delay_ms=waits[0], worker=worker, ret=("ckpt", "queue"),
+                                 reason=rate_reason(waits[1], rate.digest, waits[0]))
+            res = self.step(task_id, S.STARTED, set_fields=fields, start=True, wid=wid,
+                            heartbeat_ms=heartbeat_ms, cap=cap, lease_cap_ms=lease_cap_ms,
+                            defer_ms=defer_ms, cancellable=True, worker=worker,
+                            ret=("ckpt", "queue"), name=name)
+            if rate is not None and res.state is S.STARTED:
+                self.rates.take(name, rate, res.now_ms)
+            return res
+
+    @property
+    def rates(self) -> MemoryRates:
+        """The rate limits' windows and overrides (made at first use)."""
+        rates = self.__dict__.get("_rates")
+        if rates is None:
+            rates = self.__dict__["_rates"] = MemoryRates()
+        return rates
+
+    def rate_overrides(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self.rates.overrides)
+
+    def set_rate_override(self, name: str, text: str) -> str:
+        with self._lock:
+            return self.rates.set_override(name, text)
+
+    def clear_rate_override(self, name: str) -> bool:
+        with self._lock:
+            return self.rates.overrides.pop(name, None) is not None
+
+    def rate_held(self, names: Iterable[str]) -> dict[str, int]:
+        with self._lock:
+            return self.rates.held(names, self.now_ms())
 
     def complete(self, task_id: str, fence: int, *, name: str, worker: str | None, wid: str,
                  fields: dict[str, str], delete: Sequence[str],
-                 write_result: ResultWrite | None) -> StepResult:
+                 write_result: ResultWrite | None, reason: str | None = None) -> StepResult:
         # write_result is not done here (result_written stays false): Celery writes it
         return self.step(task_id, S.COMPLETED, sources=(S.STARTED,), fence=fence,
-                         set_fields=fields, delete=delete, worker=worker, wid=wid, name=name)
+                         set_fields=fields, delete=delete, worker=worker, wid=wid, name=name,
+                         reason=reason)
 
     def end(self, task_id: str, to: TaskState, *, fence: int | None = None,
             wid_fence: str | None = None, wid: str, name: str, worker: str | None,
@@ -104,12 +168,17 @@ class MemorySteps(Memory):
                 return refuse("other_worker")
             if gone_fence and (rec or {}).get("gone") != str(attempt):
                 return refuse("not_given_back")
+            held = self.unique_locks.take(self._records, task_id, rec, cur, to, create, now)
+            if held is not None:  # a unique task's copy holds the lock (testing/unique.py)
+                return StepResult(applied=False, previous=cur.value if exists else "missing",
+                                  now_ms=now, attempt=attempt, why=f"duplicate:{held}")
             out = self._apply(task_id, rec, cur, to, now, attempt, create=create,
                               set_fields=set_fields, delete=delete, start=start, bump=bump,
                               wid=wid, heartbeat_ms=heartbeat_ms, cap=cap, defer_ms=defer_ms,
                               cancellable=cancellable, cancel_reason=cancel_reason,
                               delay_ms=delay_ms, worker=worker, reason=reason, ret=ret,
                               name=name)
+            self.unique_locks.release(task_id, self._records.get(task_id))
             if lease_ms is not None:
                 self._publishing[task_id] = now + lease_ms
             if later is not None and out.state is S.SUBMITTED:
@@ -117,6 +186,13 @@ class MemorySteps(Memory):
                                   delay_ms=later[0], reason=later[1])
                 if again.applied:
                     out = StepResult(True, out.previous, now, out.attempt, S.SCHEDULED,
+                                     out.values)
+            if rec is None and create and create.get("wf") and self._join_workflow(
+                    task_id, create, now) and out.state in (S.SUBMITTED, S.SCHEDULED):
+                again = self.step(task_id, S.CANCELLED, sources=(out.state,),
+                                  reason=WORKFLOW_CANCELLED)
+                if again.applied:
+                    out = StepResult(True, out.previous, now, out.attempt, S.CANCELLED,
                                      out.values)
             if create is not None:
                 out = StepResult(True, out.previous, now, out.attempt, out.state, out.values,
@@ -149,12 +225,20 @@ class MemorySteps(Memory):
             attempt = int(create.pop("attempt", "0") or 0)
             w.update(create)
             w.update(attempt=str(attempt), sub_at=str(now))
+        elif create and cur is S.UNSUBMITTED and before.get("rpl"):
+            # the publish of the task a replace() gave this id: the record becomes its own
+            w.update({k: v for k, v in create.items() if k != "attempt"})
+            d += [f for f in ("ver", "dlq") if f not in create]
+            if not (set_fields or {}).get("retries"):
+                d.append("retries")
+            d.append("rpl")
         if bump and not start:
             attempt += 1
             w["attempt"] = str(attempt)
         if start:
             attempt += 1
-            w.update(attempt=str(attempt), hb_at=str(now))
+            w.update(attempt=str(attempt), hb_at=str(now),
+                     ql=self._queue_latency(before, cur, now))
             w["retry_at" if before.get("start_at") else "start_at"] = str(now)
             if worker:
                 w["worker"] = worker
@@ -189,10 +273,30 @@ class MemorySteps(Memory):
         for f in d:
             record.pop(f, None)
         self._records[task_id] = record
+        if rec is not None:
+            self._series_step(before, cur, to, now, attempt)
         values = {r: ("" if r in d and r not in w else w.get(r, before.get(r, "")))
                   for r in ret}
         return StepResult(applied=True, previous=cur.value if rec is not None else "missing",
                           now_ms=now, attempt=attempt, state=to, values=values)
+
+    @property
+    def unique_locks(self) -> MemoryLocks:
+        """The unique tasks' locks (made at first use)."""
+        locks = self.__dict__.get("_unique_locks")
+        if locks is None:
+            locks = self.__dict__["_unique_locks"] = MemoryLocks()
+        return locks
+
+    def unique_holder(self, digest: str) -> str | None:
+        """As :func:`jobbers_celery.store.unique.unique_holder`."""
+        with self._lock:
+            return self.unique_locks.holder(self._records, digest, self.now_ms())
+
+    def unique_of(self, task_id: str) -> UniqueInfo | None:
+        """As :func:`jobbers_celery.store.unique.unique_of`."""
+        with self._lock:
+            return self.unique_locks.info(self._records, task_id, self.now_ms())
 
     def _running(self, name: str) -> int:
         return sum(1 for r in self._records.values()

@@ -33,11 +33,12 @@ if TYPE_CHECKING:
 
     from jobbers_celery.lifecycle.publisher import Publisher
     from jobbers_celery.lifecycle.recorder import Recorder
-    from jobbers_celery.store import ReadStore
+    from jobbers_celery.store import ClockStore, ReadStore
 
 __all__ = ["GIVERS_KEPT", "HEADER_GIVEN_BACK", "ORPHAN_STALL", "OUTAGE_RESEND_FIRST_PAUSE_S",
-           "OUTAGE_RESEND_MAX_PAUSE_S", "Delivery", "Ending", "Handover", "OutageLog",
-           "broker_away", "givers", "givers_header", "loop_outage_log", "resend_until_recorded"]
+           "OUTAGE_RESEND_MAX_PAUSE_S", "WRITE_PROBE", "Delivery", "Ending", "Handover",
+           "LoopOutage", "OutageLog", "broker_away", "givers", "givers_header",
+           "loop_outage_log", "resend_until_recorded", "write_probe"]
 
 #: The task's outage lines keep the logger they always had.
 log = escaped_logger("jobbers.task")
@@ -101,6 +102,59 @@ def loop_outage_log(logger: logging.Logger, what: str) -> OutageLog:
                      "until it answers", "%s: the jobbers state store answers again "
                      "(unreachable for %.1f s)", what,
                      still="%s: the jobbers state store still cannot be reached (%s)")
+
+
+#: The lock a loop's write probe takes, for a millisecond (see :func:`write_probe`).
+WRITE_PROBE = "write-probe"
+
+
+def write_probe(store: ClockStore) -> Callable[[], object]:
+    """Writes refused whenever the store refuses writes (``SET NX``: ``OOM``, ``READONLY``,
+    ``MASTERDOWN``...), that :class:`LoopOutage` sends before it says the store answers
+    again: a lock in the global slot (it lasts a millisecond; whether it was taken is no
+    matter), and, on a store with shards, every shard's epoch (``epochs``, one pipeline),
+    so that each Redis Cluster node holding jobbers' keys is probed, not the global slot's
+    only. Sent only in an outage, never on a pass that goes through."""
+    every = getattr(store, "epochs", None)
+
+    def probe() -> object:
+        taken = store.try_lock(WRITE_PROBE, 1)
+        if callable(every):
+            every()
+        return taken
+
+    return probe
+
+
+class LoopOutage:
+    """The outage of a loop of the worker's main process, said once (:func:`loop_outage_log`):
+    ``failed(exc)`` after a pass the store did not answer, ``passed()`` after one it did.
+
+    A store out of memory or read-only refuses writes but still serves reads, and many passes
+    only read (the scheduler's, between its housekeeping, catch-up and periodic checks; a
+    pause poll): such a pass going through does not end the outage, or it would be said over
+    and begun again at every pass that writes. So ``passed()``, in an outage, first sends
+    ``probe`` (:func:`write_probe`), which raises the outage if writes are still refused:
+    the caller handles that as a pass that failed (``failed``: a debug line)."""
+
+    __slots__ = ("log", "probe")
+
+    def __init__(self, logger: logging.Logger, what: str,
+                 probe: Callable[[], object] | None = None) -> None:
+        self.log = loop_outage_log(logger, what)
+        self.probe = probe
+
+    def failed(self, exc: BaseException) -> None:
+        self.log.began(exc)
+
+    def passed(self) -> None:
+        """The pass went through: the outage is over if the store takes a write too
+        (raises what the probe raises, the store still refusing writes)."""
+        if self.log.since is None:
+            return
+        if self.probe is not None:
+            self.probe()
+        self.log.over()
 
 
 #: This worker process in a store outage (tasks it cannot start, outcomes it holds).
@@ -207,6 +261,7 @@ class Delivery:
     worker: str | None  # the worker's hostname, shown on the record
     request: Any  # Celery's request: its headers, and its arguments for a late submission
     signature: Callable[[], Signature[Any]]  # its message, to publish it again unchanged
+    run: Callable[..., Any] | None = None  # the task's function (its rate-limit key's names)
 
     def header(self, name: str) -> Any:
         return pl.request_header(self.request, name)

@@ -61,7 +61,7 @@ class Parts:
 
     @functools.cached_property
     def delays(self) -> Delays:
-        return Delays(self.jobbers.recorder)
+        return Delays(self.jobbers.recorder, self.jobbers.publisher)
 
     @functools.cached_property
     def fold_result(self) -> Callable[[Task[Any, Any], Any], ResultWrite | None]:

@@ -28,25 +28,30 @@
 from __future__ import annotations
 
 import signal as signals
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from billiard.einfo import ExceptionInfo
-from celery.exceptions import InvalidTaskError
+from celery.exceptions import InvalidTaskError, Reject, TimeLimitExceeded, WorkerLostError
 from celery.platforms import signals as celery_signals
+from celery.utils.saferepr import saferepr as safe_repr
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 
 from jobbers_celery.core import errortext, intake
-from jobbers_celery.core.options import DeadLetterPolicy
+from jobbers_celery.core.options import DeadLetterPolicy, WorkerLostPolicy
 from jobbers_celery.core.printable import escaped_logger
-from jobbers_celery.core.redaction import redactor
+from jobbers_celery.core.redaction import Redactor, redactor
 from jobbers_celery.core.states import TERMINAL
 from jobbers_celery.jobbers import Jobbers
+from jobbers_celery.lifecycle import chords, liveness
 from jobbers_celery.lifecycle.liveness import HALTED
 from jobbers_celery.lifecycle.payload import HEADER_ENQUEUED_AT, HEADER_VERSION
 from jobbers_celery.telemetry import metrics
-from jobbers_celery.worker import taskrepr
-from jobbers_celery.worker.task import Revoked
+from jobbers_celery.worker import shutdown, taskrepr
+from jobbers_celery.worker.pause import hold_if_paused
+from jobbers_celery.worker.task import DROP_ON_COMPLETION, JobbersTask, Revoked
 
 if TYPE_CHECKING:
     from celery.worker.request import _InfoDict
@@ -84,6 +89,37 @@ def revoke_reason(signum: Any) -> str:
     return f"revoked with terminate ({name})"
 
 
+def _rerun_on_worker_lost(task: JobbersTask) -> bool:
+    """Whether the message of ``task``, whose worker process was lost, goes back to the
+    broker to run again (``on_worker_lost``, by default Celery's ``reject_on_worker_lost``);
+    only an ``acks_late`` message can (Celery's rule: the others were acknowledged)."""
+    policy = task.jobbers_options.on_worker_lost
+    if policy is None:
+        return bool(task.reject_on_worker_lost)
+    return policy is WorkerLostPolicy.RERUN
+
+
+@contextmanager
+def _reject_on_worker_lost(task: JobbersTask, value: bool) -> Iterator[None]:
+    """``task.reject_on_worker_lost`` reads ``value`` inside the block (an instance
+    attribute over the class's, taken away after it)."""
+    missing = object()
+    had = task.__dict__.get("reject_on_worker_lost", missing)
+    task.reject_on_worker_lost = value
+    try:
+        yield
+    finally:
+        if had is missing:
+            del task.reject_on_worker_lost
+        else:
+            task.reject_on_worker_lost = had
+
+
+#: The free texts of Celery's task events that a task's outcome fills, by event type.
+_EVENT_TEXTS = {"task-succeeded": ("result",), "task-failed": ("exception", "traceback"),
+                "task-retried": ("exception", "traceback")}
+
+
 class JobbersRequest(Request):
     def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
         # Celery's consumer catches only InvalidTaskError from a request it builds: any other
@@ -110,15 +146,32 @@ class JobbersRequest(Request):
         jobbers, or protocol 1, leaves real values there; see :mod:`jobbers_celery.worker.taskrepr`)."""
         try:
             app = self.app or self.task.app
-            jobbers = Jobbers.find(app)
-            redact = taskrepr.redactor_of(jobbers.config) if jobbers else redactor()
-            shown = taskrepr.worker_reprs(app, self.task, self.args, self.kwargs, redact)
+            shown = taskrepr.worker_reprs(app, self.task, self.args, self.kwargs,
+                                          self._redactor())
         except Exception:  # odd arguments: nothing of them rather than the header's text
             log.debug("could not redact the arguments of %s[%s]", self.name, self.id,
                       exc_info=True)
             shown = (NOT_SHOWN, NOT_SHOWN)
         self._argsrepr, self._kwargsrepr = shown
         self.request_dict["argsrepr"], self.request_dict["kwargsrepr"] = shown
+
+    def send_event(self, type: str, **fields: Any) -> None:
+        """Celery's task events, with the texts a task's outcome gives redacted as its log
+        lines are: ``task-succeeded``'s ``result`` is the repr of the return value (Flower
+        shows it: a task returning what it was given showed its secret there), and a failure's
+        ``exception`` and ``traceback`` texts."""
+        eventer = getattr(self, "_eventer", None)  # Celery's, set in its __init__
+        if eventer is not None and eventer.enabled and self.task.send_events:
+            texts = [k for k in _EVENT_TEXTS.get(type, ()) if isinstance(fields.get(k), str)]
+            if texts:
+                red = self._redactor()
+                for key in texts:
+                    fields[key] = red.text(fields[key])
+        super().send_event(type, **fields)
+
+    def _redactor(self) -> Redactor:
+        jobbers = Jobbers.find(self.app or self.task.app)
+        return taskrepr.redactor_of(jobbers.config) if jobbers else redactor()
 
     def info(self, safe: bool = False) -> _InfoDict:
         """What ``celery inspect active/reserved/scheduled/query_task`` (so Flower's worker
@@ -150,6 +203,8 @@ class JobbersRequest(Request):
                               "policy applies", self.task.name, self.id)
         try:
             super().terminate(pool, signal)
+            if self.time_start and self.worker_pid:
+                shutdown.signalled(self, pool)
         except NotImplementedError:
             log.warning("%s[%s] cannot be interrupted on this pool; its cancellation is "
                         "recorded: it ends cancelled at its next heartbeat()",
@@ -158,6 +213,12 @@ class JobbersRequest(Request):
 
     def on_failure(self, exc_info: ExceptionInfo, send_failed_event: bool = True,
                    return_ok: bool = False) -> Any:
+        with liveness.ending(self.id):  # Celery's task_ready comes before the record
+            return self._on_failure(exc_info, send_failed_event, return_ok)
+
+    def _on_failure(self, exc_info: ExceptionInfo, send_failed_event: bool,
+                    return_ok: bool) -> Any:
+        shutdown.lives_on(self)  # if the process it ran in answered, it lives on
         if getattr(self, HALTED, False):
             # its worker ended this stalled attempt (liveness): recorded, and replaced by
             # the recovery; Celery would leave a terminated task's message unacknowledged
@@ -171,8 +232,102 @@ class JobbersRequest(Request):
         if isinstance(exc, Revoked) and not self._already_revoked:
             self._announce_jobbers_cancel(exc.reason)
             return None
+        if self._worker_lost(exc) or isinstance(exc, TimeLimitExceeded) or (
+                isinstance(exc, Reject) and not getattr(exc, "requeue", False)):
+            self._hold_chord_part()  # failed for good into the DLQ, if it saves dead letters
+        task = self.task
+        self._jobbers_failure = exc  # read by reject(): a requeue is recorded first
+        if isinstance(task, JobbersTask) and self._worker_lost(exc):
+            rerun = _rerun_on_worker_lost(task)
+            if rerun != bool(task.reject_on_worker_lost):
+                # the task's on_worker_lost differs from Celery's setting, which Celery
+                # reads from the task: this request's handling alone (the main process
+                # handles one failure at a time) sees the task's choice
+                with _reject_on_worker_lost(task, rerun):
+                    return super().on_failure(exc_info, send_failed_event=send_failed_event,
+                                              return_ok=return_ok)
         return super().on_failure(exc_info, send_failed_event=send_failed_event,
                                   return_ok=return_ok)
+
+    def _retry_worker_lost(self, exc: BaseException, exc_info: Any) -> bool:
+        """Celery 5.7's ``retry_on_worker_lost``: the lost attempt is recorded ended first
+        (``started -> unsubmitted``), so that the retry Celery publishes next is recorded
+        and runs as the next attempt, instead of being refused as a duplicate."""
+        if isinstance(self.task, JobbersTask):
+            try:
+                self._recorder().retry_reported(self.id, self.task.name,
+                                                wid=liveness.worker_id(), exc=exc)
+            except Exception:
+                log.exception("could not record the retry of %s[%s] after its worker "
+                              "process was lost", self.task.name, self.id)
+        retried: bool = super()._retry_worker_lost(exc, exc_info)  # type: ignore[misc]
+        return retried
+
+    def _worker_lost(self, exc: BaseException | None) -> bool:
+        """Celery handles ``exc`` as a lost worker process (``WorkerLostError``, or the
+        exit billiard reports before the process is gone), as ``Request.on_failure`` does."""
+        if isinstance(exc, WorkerLostError):
+            return True
+        return isinstance(exc, SystemExit | KeyboardInterrupt) and not (
+            getattr(self, "_already_cancelled", False) or self._already_revoked)
+
+    def reject(self, requeue: bool = False) -> None:
+        """Celery hands a failed task's message back to the broker (``requeue``): the
+        record says so first, so that the redelivered copy starts as the next attempt
+        (``submitted -> started``) instead of finding its record ``started`` or
+        ``unsubmitted``. After a lost worker process (``reject_on_worker_lost``, or
+        ``on_worker_lost="rerun"``): ``started -> unsubmitted -> submitted``. After
+        ``Reject(requeue=True)``, which the task recorded ``started -> unsubmitted``:
+        ``unsubmitted -> submitted``. (A hard time limit with ``acks_on_timeout=False`` is
+        recorded ``failed`` by ``task_failure`` before Celery requeues it.)"""
+        failure = getattr(self, "_jobbers_failure", None)
+        if requeue and failure is not None and not self.acknowledged \
+                and isinstance(self.task, JobbersTask):
+            try:
+                recorder = self._recorder()
+                if isinstance(failure, Reject):
+                    recorder.requeued(self.id, self.task.name)
+                elif self._worker_lost(failure):
+                    recorder.requeue_reported(self.id, self.task.name,
+                                              wid=liveness.worker_id(), exc=failure,
+                                              why="its worker process was lost")
+            except Exception:
+                log.exception("could not record the requeue of %s[%s]", self.task.name,
+                              self.id)
+        super().reject(requeue=requeue)
+
+    def on_timeout(self, soft: bool, timeout: float) -> None:
+        if not soft:
+            self._hold_chord_part()
+        super().on_timeout(soft, timeout)
+
+    def _hold_chord_part(self) -> None:
+        """A failure this process reports to Celery (a lost pool process, a hard time limit,
+        ``Reject(requeue=False)``, a version dropped here) goes to the dead-letter queue when
+        the task saves dead letters: its chord part is held, so a resubmit can still
+        complete the chord (:mod:`jobbers_celery.lifecycle.chords`). A message Celery
+        requeues instead is not marked failed: holding changes nothing."""
+        opts = getattr(self.task, "jobbers_options", None)
+        if opts is not None and opts.dead_letter_policy is DeadLetterPolicy.SAVE:
+            chords.hold(self._context)  # type: ignore[attr-defined]
+
+    def _success_was_stored(self) -> Any:
+        """Celery 5.7 asks, for a lost pool process, whether the task's SUCCESS was stored
+        before the loss (then it stores no FAILURE and requeues nothing). When it was, the
+        record is ended ``completed`` too: a task whose result is not folded into the
+        ``completed`` step records its completion just after Celery's write, and a process
+        killed between the two left it ``started``."""
+        meta = super()._success_was_stored()  # type: ignore[misc]
+        if meta and isinstance(self.task, JobbersTask):
+            try:
+                self._recorder().complete_reported(self.id, self.task.name,
+                                                   wid=liveness.worker_id(),
+                                                   drop=DROP_ON_COMPLETION)
+            except Exception:
+                log.exception("could not record the completion of %s[%s], whose result was "
+                              "stored before its worker process was lost", self.task.name,
+                              self.id)
+        return meta
 
     def _announce_halt(self) -> None:
         """A task event for the stalled attempt its worker ended, so that Flower and other
@@ -211,7 +366,9 @@ class JobbersRequest(Request):
         if got is not None and want is not None and got != want:
             self._drop_version_mismatch(got, want)
             return True
-        return bool(super().revoked())
+        if super().revoked():
+            return True
+        return hold_if_paused(self)  # a paused task name holds it, a paused queue keeps it
 
     def _drop_version_mismatch(self, got: Any, want: Any) -> None:
         shown = errortext.cut_head(str(got), 64)  # a header: any value its publisher chose
@@ -230,6 +387,21 @@ class JobbersRequest(Request):
             log.exception("could not record the drop of %s[%s]", self.task.name, self.id)
         self._already_revoked = True
         task_ready(self)
+        self._hold_chord_part()
         self.task.backend.mark_as_failure(self.id, exc, request=self._context,  # type: ignore[attr-defined]
                                           store_result=self.store_errors)
+        self._announce_drop(exc)
         self.reject(requeue=False)
+
+    def _announce_drop(self, exc: BaseException) -> None:
+        """A ``task-failed`` event for a task dropped before it ran, so that Flower and other
+        readers of Celery's events end it: the ``task-rejected`` the reject sends ranks below
+        ``RECEIVED`` in ``celery.events.state`` (``states.PRECEDENCE``), and the task would
+        show received for ever. FAILURE is what the result backend says too."""
+        if not (self.eventer and self.eventer.enabled and self.task.send_events):
+            return
+        try:
+            self.send_event("task-failed", exception=safe_repr(exc), traceback="")
+        except Exception:  # an event is a courtesy: the drop itself is done
+            log.warning("could not announce the drop of %s[%s]", self.task.name, self.id,
+                        exc_info=True)

@@ -32,9 +32,10 @@ from jobbers_celery.core.options import ShutdownPolicy
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.lifecycle import liveness
+from jobbers_celery.lifecycle.emptied import EmptiedWatch
 from jobbers_celery.lifecycle.scheduler import Scheduler
 from jobbers_celery.store import is_outage
-from jobbers_celery.worker.outage import loop_outage_log
+from jobbers_celery.worker.outage import LoopOutage, write_probe
 from jobbers_celery.worker.shutdown import WAKE_UP_S, drain, interrupt
 from jobbers_celery.worker.task import JobbersTask
 
@@ -51,38 +52,39 @@ FORK_WAIT_S = 5.0
 class Periodic:
     """A daemon thread that calls ``tick`` again and again until stopped: ``tick`` returns
     the seconds to wait before the next call. A store outage is logged once (see
-    :class:`~jobbers_celery.worker.outage.OutageLog`), any other failure in full; either way the next call comes after
-    ``retry_after`` seconds. ``fork_safe``: a fork waits for the current call to end (see
-    :func:`_before_fork`)."""
+    :class:`~jobbers_celery.worker.outage.LoopOutage`: with ``probe``, a call that went
+    through ends it only once the store takes a write too, since a call may only read), any
+    other failure in full; either way the next call comes after ``retry_after`` seconds.
+    ``fork_safe``: a fork waits for the current call to end (see :func:`_before_fork`)."""
 
     def __init__(self, name: str, what: str, logger: logging.Logger,
                  tick: Callable[[], float], retry_after: float, *,
-                 fork_safe: bool = False) -> None:
+                 fork_safe: bool = False, probe: Callable[[], object] | None = None) -> None:
         self.name = name
         self.what = what
         self.logger = logger
         self.tick = tick
         self.retry_after = retry_after
         self.fork_safe = fork_safe
+        self.probe = probe
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pass_lock = threading.Lock()  # held during a call; a fork waits for it
         self._held_for_fork = False
 
     def _loop(self) -> None:
-        outage = loop_outage_log(self.logger, self.what)
+        outage = LoopOutage(self.logger, self.what, self.probe)
         while not self._stop.is_set():
             try:
-                with self._pass_lock:
+                with self._pass_lock:  # the probe is a store call too (see _before_fork)
                     wait = self.tick()
+                    outage.passed()
             except Exception as exc:
                 if is_outage(exc):  # unreachable, or refusing writes (OOM): an outage
-                    outage.began(exc)
+                    outage.failed(exc)
                 else:
                     self.logger.exception("%s failed; retrying", self.what)
                 wait = self.retry_after
-            else:
-                outage.over()
             self._stop.wait(wait)
 
     def start(self) -> None:
@@ -103,24 +105,29 @@ class Periodic:
 
 
 def scheduler_thread(scheduler: Scheduler) -> Periodic:
-    """The thread that runs ``scheduler``'s passes (fork-safe)."""
+    """The thread that runs ``scheduler``'s passes (fork-safe; most passes only read, so
+    the end of an outage is probed with a write)."""
     interval = scheduler.config.scheduler_interval
     return Periodic("jobbers-scheduler", "jobbers scheduler pass",
                     escaped_logger("jobbers.scheduler"), scheduler.tick,
-                    max(interval, 1.0), fork_safe=True)
+                    max(interval, 1.0), fork_safe=True, probe=write_probe(scheduler.store))
 
 
-def liveness_thread(refresher: liveness.Liveness) -> Periodic:
-    """The thread that refreshes a worker incarnation's liveness."""
+def liveness_thread(refresher: liveness.Liveness, watch: EmptiedWatch | None = None,
+                    probe: Callable[[], object] | None = None) -> Periodic:
+    """The thread that refreshes a worker incarnation's liveness (and, with ``watch``,
+    notices a store that came back empty; ``probe``: see :class:`Periodic`)."""
     period = liveness.refresh_period(refresher.config.worker_lost_after)
 
     def tick() -> float:
         refresher.refresh()
+        if watch is not None:
+            watch.check()
         due = refresher.wake_in()  # a stalled attempt's SIGKILL may come before the period
         return period if due is None else min(period, due)
 
     return Periodic("jobbers-liveness", "jobbers liveness refresh",
-                    escaped_logger("jobbers.liveness"), tick, period)
+                    escaped_logger("jobbers.liveness"), tick, period, probe=probe)
 
 
 # ---------------------------------------------------------------------- forks
@@ -175,7 +182,9 @@ class WorkerStep(bootsteps.StartStopStep):
         refresher = liveness.Liveness(jobbers.store, jobbers.config, liveness.worker_id(),
                                       getattr(parent, "pool", None),
                                       jobbers.cleaner.recover_orphans)
-        self.liveness = liveness_thread(refresher)
+        watch = EmptiedWatch(jobbers.store, jobbers.alerts.emit, jobbers.config.key_prefix,
+                             getattr(parent, "hostname", None) or "")
+        self.liveness = liveness_thread(refresher, watch, write_probe(jobbers.store))
         self.liveness.start()
         stop_liveness = self.liveness.stop
 
@@ -184,7 +193,11 @@ class WorkerStep(bootsteps.StartStopStep):
 
         signals.worker_shutdown.connect(_on_shutdown, weak=False,
                                         dispatch_uid=f"jobbers.liveness.{id(self)}")
-        self.scheduler = scheduler_thread(jobbers.scheduler(getattr(parent, "hostname", None)))
+        scheduler = jobbers.scheduler(getattr(parent, "hostname", None))
+        scheduler.fair_shares = any(  # a worker of a concurrency_key task releases its parked
+            getattr(getattr(t, "jobbers_options", None), "concurrency_key", None) is not None
+            for t in list(jobbers.app.tasks.values()))
+        self.scheduler = scheduler_thread(scheduler)
         self.scheduler.start()
 
     def stop(self, parent: Any) -> None:

@@ -37,9 +37,11 @@ from jobbers_celery.core.printable import escaped_logger
 __all__ = [
     "WorkerShuttingDown",
     "draining",
+    "lives_on",
     "on_worker_init",
     "on_worker_shutting_down",
     "rearm_child_signals",
+    "signalled",
 ]
 
 log = escaped_logger("jobbers.shutdown")
@@ -102,6 +104,37 @@ def rearm_child_signals() -> None:
     fired[0] = False
 
 
+#: Request attribute: the pool whose process running it was sent SIGTERM (see lives_on).
+_SIGNALLED = "_jobbers_signalled"
+
+
+def signalled(request: Any, pool: Any) -> None:
+    """Note that ``request``'s pool process was sent SIGTERM (``pool.terminate_job``)."""
+    setattr(request, _SIGNALLED, pool)
+
+
+def lives_on(request: Any) -> None:
+    """``request`` answered from the prefork process it ran in after that process was sent
+    SIGTERM (a revoke with terminate, an interruption): the task unwound and the process
+    lives on (:meth:`JobbersTask._interrupted`), where billiard expects it to die. billiard
+    marked it as terminating its job; unmarked here, its next death under another task (the
+    OOM killer, a SIGKILL) would be reported as that task's termination (``Terminated``:
+    REVOKED, recorded cancelled, never run again) instead of a lost worker process
+    (``WorkerLostError``: requeued with ``reject_on_worker_lost``, or failed)."""
+    pool = getattr(request, _SIGNALLED, None)
+    if pool is None:
+        return
+    setattr(request, _SIGNALLED, None)
+    try:
+        proc, _ = pool._pool._process_by_pid(request.worker_pid)
+    except Exception:  # not a billiard pool (it cannot be signalled), or gone
+        log.debug("no pool process to unmark for %s", request.id, exc_info=True)
+        return
+    if proc is not None:
+        proc._job_terminated = False  # billiard's marks (Pool.terminate_job)
+        proc._controlled_termination = False
+
+
 def interrupt(request: Any, pool: Any) -> None:
     """SIGTERM to the child running ``request`` (``NotImplementedError`` if the pool cannot).
 
@@ -114,5 +147,6 @@ def interrupt(request: Any, pool: Any) -> None:
     broker, as for a cancelled request)."""
     if request.time_start and request.worker_pid:
         pool.terminate_job(request.worker_pid, signal.SIGTERM)
+        signalled(request, pool)
         request._already_cancelled = True
         request.send_event("task-cancelled")

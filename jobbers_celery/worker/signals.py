@@ -3,6 +3,9 @@ that changes a task's outcome is made here (those live in :class:`JobbersTask`).
 
 - ``before_task_publish`` (every publishing process): redact ``argsrepr``/``kwargsrepr``
   (:mod:`jobbers_celery.worker.taskrepr`), stamp headers, record ``submitted``.
+- ``task_success`` and ``task_failure`` in the process that ran the task, for a result
+  Celery's tracer stores itself (not folded into the ``completed`` step): the task records
+  its completion once the result is stored, or ``failed`` when it could not be.
 - ``task_failure`` in the worker's main process (lost pool child, rejected message, hard
   time limit): record ``failed``; in the pool the task class has already recorded it.
 - ``task_unknown`` (main process): no worker has this name, record ``dropped``.
@@ -17,7 +20,9 @@ that changes a task's outcome is made here (those live in :class:`JobbersTask`).
   ``worker_init`` clears it (a process may start another worker after one stopped).
 - ``worker_shutdown`` (main process) and ``worker_process_shutdown`` (pool children, which
   exit without running ``atexit``): dead letters kept only in memory go to the sink or
-  somewhere durable if they can (:func:`jobbers_celery.deadletter.dispatcher.close_all`).
+  somewhere durable if they can (:func:`jobbers_celery.deadletter.dispatcher.close_all`);
+  alerts still queued get up to 2 s to be delivered
+  (:func:`jobbers_celery.alerts.service.flush_all`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 from celery import signals
 from celery._state import get_current_app
 
+from jobbers_celery.alerts import service as alert_service
 from jobbers_celery.core.errors import ConfigurationError
 from jobbers_celery.core.errortext import cut_head
 from jobbers_celery.core.intake import MAX_NAME_CHARS
@@ -34,18 +40,20 @@ from jobbers_celery.core.options import DeadLetterPolicy
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.deadletter import dispatcher
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.lifecycle import liveness, results
+from jobbers_celery.lifecycle import bulk, liveness, results
 from jobbers_celery.lifecycle.payload import (
     HEADER_DEAD_LETTER,
     HEADER_ENQUEUED_AT,
     HEADER_TASK,
     request_header,
+    workflow_of,
 )
 from jobbers_celery.lifecycle.publisher import publishing_app
 from jobbers_celery.lifecycle.recorder import Recorder
 from jobbers_celery.store import HousekeepingStore
 from jobbers_celery.telemetry import metrics
 from jobbers_celery.worker import shutdown, taskrepr
+from jobbers_celery.worker.hooks import connect_each
 from jobbers_celery.worker.task import JobbersTask
 
 __all__ = ["connect"]
@@ -57,15 +65,15 @@ def _for_publish(name: str) -> tuple[Jobbers | None, JobbersTask | None]:
     """Which installed jobbers records a publish of ``name``, and the task if known: that
     of the app publishing it (``install`` marks ``app.send_task``), else the first app that
     registers the name."""
-    candidates = Jobbers.installed()
     sender = publishing_app()
     if sender is not None:
-        for jobbers in candidates:
-            if jobbers.app is sender:
-                task = sender.tasks.get(name)
-                if task is None or isinstance(task, JobbersTask):
-                    return jobbers, task
-                return None, None
+        jobbers = Jobbers.find(sender)  # the installed one of the app (no list sorted)
+        if jobbers is not None:
+            task = sender.tasks.get(name)
+            if task is None or isinstance(task, JobbersTask):
+                return jobbers, task
+            return None, None
+    candidates = Jobbers.installed()
     for jobbers in candidates:
         task = jobbers.app.tasks.get(name)
         if task is not None:
@@ -104,6 +112,8 @@ def on_before_publish(
             sender, headers, body, exchange, routing_key, properties or {},
             version=opts.version if opts else None,
             dead_letter=bool(opts and opts.dead_letter_policy is DeadLetterPolicy.SAVE),
+            workflow=workflow_of(jobbers.app, headers, body),
+            batch=bulk.current(),  # a group's member: written with the group's others
         )
     except Exception:
         # The message still goes out; the worker records the submission when it starts.
@@ -118,6 +128,12 @@ def on_task_failure(
     **_: Any,
 ) -> None:
     if not isinstance(sender, JobbersTask) or not task_id:
+        return
+    if getattr(sender.request, "is_eager", False):
+        return  # run in the caller (eager, apply()): nothing was recorded, nothing to end
+    if sender._storing_result():
+        # in the process that ran it: it returned, and Celery could not store its result
+        sender._result_not_stored(exception or RuntimeError("its result was not stored"))
         return
     if getattr(sender.request, "jobbers_outcome_recorded", False):
         return  # recorded by the task itself, in the pool
@@ -135,6 +151,17 @@ def on_task_failure(
         )
     except Exception:
         log.exception("could not record the failure of %s[%s]", sender.name, task_id)
+
+
+def on_task_success(sender: Any = None, **_: Any) -> None:
+    """In the process that ran it, once Celery's tracer stored the result: the completion
+    a JobbersTask left to this moment (its result is not folded into the step)."""
+    if isinstance(sender, JobbersTask):
+        try:
+            sender._result_stored()
+        except Exception:
+            log.exception("could not record the completion of %s[%s]", sender.name,
+                          getattr(sender.request, "id", None))
 
 
 def on_task_unknown(
@@ -180,6 +207,24 @@ def on_task_prerun(sender: Any = None, task_id: str | None = None, task: Any = N
             enqueued_ms=metrics.ms_value(request_header(task.request, HEADER_ENQUEUED_AT)))
     except Exception:
         log.exception("could not record %s[%s]", task.name, task_id)
+
+
+def on_task_postrun(sender: Any = None, task: Any = None, **_: Any) -> None:
+    """After Celery's tracer stored the attempt's outcome: publish the immediate retry the
+    attempt recorded, if any (:meth:`JobbersTask.publish_retry` says why it waits until
+    now). Should it fail, the record's publish lease has a scheduler publish it later."""
+    if not isinstance(task, JobbersTask):
+        return
+    try:
+        task.publish_retry()
+    except Exception:
+        log.exception("could not publish the retry of %s; a scheduler publishes it when its "
+                      "lease expires", task.name)
+    try:
+        task.release_fair_share()
+    except Exception:
+        log.exception("could not release the next parked task of %s's key; a scheduler "
+                      "pass releases it", task.name)
 
 
 def on_task_revoked(sender: Any = None, request: Any = None, terminated: bool = False,
@@ -233,6 +278,7 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
 
 def on_process_exit(**_: Any) -> None:
     dispatcher.close_all()
+    alert_service.flush_all()  # alerts still queued: their daemon thread dies with us
 
 
 def on_worker_after_setup(sender: Any = None, instance: Any = None, **_: Any) -> None:
@@ -266,24 +312,20 @@ def check_eviction(store: HousekeepingStore) -> str | None:
 
 def connect() -> None:
     """Connect the handlers once per process (idempotent through ``dispatch_uid``)."""
-    signals.before_task_publish.connect(on_before_publish, weak=False,
-                                        dispatch_uid="jobbers.before_task_publish")
-    signals.task_failure.connect(on_task_failure, weak=False,
-                                 dispatch_uid="jobbers.task_failure")
-    signals.task_unknown.connect(on_task_unknown, weak=False,
-                                 dispatch_uid="jobbers.task_unknown")
-    signals.task_prerun.connect(on_task_prerun, weak=False,
-                                dispatch_uid="jobbers.task_prerun")
-    signals.task_revoked.connect(on_task_revoked, weak=False,
-                                 dispatch_uid="jobbers.task_revoked")
-    signals.worker_init.connect(on_worker_init, weak=False, dispatch_uid="jobbers.worker_init")
-    signals.celeryd_after_setup.connect(on_worker_after_setup, weak=False,
-                                        dispatch_uid="jobbers.celeryd_after_setup")
-    signals.worker_shutting_down.connect(shutdown.on_worker_shutting_down, weak=False,
-                                         dispatch_uid="jobbers.worker_shutting_down")
-    signals.worker_init.connect(shutdown.on_worker_init, weak=False,
-                                dispatch_uid="jobbers.shutdown.worker_init")
-    signals.worker_shutdown.connect(on_process_exit, weak=False,
-                                    dispatch_uid="jobbers.dead_letters.worker_shutdown")
-    signals.worker_process_shutdown.connect(
-        on_process_exit, weak=False, dispatch_uid="jobbers.dead_letters.process_shutdown")
+    connect_each((
+        (signals.before_task_publish, on_before_publish, "jobbers.before_task_publish"),
+        (signals.task_failure, on_task_failure, "jobbers.task_failure"),
+        (signals.task_success, on_task_success, "jobbers.task_success"),
+        (signals.task_unknown, on_task_unknown, "jobbers.task_unknown"),
+        (signals.task_prerun, on_task_prerun, "jobbers.task_prerun"),
+        (signals.task_postrun, on_task_postrun, "jobbers.task_postrun"),
+        (signals.task_revoked, on_task_revoked, "jobbers.task_revoked"),
+        (signals.worker_init, on_worker_init, "jobbers.worker_init"),
+        (signals.celeryd_after_setup, on_worker_after_setup, "jobbers.celeryd_after_setup"),
+        (signals.worker_shutting_down, shutdown.on_worker_shutting_down,
+         "jobbers.worker_shutting_down"),
+        (signals.worker_init, shutdown.on_worker_init, "jobbers.shutdown.worker_init"),
+        (signals.worker_shutdown, on_process_exit, "jobbers.dead_letters.worker_shutdown"),
+        (signals.worker_process_shutdown, on_process_exit,
+         "jobbers.dead_letters.process_shutdown"),
+    ))

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery.exceptions import Ignore
 
+from jobbers_celery.core.fairshare import ConcurrencyKeyError, FairKey, key_digest
 from jobbers_celery.core.options import DeadLetterPolicy, TaskOptions
 from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.core.ratelimit import RateKey, RateLimitKeyError
 from jobbers_celery.core.states import TaskState
+from jobbers_celery.core.workflow import HEADER_WORKFLOW
 from jobbers_celery.lifecycle import liveness
 from jobbers_celery.lifecycle import payload as pl
+from jobbers_celery.lifecycle.publisher import internal_publish_ms
+from jobbers_celery.lifecycle.scheduler import release_and_publish
 from jobbers_celery.store import UNREACHABLE, StepResult
 from jobbers_celery.worker.outage import HEADER_GIVEN_BACK, Delivery, Handover
 
@@ -29,13 +34,42 @@ if TYPE_CHECKING:
     from jobbers_celery.lifecycle.recorder import Recorder
     from jobbers_celery.store import TaskStore
 
-__all__ = ["DEFER_RANGE_S", "Starter"]
+__all__ = ["DEFER_RANGE_S", "Starter", "fair_key", "fair_publish_key", "release_after_end"]
 
 log = escaped_logger("jobbers.task")
 S = TaskState
 
 #: A task over its ``max_concurrent`` cap is deferred by a random delay in this range.
 DEFER_RANGE_S = (0.5, 1.5)
+
+
+def rate_key(d: Delivery, opts: TaskOptions) -> RateKey | None:
+    """The key a ``rate_limit_by`` task is counted under for this call (``None``: no limit).
+    Raises :class:`~jobbers_celery.core.ratelimit.RateLimitKeyError` when its arguments do
+    not give one: the task then fails rather than run unlimited."""
+    limit = opts.rate_limit_by
+    if limit is None:
+        return None
+    req = d.request
+    return RateKey(limit.digest(d.run, req.args or (), req.kwargs or {}), limit.limit)
+
+
+def fair_key(d: Delivery, opts: TaskOptions) -> FairKey | None:
+    """The key a ``concurrency_key`` task's cap counts this call under (``None``: the cap,
+    if any, is the name's). A call whose arguments give no key (missing, not JSON, over
+    the bound, the key function raised) counts under one shared key, the digest of
+    ``null``: never outside a cap, and said in the log."""
+    key = opts.concurrency_key
+    if key is None or not opts.max_concurrent:
+        return None
+    req = d.request
+    try:
+        digest = key.digest(d.run, req.args or (), req.kwargs or {})
+    except ConcurrencyKeyError as exc:
+        log.warning("%s[%s]: no concurrency key (%s): counted under the shared key of "
+                    "calls without one", d.name, d.task_id, exc)
+        digest = key_digest(None)
+    return FairKey(digest, opts.max_concurrent)
 
 
 class Starter:
@@ -54,7 +88,11 @@ class Starter:
         """Record ``started`` (and the submission first, if the message has no record).
         Raises ``UNREACHABLE`` if the store cannot be reached within the wait: then the
         start is not recorded (or not known to be), and the task must not run here."""
-        res = self.once(d, opts)
+        try:
+            rate = rate_key(d, opts)  # once per start (a key function may be costly)
+        except RateLimitKeyError as exc:
+            self._unkeyed(d, opts, exc)
+        res = self.once(d, opts, rate)
         if not res.applied and res.previous == "missing" and self._record_was_removed(d):
             log.warning("not running %s[%s]: its record was removed (purged, or older than "
                         "jobbers_retention) after it was published", d.name, d.task_id)
@@ -63,7 +101,7 @@ class Starter:
             # Published without a record (Redis was unreachable at publish, or by a client
             # without jobbers): record the submission now rather than lose track of it.
             self._record_late_submit(d, opts)
-            res = self.once(d, opts)
+            res = self.once(d, opts, rate)
         if not res.applied and res.previous in (S.STARTED, S.STALLED) \
                 and d.header(HEADER_GIVEN_BACK):
             back = self.handover.take_back(d, res)
@@ -71,18 +109,21 @@ class Starter:
                 self._record_late_submit(d, opts)
                 self.publisher.confirm([d.task_id])
             if back is not None:
-                res = self.once(d, opts)
+                res = self.once(d, opts, rate)
         return res
 
-    def once(self, d: Delivery, opts: TaskOptions) -> StepResult:
+    def once(self, d: Delivery, opts: TaskOptions, rate: RateKey | None) -> StepResult:
         try:
-            return self.step(d, opts)
+            return self._step(d, opts, rate)
         except UNREACHABLE:
-            return self._reply_lost(d, opts)
+            return self._reply_lost(d, opts, rate)
 
     def step(self, d: Delivery, opts: TaskOptions) -> StepResult:
         """The ``started`` step itself (also what the outage policy sends again when the
         store lost a start, see :class:`~jobbers_celery.worker.outage.Ending`)."""
+        return self._step(d, opts, rate_key(d, opts))
+
+    def _step(self, d: Delivery, opts: TaskOptions, rate: RateKey | None) -> StepResult:
         hb_ms = round(opts.max_heartbeat_interval * 1000) if opts.max_heartbeat_interval else None
         fields = {}
         if opts.max_stall_recoveries:
@@ -91,9 +132,22 @@ class Starter:
             d.task_id, d.name, worker=d.worker, wid=liveness.worker_id(),
             heartbeat_ms=hb_ms, cap=opts.max_concurrent, lease_cap_ms=self.lease_ms,
             defer_ms=round(random.uniform(*DEFER_RANGE_S) * 1000), fields=fields,
+            rate=rate,
+            fair=fair_key(d, opts),
         )
 
-    def _reply_lost(self, d: Delivery, opts: TaskOptions) -> StepResult:
+    def _unkeyed(self, d: Delivery, opts: TaskOptions, exc: RateLimitKeyError) -> NoReturn:
+        """Its arguments give no rate-limit key: it never runs unlimited. The message is
+        not run here (``submitted -> dropped``, dead-lettered per its policy, resubmittable
+        once the code or the arguments give a key), and the delivery ends."""
+        log.error("not running %s[%s]: %s", d.name, d.task_id, exc)
+        self.recorder.drop(d.task_id, d.name, reason=f"no rate-limit key: {exc}",
+                           worker=d.worker, exc=exc,
+                           dead_letter=opts.dead_letter_policy is DeadLetterPolicy.SAVE)
+        raise Ignore()
+
+    def _reply_lost(self, d: Delivery, opts: TaskOptions, rate: RateKey | None
+                    ) -> StepResult:
         """Redis went away after the ``started`` step was sent: whether it applied is
         unknown. Once Redis answers again (waiting up to ``jobbers_worker_lost_after``), the
         record tells: started by this worker incarnation (it applied), or not (send it again),
@@ -102,7 +156,7 @@ class Starter:
         while True:
             try:
                 found = self.store.started_by(d.task_id, liveness.worker_id())
-                return found if found is not None else self.step(d, opts)
+                return found if found is not None else self._step(d, opts, rate)
             except UNREACHABLE:
                 if time.monotonic() > deadline:
                     raise
@@ -120,7 +174,50 @@ class Starter:
         req = d.request
         sig = d.signature()
         data = pl.from_signature_options(req.args, req.kwargs, dict(sig.options))
+        canvas = pl.workflow_of(  # its canvas, as its publish would have recorded it
+            sig.app, {"id": d.task_id, "root_id": req.root_id, "parent_id": req.parent_id,
+                      "group": req.group, HEADER_WORKFLOW: d.header(HEADER_WORKFLOW)},
+            (req.args, req.kwargs, {"chain": req.chain, "callbacks": req.callbacks,
+                                    "chord": req.chord}))
         self.recorder.late_submit(
             d.task_id, d.name, opts.version, pl.queue_of(data["options"]),
             opts.dead_letter_policy is DeadLetterPolicy.SAVE, self.recorder.encode(data),
-            d.retries)
+            d.retries, workflow=canvas)
+
+
+def fair_publish_key(task: Any, args: Any, kwargs: Any, options: dict[str, Any]
+                     ) -> FairKey | None:
+    """The key of a publish of a ``concurrency_key`` task (``None``: none, or a publish
+    that goes out as Celery's: a canvas member, a message put back, a key its arguments do
+    not give, which its start then refuses)."""
+    opts: TaskOptions | None = getattr(task, "jobbers_options", None)
+    if opts is None or opts.concurrency_key is None or not opts.max_concurrent:
+        return None
+    if options.get("chain") or options.get("chord") or options.get("group_id") \
+            or options.get("link") or options.get("link_error") or options.get("producer") \
+            or options.get("retries") or internal_publish_ms() is not None:
+        return None  # a canvas member, a retry, a republish: the usual way (parked at start)
+    try:
+        digest = opts.concurrency_key.digest(getattr(task, "run", None), args or (),
+                                             kwargs or {})
+    except ConcurrencyKeyError:
+        return None
+    return FairKey(digest, opts.max_concurrent)
+
+
+def release_after_end(task: Any, run: Any) -> None:
+    """After an attempt of a ``concurrency_key`` task that started here (``run``) ended:
+    publish its key's next parked task now, if its key has room (one store call when
+    none is parked), rather than at the next scheduler pass."""
+    opts: TaskOptions | None = getattr(task, "jobbers_options", None)
+    if run is None or opts is None or opts.concurrency_key is None or not opts.max_concurrent:
+        return
+    req = task.request
+    try:
+        digest = opts.concurrency_key.digest(getattr(task, "run", None), req.args or (),
+                                             req.kwargs or {})
+    except ConcurrencyKeyError:
+        return
+    jobbers = task._parts().jobbers
+    release_and_publish(jobbers.store, jobbers.publisher, [(task.name, digest)],
+                        int(jobbers.config.publish_lease * 1000), getattr(run, "worker", None))

@@ -12,219 +12,83 @@ It decides with collaborators, objects handed what they use and built once per a
 The lifecycle runs inside ``__call__``, which Celery's tracer calls with the request already
 pushed: one round trip to start (the attempt number it returns fences everything after),
 one to complete. ``retry()`` is replaced so that delays wait in Redis, not in ETA messages.
+
+The class is put together from its sides, one module each: the declaration and shared
+plumbing (:mod:`~jobbers_celery.worker.taskbase`), what a body calls while it runs
+(:mod:`~jobbers_celery.worker.taskbeat`), the publish and retry side
+(:mod:`~jobbers_celery.worker.taskpublish`); this module holds the driver and the steps
+that end an attempt.
 """
 
 from __future__ import annotations
 
-import functools
-import time
-from collections.abc import Callable
-from datetime import datetime, timedelta
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 
-from celery import Task
-from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry, SoftTimeLimitExceeded
-from celery.utils.saferepr import saferepr
+from celery.exceptions import (
+    Ignore,
+    Reject,
+    Retry,
+    SoftTimeLimitExceeded,
+)
+from kombu.exceptions import EncodeError
 
 from jobbers_celery.core import softlimit
-from jobbers_celery.core.backoff import BackoffStrategy
 from jobbers_celery.core.errors import AttemptSuperseded, TaskCancelled, TaskTimeout
-from jobbers_celery.core.options import (
-    OPTION_NAMES,
-    DeadLetterPolicy,
-    ShutdownPolicy,
-    TaskOptions,
-    validate_options,
-)
+from jobbers_celery.core.errortext import cut_head
+from jobbers_celery.core.options import DeadLetterPolicy, ShutdownPolicy
 from jobbers_celery.core.printable import escaped_logger
-from jobbers_celery.core.states import TaskState
-from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.lifecycle import liveness, payload, results
-from jobbers_celery.lifecycle.publisher import publishing_unrecorded
-from jobbers_celery.lifecycle.recorder import Run, error_fields
-from jobbers_celery.store import UNREACHABLE, StepResult
-from jobbers_celery.telemetry import metrics, tracing
+from jobbers_celery.store import UNREACHABLE, ResultWrite
+from jobbers_celery.telemetry import metrics
 from jobbers_celery.worker import heartbeat as hb
-from jobbers_celery.worker import shutdown, taskrepr
-from jobbers_celery.worker.delays import retry_delay, seconds_until
+from jobbers_celery.worker import shutdown
 from jobbers_celery.worker.heartbeat import (
     CHECKPOINT_MAX_BYTES,
     HEARTBEAT_MIN_GAP_S,
-    IMMUTABLE,
     PROGRESS_MAX_BYTES,
     request_getter,
-    snapshot,
 )
-from jobbers_celery.worker.outage import HEADER_GIVEN_BACK, STORE_OUTAGE, Delivery, Ending
-from jobbers_celery.worker.parts import Parts
+from jobbers_celery.worker.outage import HEADER_GIVEN_BACK, STORE_OUTAGE
 from jobbers_celery.worker.shutdown import WorkerShuttingDown
+from jobbers_celery.worker.taskbase import (
+    ATTEMPT,
+    RUN,
+    Revoked,
+    S,
+    ends_cancelled,
+    request_id,
+)
+from jobbers_celery.worker.taskbeat import HeartbeatMixin
+from jobbers_celery.worker.taskpublish import PublishMixin
 
-__all__ = ["CHECKPOINT_MAX_BYTES", "HEADER_GIVEN_BACK", "HEARTBEAT_MIN_GAP_S",
+__all__ = ["CHECKPOINT_MAX_BYTES", "DROP_ON_COMPLETION", "HEADER_GIVEN_BACK", "HEARTBEAT_MIN_GAP_S",
            "PROGRESS_MAX_BYTES", "JobbersTask", "Revoked"]
+
+log = escaped_logger("jobbers.task")
 
 #: The request reader ``heartbeat()`` uses (its tests reach it here).
 _request_getter = request_getter
 
-log = escaped_logger("jobbers.task")
-S = TaskState
-
-#: Request attributes jobbers sets on a running task's context.
-_ATTEMPT = "jobbers_attempt"
+#: Request attributes jobbers sets on a running task's context (more in taskbase).
 _CHECKPOINT = hb.CHECKPOINT
 _DONE = hb.DONE
-_HB = hb.BEAT  # the attempt's heartbeat state, a heartbeat.Beat
-_RUN = "jobbers_run"  # the running attempt, a recorder.Run
-_ENDING = "jobbers_ending"  # its outage policy, an outage.Ending
+_STORING = "jobbers_storing"  # returned; completed once Celery's tracer stores the result
 
 #: Record fields a completed task no longer needs (the payload, the running attempt's
 #: bookkeeping): dropping them keeps the finished record small.
-_DROP_ON_COMPLETION = ("msg", "wid", "hb_iv", "srec")
-#: Characters of args/kwargs an error message quotes (Celery's argsrepr limit).
-_REPR_MAX = 1024
+DROP_ON_COMPLETION = ("msg", "wid", "hb_iv", "srec")
+#: Signatures of a replacement canvas looked at to find the task taking the replaced id.
+_CANVAS_WALK_MAX = 10_000
+#: History reasons of the ways a task body ends an attempt without a return.
+IGNORED = "ended by Ignore (Celery stores no result)"
+UNSENT_RETRY = "raised Retry without sending a new message: nothing runs it again"
 
 
-class Revoked(Ignore):
-    """Raised by a task (an ``Ignore``: the tracer stores nothing) whose delivery ended
-    ``cancelled`` in jobbers' record: cancelled at a heartbeat or by the step that ended it,
-    interrupted under a pending cancellation, or received already cancelled. The worker's
-    main process (:class:`~jobbers_celery.worker.request.JobbersRequest`) then tells Celery as for
-    its own revoke: REVOKED in the result backend, a ``task-revoked`` event, the
-    ``task_revoked`` signal; so that Flower and ``AsyncResult`` agree with the record."""
+class JobbersTask(HeartbeatMixin, PublishMixin):
+    """Base class for tracked tasks: ``@app.task(base=JobbersTask, ...)``.
 
-    def __init__(self, reason: str = "cancelled") -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def _ends_cancelled(res: StepResult) -> bool:
-    """The step ``res`` left the record ``cancelled`` (it applied so, or found it so)."""
-    return (res.state is S.CANCELLED) if res.applied else res.previous == S.CANCELLED
-
-
-class JobbersTask(Task):  # type: ignore[type-arg]
-    """Base class for tracked tasks: ``@app.task(base=JobbersTask, ...)``."""
-
-    Request = "jobbers_celery.worker.request:JobbersRequest"
-
-    version: int = 1
-    max_retries: int | None = 3
-    retry_delay: float | timedelta | None = None
-    backoff_strategy: BackoffStrategy | str = BackoffStrategy.EXPONENTIAL
-    max_retry_delay: float | timedelta = 3600.0
-    expected_exceptions: tuple[type[BaseException], ...] = ()
-    timeout: float | timedelta | None = None
-    dead_letter_policy: DeadLetterPolicy | str = DeadLetterPolicy.NONE
-    max_heartbeat_interval: float | timedelta | None = None
-    on_shutdown: ShutdownPolicy | str = ShutdownPolicy.STOP
-    max_concurrent: int | None = None
-    max_stall_recoveries: int = 0
-
-    jobbers_options: ClassVar[TaskOptions] = TaskOptions()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.jobbers_options = validate_options({n: getattr(cls, n) for n in OPTION_NAMES})
-        if cls.jobbers_options.timeout and getattr(cls, "soft_time_limit", None) is None:
-            # prefork enforces it by raising SoftTimeLimitExceeded in the task
-            cls.soft_time_limit = cls.jobbers_options.timeout  # type: ignore[assignment]
-
-    # ------------------------------------------------------------------ inside a task
-    @property
-    def attempt(self) -> int:
-        """1 for the first start of this task id, 2 for the next, and so on."""
-        return int(getattr(self.request, _ATTEMPT, 0) or 0)
-
-    @property
-    def checkpoint(self) -> Any:
-        """What an earlier attempt saved with ``heartbeat(checkpoint=...)``, or ``None``."""
-        return getattr(self.request, _CHECKPOINT, None)
-
-    def heartbeat(self, progress: Any = None, checkpoint: Any = None) -> None:
-        """Tell jobbers this attempt is alive; optionally record progress and a checkpoint.
-
-        One Redis round trip, throttled: a call less than ``HEARTBEAT_MIN_GAP_S`` (1 s, or
-        a quarter of ``max_heartbeat_interval`` when that is shorter) after the last one
-        sent is not sent; its progress and checkpoint are kept and go out with the next one
-        sent, or with the task's completion, retry or failure. A throttled call decides
-        first and encodes nothing: a tight loop may call it on every iteration. ``progress``
-        (JSON, at most 16 KiB) shows on the record; ``checkpoint`` (JSON, at most 64 KiB)
-        is what ``self.checkpoint`` holds in the next attempt. ``None`` leaves either
-        unchanged. What is kept is the value as passed, even if the task changes a dict or
-        list after the call: a number or string, or a dict, list or tuple of those, is kept
-        (copied, one level); anything else is encoded at the call.
-
-        A value that is not JSON-serializable raises ``TypeError``, one over its size limit
-        :class:`CheckpointTooLarge`. Outside a worker (called directly, eager) every call
-        checks both, so task code tested there meets these errors at the call. In a worker a
-        value is checked when it is encoded: one kept as passed when it is sent (at the call
-        that passed it if that call is sent, the first of an attempt always is; otherwise the
-        next call sent raises the error), anything else at the call. A value replaced by a
-        later call before it was sent is never checked (it would never be stored). One still
-        pending when the task ends is checked then; if invalid it is not saved and an error
-        is logged (the record keeps the last value sent), as the task can no longer be told.
-
-        Raises :class:`TaskCancelled` if the task was cancelled,
-        :class:`AttemptSuperseded` if this attempt was declared stalled meanwhile, and
-        :class:`~jobbers_celery.worker.shutdown.WorkerShuttingDown` when the worker (threads or
-        solo pool) shuts down and ``on_shutdown`` is ``stop`` or ``resubmit`` (checked on
-        every call, throttled or not). If Redis cannot be reached the heartbeat is logged
-        and kept for the next one; the task goes on. Call it from the task's own thread.
-        Outside a worker it records nothing.
-        """
-        # The hot path: a throttled call keeps its values and returns. One cheap request
-        # lookup (_request_top), one attribute, one clock read; nothing is encoded.
-        req = self._request_top()
-        beat = getattr(req, _HB, None)
-        if (beat is not None and time.monotonic() < beat.due
-                and not (beat.stops and shutdown.draining())):
-            if progress is not None:
-                beat.progress = (progress if type(progress) in IMMUTABLE
-                                 else snapshot("progress", progress, PROGRESS_MAX_BYTES))
-            if checkpoint is not None:
-                beat.ckpt = (checkpoint if type(checkpoint) in IMMUTABLE
-                             else snapshot("checkpoint", checkpoint, CHECKPOINT_MAX_BYTES))
-                setattr(req, _CHECKPOINT, checkpoint)
-            return
-        self._send_heartbeat(progress, checkpoint)
-
-    @functools.cached_property
-    def _request_top(self) -> Callable[[], Any]:
-        """This task's current request in this thread, or ``None``: ``self.request`` for
-        the heartbeat's hot path, without its cost (see :func:`_request_getter`)."""
-        return request_getter(self.request_stack)
-
-    def _send_heartbeat(self, progress: Any, checkpoint: Any) -> None:
-        """``heartbeat()`` past the throttle: the first call of an attempt, the first one
-        a gap after the last one sent, any call outside a worker or while it shuts down."""
-        if not self._tracked():
-            hb.check(progress, checkpoint)  # every call checks: as in a worker, at the call
-            return
-        req = self.request
-        beat = getattr(req, _HB, None)
-        if beat is None:
-            beat = hb.new_beat(self.jobbers_options)
-            setattr(req, _HB, beat)
-            if self._request_top() is not req:  # never seen: then the public, slower way
-                stack = self.request_stack
-                self._request_top = lambda: stack.top
-        self._parts().heartbeats.send(req, beat, self.name, self.attempt, self.jobbers_options,
-                                      progress, checkpoint)
-
-    def _pending_checkpoint(self) -> dict[str, str]:
-        """What throttled heartbeats left unsent, encoded, to save with the outcome."""
-        return hb.pending(self.request, self.name, self.attempt)
-
-    def _parts(self) -> Parts:
-        """What this task uses of its app's jobbers (``install(app)``), built once."""
-        jobbers = Jobbers.of(self.app)
-        parts: Parts | None = self.__dict__.get("_jobbers_parts")
-        if parts is None or parts.jobbers is not jobbers:
-            parts = self.__dict__["_jobbers_parts"] = Parts(jobbers)
-        return parts
-
-    def _tracked(self) -> bool:
-        req = self.request
-        return not (req.called_directly or req.is_eager) and bool(req.id)
+    Its options (``max_retries``, ``retry_delay``, ``timeout``, ...) are declared on
+    :class:`~jobbers_celery.worker.taskbase.TaskBase`, and read once per subclass."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.request.called_directly:
@@ -240,7 +104,13 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             try:
                 with softlimit.allowed():
                     result = self.run(*args, **kwargs)
-            except (Ignore, Retry):
+            except Retry as exc:
+                if not getattr(self.request, _DONE, False):
+                    self._unsent_retry(exc)  # raised by the body, not by self.retry()
+                raise
+            except Ignore:
+                if not getattr(self.request, _DONE, False):
+                    self._ignored()  # raised by the body, not by jobbers nor replace()
                 raise
             except Reject as exc:
                 self._on_reject(exc)
@@ -265,7 +135,8 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                         f"ran longer than timeout={self.jobbers_options.timeout:g}s")
                 expected = (*self.jobbers_options.expected_exceptions, TaskTimeout)
                 if isinstance(exc, expected) and isinstance(exc, Exception):
-                    raise self.retry(exc=exc) from exc
+                    raise self._retry(None, None, exc, True, None, None, None, {},
+                                      own=True) from exc
                 if self._fail(exc, reason="unexpected exception"):
                     raise Revoked("cancellation requested") from exc
                 raise
@@ -273,19 +144,6 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             return result
 
     # ------------------------------------------------------------------ steps
-    def _worker(self) -> str | None:
-        return self.request.hostname or None
-
-    def _run(self) -> Run:
-        """The running attempt (set by :meth:`_start`)."""
-        run: Run = getattr(self.request, _RUN)
-        return run
-
-    def _delivery(self) -> Delivery:
-        req = self.request
-        return Delivery(self.name, _id(req), int(req.retries or 0), self._worker(), req,
-                        functools.partial(self.signature_from_request, req))
-
     def _start(self) -> None:
         parts = self._parts()
         req = self.request
@@ -295,7 +153,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         except UNREACHABLE:
             parts.handover.give_back(delivery)
         STORE_OUTAGE.over()
-        if _ends_cancelled(res):
+        if ends_cancelled(res):
             log.info("not running %s[%s]: it was cancelled", self.name, req.id)
             raise Revoked("cancelled before it ran")
         if not res.applied:
@@ -303,49 +161,95 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                         self.name, req.id, res.previous)
             raise Ignore()
         if res.state is S.SCHEDULED:
-            log.info("deferring %s[%s]: max_concurrent=%s reached", self.name, req.id,
-                     self.jobbers_options.max_concurrent)
+            log.info("deferring %s[%s]: max_concurrent%s or rate_limit_by (its history says "
+                     "which, and until when)", self.name, req.id,
+                     " per key (parked)" if self.jobbers_options.concurrency_key else "")
             raise Ignore()
-        setattr(req, _ATTEMPT, res.attempt)
+        setattr(req, ATTEMPT, res.attempt)
         ckpt = res.values.get("ckpt")
         setattr(req, _CHECKPOINT, payload.loads(ckpt) if ckpt else None)
-        setattr(req, _RUN, parts.recorder.running(
-            res, _id(req), self.name, self._worker(), liveness.worker_id(),
+        setattr(req, RUN, parts.recorder.running(
+            res, request_id(req), self.name, self._worker(), liveness.worker_id(),
             published_ms=metrics.ms_value(
                 payload.request_header(req, payload.HEADER_PUBLISHED_AT)),
             enqueued_ms=metrics.ms_value(
                 payload.request_header(req, payload.HEADER_ENQUEUED_AT))))
 
-    def _ending(self) -> Ending:
-        """The outage policy of the steps that end this attempt, run around the recorder's
-        call (the recorder only calls down, to the store): held through a store outage, and
-        the start recorded again if the store lost it."""
-        req = self.request
-        ending: Ending | None = getattr(req, _ENDING, None)
-        if ending is None:
-            starter, delivery, opts = self._parts().starter, self._delivery(), self.jobbers_options
-            ending = Ending(self.name, delivery.task_id, self.attempt,
-                            lambda: starter.step(delivery, opts))
-            setattr(req, _ENDING, ending)
-        return ending
-
     def _complete(self, retval: Any) -> None:
-        """Record ``completed``; with Celery's result write in the same script when it can.
+        """Record ``completed``: with Celery's result write in the same script when it can
+        (folded), else after Celery's tracer has stored the result.
 
-        A completion refused because another attempt or outcome owns the record stores no
-        result either (on both paths): the result must not contradict the record. Either
-        way the tracer is told not to store it again.
+        Folded: one atomic step, and a completion refused because another attempt or
+        outcome owns the record writes no result either (the tracer is told not to store
+        it). A result the backend cannot encode is recorded ``failed`` with the encode
+        error, which the tracer then stores as FAILURE, as Celery does.
+
+        Not folded (results on another server, another backend, a chord, callbacks or a
+        chain): the completion is recorded after Celery's write (:meth:`_result_stored`,
+        from ``task_success``; :meth:`_result_not_stored` from ``task_failure`` when the
+        write failed), so the record follows what Celery stored. A process killed between
+        the two leaves the record ``started`` beside a stored SUCCESS, which the worker's
+        main process records ``completed`` (:mod:`~jobbers_celery.worker.request`); a
+        completion refused then (the attempt was declared stalled meanwhile) leaves the
+        SUCCESS stored. With no result to store (``ignore_result``, no backend) it is
+        recorded at once.
         """
         req = self.request
         setattr(req, _DONE, True)
         parts = self._parts()
-        write = parts.fold_result(self, retval)
+        try:
+            write = parts.fold_result(self, retval)
+        except EncodeError as exc:
+            if self._result_not_stored(exc):
+                raise Revoked("cancellation requested") from exc
+            raise
+        if write is None and results.stored_by_celery(self):
+            setattr(req, _STORING, True)  # recorded once the tracer has stored it
+            return
+        self._record_completion(write)
+
+    def _result_stored(self) -> None:
+        """Celery stored this attempt's result (``task_success``, in the process that ran
+        it): record the completion that :meth:`_complete` left to it."""
+        req = self.request
+        if not getattr(req, _STORING, False):
+            return
+        setattr(req, _STORING, False)
+        with softlimit.shielded():
+            self._record_completion(None, stored=True)
+
+    def _result_not_stored(self, exc: BaseException) -> bool:
+        """The attempt returned, but its result could not be stored (the backend could not
+        encode it, or refused it): Celery stores FAILURE with ``exc``, and the record says
+        ``failed`` with it (from ``task_failure`` in the process that ran it, or from
+        :meth:`_complete` for a write folded into the completion). Returns whether a
+        pending cancellation ended it ``cancelled`` instead."""
+        setattr(self.request, _STORING, False)
+        self._redact(exc)
+        with softlimit.shielded():
+            return self._fail(exc, reason="its result could not be stored")
+
+    def _storing_result(self) -> bool:
+        """Whether this attempt's completion waits for Celery's result write."""
+        return bool(getattr(self.request, _STORING, False))
+
+    def _record_completion(self, write: ResultWrite | None, stored: bool = False) -> None:
+        """The ``completed`` step (``write``: Celery's result folded into it; ``stored``:
+        Celery's tracer has stored the result already)."""
+        req = self.request
+        parts = self._parts()
         run, recorder, fields = self._run(), parts.recorder, self._pending_checkpoint()
         res = self._ending()(lambda: recorder.complete(run, fields=fields,
-                                                       drop=_DROP_ON_COMPLETION, write=write))
+                                                       drop=DROP_ON_COMPLETION, write=write))
         if not res.applied:
             log.warning("late completion of %s[%s] attempt %s rejected: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
+            if stored:
+                if res.previous not in ("missing", S.COMPLETED.value):
+                    # another attempt or outcome owns the record: take back the result
+                    # just stored, as the folded write would not have written it
+                    results.forget(self, request_id(req))
+                return
         if write is not None and res.applied and not res.result_written:
             results.not_folded(self)  # the result db could not be selected: Celery writes it
         elif (write is not None and res.applied) or (not res.applied
@@ -362,21 +266,79 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         if not res.applied:
             log.warning("late cancelled of %s[%s] attempt %s rejected: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
-        return _ends_cancelled(res)
+        return ends_cancelled(res)
 
-    def _fail(self, exc: BaseException, reason: str) -> bool:
-        """Record ``failed`` (``cancelled`` if cancellation was pending); returns whether it
-        ended cancelled."""
+    def _ignored(self) -> None:
+        """The body raised Celery's ``Ignore`` (often after ``update_state``): the attempt
+        ended by itself without a result, which Celery does not store: ``completed``, with
+        the reason (nothing runs it again; the result backend keeps what the task wrote)."""
         req = self.request
         setattr(req, _DONE, True)
         run, recorder, fields = self._run(), self._parts().recorder, self._pending_checkpoint()
-        dead_letter = self.jobbers_options.dead_letter_policy is DeadLetterPolicy.SAVE
-        res = self._ending()(lambda: recorder.fail(run, exc, reason=reason, fields=fields,
-                                                   dead_letter=dead_letter))
+        res = self._ending()(lambda: recorder.complete(run, fields=fields,
+                                                       drop=DROP_ON_COMPLETION, write=None,
+                                                       reason=IGNORED))
         if not res.applied:
-            log.warning("failure of %s[%s] attempt %s not recorded: the task is %s",
+            log.warning("end of %s[%s] attempt %s by Ignore not recorded: the task is %s",
                         self.name, req.id, self.attempt, res.previous)
-        return res.applied and res.state is S.CANCELLED
+
+    def _unsent_retry(self, exc: Retry) -> None:
+        """The body raised ``Retry`` itself, without ``self.retry()``: no new message was
+        sent, so Celery marks the result RETRY and nothing runs the task again: ``failed``
+        (dead-lettered per its policy, so that it can be resubmitted), with the reason."""
+        cause = exc.exc if isinstance(exc.exc, BaseException) else exc
+        self._redact(cause)
+        if self._fail(cause, reason=UNSENT_RETRY):
+            raise Revoked("cancellation requested") from exc
+
+    # ------------------------------------------------------------------ replace
+    def on_replace(self, sig: Any) -> Any:
+        """Celery's ``replace()`` ends here with ``sig`` frozen with this task's id.
+
+        In a worker the attempt ends in the record before ``sig`` is published: the task
+        taking the id (the carrier) is tracked (a JobbersTask, or unknown here): ``started
+        -> unsubmitted`` ("replaced by <name>"), and the carrier's publish records
+        ``unsubmitted -> submitted`` under its own name and queue (at once for a task or
+        a chain it starts, when the chain reaches it otherwise). It is not (a plain task,
+        ``celery.accumulate`` for a group): ``completed`` once ``sig`` is published, its
+        outcome is Celery's. Eager or called directly: Celery's own.
+        """
+        if not self._tracked():
+            return super().on_replace(sig)
+        with softlimit.shielded():  # record and publish without interruption
+            self._replace(sig)
+
+    def _replace(self, sig: Any) -> NoReturn:
+        req = self.request
+        setattr(req, _DONE, True)
+        carrier = _carrier(sig, request_id(req))
+        shown = cut_head(carrier or "the replacement", 200)
+        parts = self._parts()
+        run, recorder, ending = self._run(), parts.recorder, self._ending()
+        known = self.app.tasks.get(carrier) if carrier else None
+        if known is None or isinstance(known, JobbersTask):
+            res = ending(lambda: recorder.replaced(run, reason=f"replaced by {shown}"))
+            if res.applied and res.state is S.UNSUBMITTED:
+                sig.delay()  # the carrier's publish (or the chain's first) records it
+                parts.publisher.confirm([request_id(req)])
+            elif res.applied and res.state is S.CANCELLED:
+                log.info("%s[%s] was cancelled: not replaced", self.name, req.id)
+                raise Revoked("cancellation requested")
+            else:
+                log.warning("replace of %s[%s] attempt %s not recorded: the task is %s; "
+                            "its replacement is not published", self.name, req.id,
+                            self.attempt, res.previous)
+        else:
+            sig.delay()
+            fields = self._pending_checkpoint()
+            reason = f"replaced by {shown} (not tracked: Celery's result tells its outcome)"
+            done = ending(lambda: recorder.complete(run, fields=fields,
+                                                    drop=DROP_ON_COMPLETION, write=None,
+                                                    reason=reason))
+            if not done.applied:
+                log.warning("replace of %s[%s] attempt %s not recorded: the task is %s",
+                            self.name, req.id, self.attempt, done.previous)
+        raise Ignore("Replaced by new task")
 
     def _hand_back(self) -> NoReturn:
         """A ``stop``/``resubmit`` task delivered to a worker that is shutting down (threads,
@@ -421,7 +383,7 @@ class JobbersTask(Task):  # type: ignore[type-arg]
                 # same id, same retry count: records unsubmitted -> submitted on publish
                 parts.publisher.republish_signature(self.signature_from_request(req),
                                                     leased=req.id)
-        if _ends_cancelled(res):
+        if ends_cancelled(res):
             # a revoke with terminate (its cancellation was recorded before the signal),
             # or cancel(terminate=True): cancelled whatever on_shutdown says, no dead letter
             raise Revoked("cancellation honoured: interrupted by its worker")
@@ -431,7 +393,13 @@ class JobbersTask(Task):  # type: ignore[type-arg]
         raise Ignore()
 
     def _on_reject(self, exc: Reject) -> None:
-        if getattr(exc, "requeue", False):
+        if getattr(exc, "requeue", False) and not self.acks_late:
+            # The message was acknowledged when the task started: Celery has nothing to hand
+            # back and nothing runs the task again (its result stays PENDING). The attempt
+            # ended; left unsubmitted, the record would wait for a run that never comes.
+            self._fail(exc, reason="rejected with requeue, but its message was acknowledged "
+                                   "when it started (no acks_late): nothing runs it again")
+        elif getattr(exc, "requeue", False):
             # The broker hands the message back; its next start records a new submission.
             setattr(self.request, _DONE, True)
             self._parts().recorder.requeue(self._run(), reason="rejected with requeue")
@@ -440,141 +408,25 @@ class JobbersTask(Task):  # type: ignore[type-arg]
             cause = why if isinstance(why, BaseException) else RuntimeError(f"rejected: {why!r}")
             self._fail(cause, reason="rejected")
 
-    def _redact(self, exc: BaseException) -> None:
-        """Take the secrets out of the message of ``exc`` before Celery logs it and sends it
-        in task events, and jobbers records it (see :mod:`jobbers_celery.worker.taskrepr`)."""
-        req = self.request
-        try:
-            redact = self._parts().redactor
-        except Exception:  # noqa: BLE001 - not installed: nothing to redact by
-            return
-        taskrepr.redact_exception(exc, self, req.args, req.kwargs, redact)
-
-    # ------------------------------------------------------------------ publish
-    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
-                    producer: Any = None, link: Any = None, link_error: Any = None,
-                    shadow: str | None = None, **options: Any) -> Any:
-        """Celery's ``apply_async``, except that a ``countdown`` or ``eta`` in the future
-        waits in the store, not in an ETA message at the broker (which a Redis broker
-        delivers again once its visibility timeout passes): the task is recorded
-        ``scheduled`` (``run_at`` set, listed by ``scheduled()``) and a worker's scheduler
-        publishes it when due, as it does a delayed retry. ``expires`` still counts from
-        this call. If the store cannot take it, it goes out as Celery's ETA message."""
-        delay = seconds_until(options.get("countdown"), options.get("eta"))
-        # a delivery put back (publishing unrecorded) goes out as Celery's ETA message
-        if delay > 0 and not publishing_unrecorded() and Jobbers.find(self.app) is not None \
-                and not self.app.conf.task_always_eager:
-            later = self._parts().delays.publish_later(
-                self, self.jobbers_options, args, kwargs, task_id, link, link_error, shadow,
-                options, delay)
-            if later is not None:
-                return later
-        if self.app.conf.task_send_sent_event and "argsrepr" not in options \
-                and "kwargsrepr" not in options:
-            self._redacted_reprs(args, kwargs, options)
-        return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow,
-                                   **options)
-
-    def _redacted_reprs(self, args: Any, kwargs: Any, options: dict[str, Any]) -> None:
-        """The ``task-sent`` event is built before ``before_task_publish`` (where every
-        publish gets its redacted reprs): give it redacted ones too."""
-        try:
-            reprs = taskrepr.sent_reprs(self.app, self, args, kwargs,
-                                        self._parts().redactor)
-        except Exception:  # not installed, odd arguments: Celery's own reprs
-            log.debug("no redacted reprs for the task-sent event of %s", self.name,
-                      exc_info=True)
-            return
-        if reprs is not None:
-            options["argsrepr"], options["kwargsrepr"] = reprs
-
-    # ------------------------------------------------------------------ retries
-    def retry(
-        self,
-        args: Any = None,
-        kwargs: Any = None,
-        exc: Exception | None = None,
-        throw: bool = True,
-        eta: datetime | None = None,
-        countdown: float | None = None,
-        max_retries: int | None = None,
-        **options: Any,
-    ) -> Retry:
-        """Retry with jobbers' backoff; a delay waits in Redis, never in an ETA message.
-
-        ``countdown``/``eta`` override the task's backoff for this retry.
-        """
-        if not self._tracked():
-            return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries,
-                                 **options)
-        with softlimit.shielded():  # record and publish the retry without interruption
-            return self._retry(args, kwargs, exc, throw, eta, countdown, max_retries, options)
-
-    def _retry(
-        self, args: Any, kwargs: Any, exc: Exception | None, throw: bool,
-        eta: datetime | None, countdown: float | None, max_retries: int | None,
-        options: dict[str, Any],
-    ) -> Retry:
-        req = self.request
-        limit = self.max_retries if max_retries is None else max_retries
-        n = int(req.retries or 0) + 1
-        if exc is not None:
-            self._redact(exc)
-        if limit is not None and n > limit:
-            # the arguments as Celery shows them in messages and logs (argsrepr): bounded,
-            # or a big payload would be copied into the record, the dead letter and the result
-            error = exc or MaxRetriesExceededError(
-                f"Can't retry {self.name}[{req.id}] args:{saferepr(req.args, _REPR_MAX)} "
-                f"kwargs:{saferepr(req.kwargs, _REPR_MAX)}"
-            )
-            self._redact(error)
-            if self._fail(error, reason="retries exhausted"):
-                raise Revoked("cancellation requested") from error
-            raise error
-        delay = retry_delay(self.jobbers_options, n, eta, countdown)
-        sig = self.signature_from_request(req, args, kwargs, retries=n, **options)
-        headers = dict(sig.options.get("headers") or {})
-        tracing.stamp(headers)  # this attempt's span, if any: the retry continues its trace
-        if headers:
-            sig.options["headers"] = headers
-        fields = {**self._pending_checkpoint(),
-                  **(error_fields(exc) if exc is not None else {}), "retries": str(n)}
-        setattr(req, _DONE, True)
-        parts = self._parts()
-        reason = f"retry {n}" + (f" of {limit}" if limit is not None else "")
-        version = self.jobbers_options.version
-        when: datetime | None = None
-        if delay > 0:  # waits in the store, not in an ETA message
-            res, when = parts.delays.retry_later(self._run(), sig, fields, reason=reason,
-                                                 delay=delay, version=version,
-                                                 ending=self._ending())
-        else:
-            try:
-                data = payload.from_signature_options(sig.args, sig.kwargs, dict(sig.options))
-                fields["msg"] = parts.recorder.encode(data)
-            except TypeError:
-                pass  # not JSON: the record keeps the payload it had
-            # the publish lease: should this process die before publishing, a scheduler
-            # publishes the recorded payload once the lease expires
-            run, recorder = self._run(), parts.recorder
-            res = self._ending()(lambda: recorder.retry_now(run, reason=reason, fields=fields,
-                                                            version=version))
-            if res.applied and res.state is S.UNSUBMITTED:
-                # records unsubmitted -> submitted on publish
-                parts.publisher.republish_signature(sig, leased=req.id)
-        if not res.applied:
-            log.warning("retry of %s[%s] attempt %s not recorded: the task is %s",
-                        self.name, req.id, self.attempt, res.previous)
-        elif res.state is S.CANCELLED:
-            log.info("%s[%s] was cancelled: not retried", self.name, req.id)
-            raise Revoked("cancellation requested")
-        retry = Retry(exc=exc, when=when)
-        if throw:
-            raise retry
-        return retry
 
 
-def _id(req: Any) -> str:
-    """The id of a tracked task's request (always set: see ``_tracked``)."""
-    task_id: str = req.id
-    return task_id
+def _carrier(sig: Any, task_id: str) -> str | None:
+    """The name of the task in canvas ``sig`` that carries ``task_id`` (``replace()``
+    froze ``sig`` with it: a task itself, a chain's last task, a chord's body), or
+    ``None`` if none does (bounded walk)."""
+    todo, seen = [sig], 0
+    while todo and seen < _CANVAS_WALK_MAX:
+        node = todo.pop()
+        seen += 1
+        if isinstance(node, (list, tuple)):
+            todo.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        inner = node.get("kwargs") if node.get("subtask_type") else None
+        if isinstance(inner, dict):
+            todo.extend(inner[k] for k in ("tasks", "header", "body") if k in inner)
+        elif (node.get("options") or {}).get("task_id") == task_id:
+            name = node.get("task")
+            return str(name) if name else None
+    return None

@@ -86,17 +86,28 @@ def redact_headers(app: Celery, task: Task[Any, Any] | None, headers: dict[str, 
     if not isinstance(body, list | tuple) or len(body) < 2:
         return
     args, kwargs = body[0], body[1]
-    if not isinstance(args, Sequence) or isinstance(args, str) or not isinstance(kwargs, Mapping):
+    if not ((type(args) is tuple or type(args) is list) and type(kwargs) is dict) and (
+            not isinstance(args, Sequence) or isinstance(args, str)
+            or not isinstance(kwargs, Mapping)):
         return
+    params = task_parameters(task)
     amqp = app.amqp
-    shown_args, shown_kwargs = redact.arguments(
-        args, kwargs, task_parameters(task),
-        limit=2 * max(amqp.argsrepr_maxsize, amqp.kwargsrepr_maxsize))
+    limit = 2 * max(amqp.argsrepr_maxsize, amqp.kwargsrepr_maxsize)
+    if redact.shown_unchanged(args, kwargs, params, limit):
+        # nothing in what the reprs show can be secret (a bulk fan-out's usual arguments:
+        # numbers, names, no walk, no repr made again); a repr the caller passed, or a
+        # pattern Celery's repr forms across values, may still say something
+        for header in ("argsrepr", "kwargsrepr"):
+            given = headers.get(header)
+            if isinstance(given, str):
+                headers[header] = redact.text(given)
+        return
+    shown_args, shown_kwargs = redact.arguments(args, kwargs, params, limit=limit)
     for header, real, shown, size in (("argsrepr", args, shown_args, amqp.argsrepr_maxsize),
                                       ("kwargsrepr", kwargs, shown_kwargs,
                                        amqp.kwargsrepr_maxsize)):
         given = headers.get(header)
-        if shown == (list(real) if header == "argsrepr" else dict(real)):
+        if _same(shown, real):
             # nothing secret in the values (the usual case: no repr made twice); a repr of
             # the caller's own may still say something
             if isinstance(given, str):
@@ -107,6 +118,20 @@ def redact_headers(app: Celery, task: Task[Any, Any] | None, headers: dict[str, 
             headers[header] = redact.text(given)  # the caller's own repr
         else:
             headers[header] = saferepr(shown, size, maxlevels=levels)
+
+
+def _same(shown: Any, real: Any) -> bool:
+    """Whether the redaction walk showed ``real`` whole and unchanged: equal, a tuple shown
+    as a list (JSON's form) counted equal; anything replaced, cut or converted otherwise
+    (a set, an object shown as text, a key redacted) is not. Then Celery's own repr of it
+    hides nothing, and is not made again (a ``chunks`` message's pairs: no second repr)."""
+    if isinstance(real, list | tuple):
+        return (type(shown) is list and len(shown) == len(real)
+                and all(_same(s, r) for s, r in zip(shown, real, strict=True)))
+    if isinstance(real, Mapping):
+        return (type(shown) is dict and len(shown) == len(real)
+                and all(k in shown and _same(shown[k], v) for k, v in real.items()))
+    return bool(shown == real) if type(shown) is type(real) else False
 
 
 def sent_reprs(app: Celery, task: Task[Any, Any], args: Any, kwargs: Any,

@@ -10,17 +10,18 @@ the groups of the page and the last 24 hours (:func:`hourly_failures`, index
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeGuard
+from typing import Any
 
 from django.db.models import Count
 from django.db.models.functions import TruncHour
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from jobbers_celery import CountSample, TaskState
+from jobbers_celery import CountSample, ProgressShown, TaskState, progress_shown
 from jobbers_django.models import DeadLetterFailure
+from jobbers_django.redaction import redact
 
 __all__ = ["HOURS", "PANELS", "STATE_COLOURS", "hourly_failures", "progress", "progress_bar",
            "sparkline", "state_chart", "state_charts"]
@@ -139,43 +140,25 @@ def state_chart(samples: Sequence[CountSample], now: datetime,
         width, height, minutes, axes, lines, legend)
 
 
-def progress(value: Any) -> tuple[float, str] | None:
-    """A reported progress as (fraction 0..1, label), or ``None`` when it is no fraction:
-    a number 0..1 (a fraction), a number up to 100 (a percentage), ``{"done", "total"}``,
-    ``{"percent"}`` or ``{"fraction"}``."""
-    if isinstance(value, Mapping):
-        done, total = value.get("done"), value.get("total")
-        if _number(done) and _number(total) and total > 0:
-            return _clamp(done / total), f"{done:g} / {total:g}"
-        if _number(value.get("percent")):
-            return progress(float(value["percent"]) / 100)
-        if _number(value.get("fraction")):
-            return progress(float(value["fraction"]))
-        return None
-    if not _number(value):
-        return None
-    if 0 <= value <= 1:
-        return _clamp(value), f"{100 * value:.0f}%"
-    if 1 < value <= 100:
-        return _clamp(value / 100), f"{value:.0f}%"
-    return None
+def progress(value: Any) -> ProgressShown | None:
+    """A reported progress as shown (:func:`jobbers_celery.progress_shown`: a bar for any
+    ``{x, of|total}``, ``percent`` or ``fraction``; a bare number is a counter; anything else
+    readable text), or ``None`` when there is none. Secret-looking keys redacted first, as
+    everywhere a page shows a stored value."""
+    return progress_shown(redact(value))
 
 
 def progress_bar(value: Any) -> SafeString | None:
-    """A ``<progress>``-like bar with its label, or ``None`` (show the raw value)."""
+    """A bar with its label, or the label alone (no part of a whole to draw), or ``None``
+    (no progress reported). The label never wraps inside a word (admin.css)."""
     found = progress(value)
     if found is None:
         return None
-    fraction, label = found
-    return format_html('<span class="jobbers-progress" role="progressbar" aria-valuemin="0" '
-                       'aria-valuemax="100" aria-valuenow="{}" title="{}"><span style="width:'
-                       '{}%"></span></span> <span class="jobbers-progress-label">{}</span>',
-                       f"{100 * fraction:.0f}", label, f"{100 * fraction:.1f}", label)
-
-
-def _number(value: Any) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _clamp(value: float) -> float:
-    return min(1.0, max(0.0, float(value)))
+    if found.fraction is None:
+        return format_html('<span class="jobbers-progress-label">{}</span>', found.label)
+    return format_html('<span class="jobbers-progress-cell"><span class="jobbers-progress" '
+                       'role="progressbar" aria-label="progress" aria-valuemin="0" '
+                       'aria-valuemax="100" aria-valuenow="{}" aria-valuetext="{}"><span '
+                       'style="width:{}%"></span></span> <span class="jobbers-progress-label">'
+                       '{}</span></span>', found.percent, found.label,
+                       f"{100 * found.fraction:.1f}", found.label)

@@ -1,4 +1,4 @@
-"""How values look on the admin pages: redacted JSON, durations, local times."""
+"""How values look on the admin pages: redacted JSON, durations, times (the one format)."""
 
 from __future__ import annotations
 
@@ -6,19 +6,21 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from jobbers_celery import human_time
 from jobbers_django.redaction import display, redact
 
 __all__ = ["breakable", "compact_json", "duration", "json_block", "local_time", "since"]
 
 
 def breakable(name: str) -> str:
-    """A dotted name that may wrap after its dots (``shop.<wbr>import_catalog``), never
-    inside a word."""
-    return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in name.split(".")))
+    """A dotted name that may wrap after its dots and underscores
+    (``shop.<wbr>import_<wbr>catalog``) in a narrow column, never inside a word."""
+    return format_html_join(mark_safe(".<wbr>"), "{}", (
+        (format_html_join(mark_safe("_<wbr>"), "{}", ((p,) for p in part.split("_"))),)
+        for part in name.split(".")))
 
 
 def json_block(value: Any, *, redacted: bool = False, cut: bool | None = None) -> str:
@@ -54,9 +56,9 @@ def duration(delta: timedelta | None) -> str:
 
 
 def local_time(value: datetime | None) -> str:
-    """A local time in the site's ``DATETIME_FORMAT`` (the one Django's settings and
-    locale decide, as the admin's own date fields use: one format per page)."""
-    return formats.date_format(timezone.localtime(value), "DATETIME_FORMAT") if value else "-"
+    """A time in the one format of every page, CLI and log: ``2026-11-27 21:33:05 UTC``
+    (:func:`jobbers_celery.human_time`), its clock and zone kept on one line."""
+    return human_time(value).replace(" UTC", "\u00a0UTC")
 
 
 def since(now: datetime, then: datetime | None) -> timedelta | None:

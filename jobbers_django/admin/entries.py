@@ -35,8 +35,14 @@ from jobbers_django.admin.filters import (
     TaskNameFilter,
     VersionFilter,
 )
+from jobbers_django.admin.history import HistoryAdminMixin
 from jobbers_django.admin.lifecycle import lifecycle
 from jobbers_django.admin.live import LivePagesAdmin
+from jobbers_django.admin.periodic import PeriodicPagesAdmin
+from jobbers_django.admin.ratelimits import RateLimitsPagesAdmin
+from jobbers_django.admin.search import SearchPagesAdmin
+from jobbers_django.admin.workers import WorkersPagesAdmin
+from jobbers_django.admin.workflows import in_workflow
 from jobbers_django.models import (
     Action,
     DeadLetterEntry,
@@ -53,7 +59,9 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]
 
 
 @admin.register(DeadLetterEntry)
-class DeadLetterEntryAdmin(SetAsideAdminMixin, LivePagesAdmin):
+class DeadLetterEntryAdmin(SetAsideAdminMixin, SearchPagesAdmin, HistoryAdminMixin, PeriodicPagesAdmin,
+                           WorkersPagesAdmin, RateLimitsPagesAdmin,
+                           LivePagesAdmin):
     # fits a 1366 px window beside the filters: the id is cut (the full one in its
     # tooltip and on the entry's page), the version goes with the name, long text wraps
     list_display = ("short_id", "task", "queue", "reason", "exception", "n_failures",
@@ -180,9 +188,14 @@ class DeadLetterEntryAdmin(SetAsideAdminMixin, LivePagesAdmin):
                            add: bool = False, change: bool = False, form_url: str = "",
                            obj: DeadLetterEntry | None = None) -> HttpResponse:
         if obj is not None:
+            shown_lifecycle = lifecycle(obj.task_id)
+            record = shown_lifecycle.get("record")
             context.update(
                 failures=_redacted(obj, bridge.failure_history(obj.task_id)),
-                lifecycle=lifecycle(obj.task_id),
+                lifecycle=shown_lifecycle,
+                # a canvas member's entry links its workflow (a chord it holds is repaired
+                # there)
+                workflow_id=in_workflow(record) if record is not None else None,
                 can_resubmit=obj.status == Status.DEAD and self.has_resubmit_permission(request),
                 changelist_url=reverse("admin:jobbers_deadletterentry_changelist"),
                 action_checkbox_name=ACTION_CHECKBOX_NAME,

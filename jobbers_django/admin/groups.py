@@ -23,6 +23,7 @@ from jobbers_django.admin import actions, charts
 from jobbers_django.admin.base import ReadOnlyAdmin
 from jobbers_django.admin.display import breakable, compact_json, local_time
 from jobbers_django.admin.filters import ExceptionTypeFilter, TaskNameFilter
+from jobbers_django.dlq import runs
 from jobbers_django.models import Action, DeadLetterAudit, DeadLetterEntry, FailureGroup, Status
 from jobbers_django.redaction import text
 
@@ -49,9 +50,11 @@ class FailureGroupAdmin(ReadOnlyAdmin):
         rows = list(cl.result_list)
         hourly = charts.hourly_failures((g.fingerprint for g in rows), timezone.now())
         can_act = permissions.allowed(request.user, permissions.RESUBMIT)
+        started = runs.runs_per_group(g.fingerprint for g in rows)
         for group in rows:
             group.jobbers_hourly = hourly.get(group.fingerprint, [0] * charts.HOURS)
             group.jobbers_can_act = can_act
+            group.jobbers_runs = started.get(group.fingerprint, 0)
         return cl
 
     @admin.display(description="last 24 h")
@@ -141,8 +144,16 @@ class FailureGroupAdmin(ReadOnlyAdmin):
     @admin.display(description="dead now", ordering="dead")
     def dead_now(self, obj: FailureGroup) -> str:
         url = reverse("admin:jobbers_deadletterentry_changelist")
-        return format_html("<a href=\"{}?{}\">{}</a>", url, urlencode(
+        dead = format_html("<a href=\"{}?{}\">{}</a>", url, urlencode(
             {"fingerprint": obj.fingerprint, "status": Status.DEAD}), obj.dead)
+        started = getattr(obj, "jobbers_runs", 0)
+        if not started:
+            return dead
+        return format_html(  # the paced resubmits started for this group
+            '{}<br><a class="jobbers-group-runs" href="{}?{}">{} paced resubmit{}</a>', dead,
+            reverse("admin:jobbers_resubmitrun_changelist"),
+            urlencode({"fingerprint": obj.fingerprint}), started,
+            "" if started == 1 else "s")
 
 
 @admin.register(DeadLetterAudit)

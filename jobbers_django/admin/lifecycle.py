@@ -32,6 +32,7 @@ def lifecycle(task_id: str) -> dict[str, Any]:
     return {"record": record, "transitions": steps,
             "progress": compact_json(record.progress) if record else "",
             "progress_bar": charts.progress_bar(record.progress) if record else None,
+            "unique": detail.unique,
             "cancellable": record is not None and record.state in (
                 TaskState.SUBMITTED, TaskState.SCHEDULED, TaskState.STARTED)}
 

@@ -14,9 +14,15 @@ from django.urls import URLPattern, path, reverse
 from jobbers_celery import TaskState, printable
 from jobbers_django import bridge, permissions
 from jobbers_django.admin import charts
-from jobbers_django.admin.base import STORE_ERRORS, ReadOnlyAdmin
+from jobbers_django.admin.base import STORE_ERRORS
 from jobbers_django.admin.display import compact_json, duration, since
 from jobbers_django.admin.lifecycle import lifecycle
+from jobbers_django.admin.workflows import (
+    UNKNOWN_TASK,
+    WorkflowPagesAdmin,
+    in_workflow,
+    malformed,
+)
 from jobbers_django.converters import ADMIN_TASK_ID
 from jobbers_django.models import DeadLetterEntry, Source
 from jobbers_django.redaction import shown
@@ -29,8 +35,9 @@ HISTORY_MINUTES = 60
 REFRESH_SECONDS = 5
 
 
-class LivePagesAdmin(ReadOnlyAdmin):
-    """A model admin that also serves the live pages (the entries admin is one)."""
+class LivePagesAdmin(WorkflowPagesAdmin):
+    """A model admin that also serves the live pages and the workflow pages (the entries
+    admin is one)."""
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
@@ -41,6 +48,7 @@ class LivePagesAdmin(ReadOnlyAdmin):
                  name="jobbers_task"),
             path(f"live/cancel/<{ADMIN_TASK_ID}:task_id>/", wrap(self.cancel_view),
                  name="jobbers_cancel"),
+            *self.workflow_urls(),
             *super().get_urls(),
         ]
 
@@ -52,6 +60,8 @@ class LivePagesAdmin(ReadOnlyAdmin):
                                                                     permissions.CANCEL))
         try:
             overview = bridge.live_overview()
+            # what the rate limits hold back now, per task name (docs/howto/rate-limits.md)
+            rate_held = [i for i in bridge.get_jobbers().rate_limits() if i.held]
         except STORE_ERRORS as exc:
             context["error"] = f"Redis is unreachable: {exc}"
             return TemplateResponse(request, "jobbers/admin/live.html", context)
@@ -68,19 +78,32 @@ class LivePagesAdmin(ReadOnlyAdmin):
                       "heartbeat_ago": duration(since(now, r.heartbeat_at))}
                      for r in map(shown, overview.running)],
             stalled=[{"record": shown(r), "entry_pk": entries.get(r.task_id)} for r in overview.stalled],
-            scheduled=[{"record": shown(r), "due_in": duration(since(r.run_at, now))
-                        if r.run_at and r.run_at > now else "due"} for r in overview.scheduled],
-            cleaner=overview.cleaner, now=now,
+            # a task held by a paused task name has no run_at: it waits for the resume
+            scheduled=[{"record": shown(r), "due_in": "paused: held until resumed"
+                        if r.run_at is None else duration(since(r.run_at, now))
+                        if r.run_at > now else "due"} for r in overview.scheduled],
+            cleaner=overview.cleaner, now=now, rate_held=rate_held, fair=overview.fair,
         )
         return TemplateResponse(request, "jobbers/admin/live.html", context)
 
     def task_view(self, request: HttpRequest, task_id: str) -> HttpResponse:
+        """The task's page; a 400 for an id no task can have (too long, not UTF-8) and a
+        404 for one jobbers knows nothing of, each saying so, as the REST API answers."""
         if not self.has_view_permission(request):
             raise PermissionDenied
+        refused = malformed(task_id)
+        if refused:
+            return self.no_task_page(request, task_id, 400, refused)
         entry = DeadLetterEntry.objects.filter(task_id=task_id).first()
+        shown_lifecycle = lifecycle(task_id)
+        record = shown_lifecycle.get("record")
+        if (entry is None and record is None and not shown_lifecycle.get("transitions")
+                and not shown_lifecycle.get("error")):
+            return self.no_task_page(request, task_id, 404, UNKNOWN_TASK)
         context = self.admin_context(
-            request, f"Task {printable(task_id)}", task_id=task_id, lifecycle=lifecycle(task_id),
-            entry=entry, can_cancel=permissions.allowed(request.user, permissions.CANCEL))
+            request, f"Task {printable(task_id)}", task_id=task_id, lifecycle=shown_lifecycle,
+            entry=entry, can_cancel=permissions.allowed(request.user, permissions.CANCEL),
+            workflow_id=in_workflow(record) if record is not None else None)
         return TemplateResponse(request, "jobbers/admin/task.html", context)
 
     def cancel_view(self, request: HttpRequest, task_id: str) -> HttpResponse:

@@ -1,6 +1,8 @@
-"""Paced resubmits: a list, and a page per run with its progress (published, completed,
-failed again, remaining) refreshing itself while the run moves, and the pause, resume and
-cancel buttons (resubmit permission), each one POST through :mod:`jobbers_django.dlq.runs`."""
+"""Paced resubmits: a list (``?fingerprint=FP``: one failure group's runs), and a page per
+run with its progress (published, completed, failed again, remaining) refreshing itself
+while the run moves, a link to the failure group it was started for, and the pause,
+resume, cancel and continue (a halted run) buttons (resubmit permission), each one POST
+through :mod:`jobbers_django.dlq.runs`."""
 
 from __future__ import annotations
 
@@ -8,10 +10,12 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from jobbers_django import permissions
@@ -27,7 +31,7 @@ from jobbers_django.models import (
     Source,
 )
 
-__all__ = ["REFRESH_SECONDS", "ResubmitRunAdmin"]
+__all__ = ["REFRESH_SECONDS", "GroupFilter", "ResubmitRunAdmin", "group_url"]
 
 #: How often a moving run's page reloads itself.
 REFRESH_SECONDS = 2
@@ -35,7 +39,34 @@ REFRESH_SECONDS = 2
 ITEMS_SHOWN = 100
 
 _CONTROLS = {"pause": (runs.pause, "paused"), "resume": (runs.resume, "resumed"),
-             "cancel": (runs.cancel, "cancelled")}
+             "cancel": (runs.cancel, "cancelled"), "continue": (runs.continue_run, "continued")}
+
+
+class GroupFilter(admin.SimpleListFilter):
+    """``?fingerprint=FP``: the runs started for one failure group (its row on the groups
+    page links here); in the sidebar only while it applies (Django applies a filter only
+    when it shows a choice)."""
+
+    title = "failure group"
+    parameter_name = "fingerprint"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = request.GET.get(self.parameter_name, "")[:64]
+        return [(value, value)] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[ResubmitRun]
+                 ) -> QuerySet[ResubmitRun]:
+        value = self.value()
+        return queryset.filter(filters__fingerprint=value) if value else queryset
+
+
+def group_url(run: ResubmitRun) -> str | None:
+    """The failure group a run was started for (its selection's fingerprint), if any."""
+    fingerprint = (run.filters or {}).get("fingerprint") if run.task_ids is None else None
+    if not isinstance(fingerprint, str) or not fingerprint:
+        return None
+    return (reverse("admin:jobbers_failuregroup_changelist") + "?"
+            + urlencode({"fingerprint": fingerprint}))
 
 
 @admin.register(ResubmitRun)
@@ -43,7 +74,7 @@ class ResubmitRunAdmin(ReadOnlyAdmin):
     list_display = ("run", "status", "progress", "pace", "rule", "username", "created",
                     "finished")
     list_display_links = None
-    list_filter = ("status",)
+    list_filter = ("status", GroupFilter)
     sortable_by = ("created",)
     change_form_template = "jobbers/admin/run_detail.html"
 
@@ -95,6 +126,8 @@ class ResubmitRunAdmin(ReadOnlyAdmin):
             can_pause=run.status in (RunStatus.QUEUED, RunStatus.RUNNING),
             can_resume=run.status == RunStatus.PAUSED,
             can_cancel=run.status not in FINAL_STATUSES,
+            can_continue=run.status == RunStatus.HALTED,
+            group_url=group_url(run),
             refresh=REFRESH_SECONDS if moving else None,
             selection=compact_json(run.filters) if run.task_ids is None
             else f"{len(run.task_ids)} task ids",

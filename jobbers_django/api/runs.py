@@ -110,22 +110,26 @@ class ResubmitRunDetailView(JobbersAPIView):
         return Response(ResubmitRunSerializer(_run(run_id)).data)
 
 
-_CONTROLS = {"pause": runs.pause, "resume": runs.resume, "cancel": runs.cancel}
+_CONTROLS = {"pause": runs.pause, "resume": runs.resume, "cancel": runs.cancel,
+             "continue": runs.continue_run}
 
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
 class ResubmitRunControlView(JobbersAPIView):
-    """``pause``, ``resume`` or ``cancel`` (the URL's ``control``)."""
+    """``pause``, ``resume``, ``cancel`` or ``continue`` (the URL's ``control``)."""
 
     permission_classes = (CanResubmit,)
 
     @documented(
         operation_id="resubmit_runs_control",
-        summary="Pause, resume or cancel a paced resubmit",
+        summary="Pause, resume, cancel or continue a paced resubmit",
         description="pause: publish nothing more until resumed (what was published is "
         "still followed); resume: from where it paused, at its pace counted from now; "
-        "cancel: publish nothing more, the unpublished entries stay dead. 409 when the "
-        "run's status does not allow it (a finished run, resuming a running one).",
+        "cancel: publish nothing more, the unpublished entries stay dead; continue: a "
+        "halted run goes on (its cause fixed) at its pace counted from now, its stop rule "
+        "counting only what settles from then on. 409 when the run's status does not "
+        "allow it (a done or cancelled run, resuming a running one, continuing one that "
+        "is not halted).",
         parameters=[_RUN_ID_PARAM],
         request=None,
         responses={200: ResubmitRunSerializer,

@@ -20,7 +20,13 @@ from django.db import connection, transaction
 from django.db.models import Case, F, IntegerField, Value, When
 from django.utils import timezone
 
-from jobbers_celery import UNPUBLISHABLE, ResubmitVersion, escaped_logger, publish_claimed
+from jobbers_celery import (
+    UNPUBLISHABLE,
+    DeadLetter,
+    ResubmitVersion,
+    escaped_logger,
+    publish_claimed,
+)
 from jobbers_django import bridge, conf
 from jobbers_django.dlq.selection import (
     Selection,
@@ -39,7 +45,7 @@ from jobbers_django.models import (
 )
 
 __all__ = ["ActionResult", "discard", "leave_dead", "mark_resubmitted", "publish",
-           "publish_pending", "resubmit", "version_choice"]
+           "publish_pending", "resubmit", "resubmit_workflow", "version_choice"]
 
 log = escaped_logger("jobbers.django")
 
@@ -277,5 +283,49 @@ def discard(selection: Selection, *, user: Any = None, source: str = Source.CODE
                        matched=len(rows), acted=ids)
         result.matched, result.acted, result.audit_id = len(rows), ids, audit.pk
         result.sample = rows[:SAMPLE_SIZE]
+        held = [bridge.to_dead_letter(r) for r in rows]
+        transaction.on_commit(lambda: release_chords(held))
     result.skipped = _skipped(selection, ids)
     return result
+
+
+def release_chords(entries: Sequence[DeadLetter]) -> None:
+    """Fail the chords whose parts the discarded entries held (once the discard committed):
+    ``Jobbers.release_chord_parts``. A failure is logged: the discard stands, the chord's
+    callback keeps waiting until its result backend expires it."""
+    try:
+        bridge.get_jobbers().release_chord_parts(entries)
+    except Exception:
+        log.exception("could not release the chord parts of %d discarded entries",
+                      len(entries))
+
+
+def resubmit_workflow(task_id: str, *, reset_retry_count: bool = True, user: Any = None,
+                      source: str = Source.CODE) -> list[str]:
+    """Send the failed members of the workflow ``task_id`` belongs to back to the broker
+    (``Jobbers.resubmit_workflow``: each at most once, and a chord's callback runs once
+    they complete); returns the members resubmitted.
+
+    Their dead entries are then marked ``resubmitted`` (published already: nothing is left
+    pending) and the action is audited (one resubmit naming the id asked for, the members
+    in ``acted_ids``), so the queue and the audit say what happened, as for an entry
+    resubmitted from the queue."""
+    done = bridge.get_jobbers().resubmit_workflow(task_id, reset_retry_count=reset_retry_count)
+    if not done:
+        return done
+    with transaction.atomic():
+        qs = DeadLetterEntry.objects.filter(task_id__in=done, status=Status.DEAD)
+        if connection.features.has_select_for_update_skip_locked:
+            qs = qs.select_for_update(skip_locked=True)
+        rows = list(qs)
+        DeadLetterEntry.objects.filter(pk__in=[r.pk for r in rows]).update(
+            status=Status.RESUBMITTED, resubmit_count=F("resubmit_count") + 1,
+            resubmitted_at=timezone.now(), publish_pending=False)
+        leave_dead(rows)
+        real_user = user if getattr(user, "is_authenticated", False) else None
+        DeadLetterAudit.objects.create(
+            user=real_user, username=real_user.get_username() if real_user else "",
+            source=source, action=Action.RESUBMIT, task_ids=[task_id],
+            reset_retry_count=reset_retry_count, version=VersionChoice.ENTRY,
+            matched=len(done), acted=len(done), acted_ids=done, detail="workflow")
+    return done

@@ -29,7 +29,7 @@ from django.utils import timezone
 from jobbers_celery import ResubmitPace, RunOutcome, escaped_logger, run_outcome, stop_rule
 from jobbers_django import bridge
 from jobbers_django.dlq import actions
-from jobbers_django.dlq.runs import audit, summary
+from jobbers_django.dlq.runs import audit, summary, window_start
 from jobbers_django.dlq.selection import publishable
 from jobbers_django.models import (
     Action,
@@ -189,10 +189,15 @@ def _settle(run: ResubmitRun, now: datetime) -> None:
 
 
 def _stop_rule(run: ResubmitRun) -> str:
-    """Why the run must halt (its stop rule is met), or ``""``."""
+    """Why the run must halt (its stop rule is met), or ``""``. A continued run counts
+    only what settled since its last continue (:func:`~jobbers_django.dlq.runs.window_start`)."""
     if run.halt_after is None or run.of_last is None:
         return ""
-    last = ResubmitRunItem.objects.filter(run=run, outcome__in=list(_RUN_OUTCOMES)).order_by(
+    settled = ResubmitRunItem.objects.filter(run=run, outcome__in=list(_RUN_OUTCOMES))
+    since = window_start(run)
+    if since is not None:
+        settled = settled.filter(settled_at__gte=since)
+    last = settled.order_by(
         "-settled_at", "-position").values_list("outcome", flat=True)[: run.of_last]
     return stop_rule([_RUN_OUTCOMES[ItemOutcome(o)] for o in last], run.halt_after,
                      run.of_last)

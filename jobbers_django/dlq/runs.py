@@ -1,4 +1,5 @@
-"""Paced resubmits on the Django sink, the control: start, pause, resume, cancel, revive.
+"""Paced resubmits on the Django sink, the control: start, pause, resume, cancel, continue
+(a halted run), revive.
 Publish a selection of dead letters at a rate, and halt when too many of them fail again,
 so an unfixed cause is not hammered by a thousand tasks at once.
 
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from jobbers_celery import (
@@ -56,12 +58,15 @@ __all__ = [
     "active",
     "audit",
     "cancel",
+    "continue_run",
     "enqueue",
     "pause",
     "resume",
     "revive",
+    "runs_per_group",
     "start",
     "summary",
+    "window_start",
 ]
 
 log = escaped_logger("jobbers.django.runs")
@@ -148,16 +153,56 @@ def cancel(run_id: int, *, user: Any = None, source: str = Source.CODE) -> Resub
                  user=user, source=source)
 
 
+#: How a continue's audit detail starts (audited as a resume: the audit's actions are a
+#: model choice, and a new one would need a migration); the stop rule's window starts at
+#: the newest such audit (:func:`window_start`).
+CONTINUED = "continued after a halt"
+
+
+def continue_run(run_id: int, *, user: Any = None, source: str = Source.CODE) -> ResubmitRun:
+    """A halted run goes on, its cause fixed: at its pace counted from now, with a new step
+    chain; its stop rule counts only what settles from now on (the failures that halted it
+    are not counted again). The halt's reason stays in the audit."""
+    before = ResubmitRun.objects.filter(pk=run_id).values_list("halt_reason", flat=True).first()
+    chain = uuid.uuid4().hex
+    run = _move(run_id, RunAction.CONTINUE,
+                {"chain": chain, "paced_since": timezone.now(),
+                 "published_base": F("published"), "halt_reason": "", "finished_at": None},
+                user=user, source=source, detail=f"{CONTINUED}: {before or ''}")
+    transaction.on_commit(functools.partial(_enqueue_soon, run_id, chain))
+    return run
+
+
+def runs_per_group(fingerprints: Iterable[str]) -> dict[str, int]:
+    """How many paced resubmits were started for each of these failure groups (a run's
+    selection names its group's fingerprint), in one query."""
+    wanted = list(fingerprints)
+    if not wanted:
+        return {}
+    rows = (ResubmitRun.objects.filter(task_ids__isnull=True,
+                                       filters__fingerprint__in=wanted)
+            .values("filters__fingerprint").annotate(n=Count("pk")))
+    return {str(r["filters__fingerprint"]): int(r["n"]) for r in rows}
+
+
+def window_start(run: ResubmitRun) -> datetime | None:
+    """When the run's stop-rule window starts: its last continue (``None``: its start)."""
+    return DeadLetterAudit.objects.filter(
+        run=run, action=Action.RUN_RESUME, detail__startswith=CONTINUED).order_by(
+        "-at", "-id").values_list("at", flat=True).first()
+
+
 #: Each control's audit action, and its past tense (for a refusal).
 _AUDITED: dict[RunAction, tuple[str, str]] = {
     RunAction.PAUSE: (Action.RUN_PAUSE, "paused"),
     RunAction.RESUME: (Action.RUN_RESUME, "resumed"),
     RunAction.CANCEL: (Action.RUN_CANCEL, "cancelled"),
+    RunAction.CONTINUE: (Action.RUN_RESUME, "continued"),
 }
 
 
 def _move(run_id: int, action: RunAction, update: dict[str, Any], *,
-          user: Any, source: str) -> ResubmitRun:
+          user: Any, source: str, detail: str = "") -> ResubmitRun:
     """One conditional UPDATE by the control table both sinks use
     (``jobbers_celery.control_transition``): of two operators pressing the same button,
     one moves the run (and is audited), the other gets :class:`RunConflict`."""
@@ -173,7 +218,7 @@ def _move(run_id: int, action: RunAction, update: dict[str, Any], *,
         if not moved:
             raise RunConflict(f"run {run_id} is {run.status}: it can be "
                               f"{verb} only when {' or '.join(sources)}")
-        audit(run, audited, user=real_user, source=source)
+        audit(run, audited, user=real_user, source=source, detail=detail)
     return run
 
 

@@ -21,8 +21,10 @@ TRACEBACK = """Traceback (most recent call last):
 """
 #: The secret every demo dead letter carries in its kwargs: it must never reach a page.
 SECRET = "sk_live_51HxYdemo"
-#: What the running demo tasks report, in each of the shapes the live page draws as a bar.
-PROGRESS = ({"done": 48_200, "total": 120_000, "supplier_token": "x"}, 0.31, 64)
+#: What the running demo tasks report: shapes the pages draw as a bar (any {x, of|total}, as
+#: the example project's own tasks report), and a bare number, a counter (never a bar).
+PROGRESS = ({"done": 48_200, "total": 120_000, "supplier_token": "x"},
+            {"chunk": 11, "of": 60}, {"batch": 51, "of": 400}, 1)
 
 
 def seed_dead_letters() -> str:
@@ -145,7 +147,8 @@ def seed_records(jobbers: Any, shown: str) -> list[str]:
 
     running = [start_with_progress(store, name, progress, f"celery@batch-{n + 1}")
                for n, (name, progress) in enumerate(zip(
-                   ("shop.import_catalog", "shop.rebuild_search_index", "shop.export_orders"),
+                   ("shop.import_catalog", "shop.rebuild_search_index", "shop.export_orders",
+                    "shop.send_newsletter"),
                    PROGRESS, strict=True))]
     from jobbers_django.models import DeadLetterEntry
 

@@ -116,9 +116,16 @@ def test_live_page_draws_progress_and_refreshes_itself(browser, demo, shoot, job
                                                        monkeypatch):
     browser.get(f"{browser.base}/admin/jobbers/deadletterentry/live/")
     bars = browser.find_elements(By.CSS_SELECTOR, "#jobbers-running .jobbers-progress")
-    # {"done": 48200, "total": 120000}, 0.31 and 64 (%): each drawn as a bar
-    assert sorted(int(b.get_attribute("aria-valuenow")) for b in bars) == [31, 40, 64]
-    assert "48200 / 120000" in page_text(browser)
+    # {"done": 48200, "total": 120000}, {"chunk": 11, "of": 60}, {"batch": 51, "of": 400}:
+    # each a bar; the counter 1 is no bar (and no "100%")
+    assert sorted(int(b.get_attribute("aria-valuenow")) for b in bars) == [12, 18, 40]
+    text = page_text(browser)
+    assert "48200 of 120000 done" in text
+    assert "chunk 11 of 60" in text
+    assert "batch 51 of 400" in text
+    assert "100%" not in text
+    for label in browser.find_elements(By.CSS_SELECTOR, "#jobbers-running .jobbers-progress-label"):
+        assert label.size["height"] < 40, label.text  # never one character per line
     lines = browser.find_elements(By.CSS_SELECTOR, "#jobbers-history svg polyline")
     assert {line.get_attribute("data-state") for line in lines} >= {"started", "completed"}
     shoot("live", docs=True)

@@ -9,27 +9,19 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
-
 from jobbers_celery import JobbersTask, install
+from tests.testapp import make_app
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.django.settings")
 REDIS_URL = os.environ["JOBBERS_TEST_REDIS_URL"]
 # JOBBERS_TEST_BROKER_URL: another broker (RabbitMQ, tests/rabbitmq.py); state stays in Redis.
 BROKER_URL = os.environ.get("JOBBERS_TEST_BROKER_URL") or REDIS_URL
 
-app = Celery("djproj", broker=BROKER_URL, backend=REDIS_URL)
-app.conf.update(
-    jobbers_redis_url=REDIS_URL,
-    task_serializer="json",
-    accept_content=["json"],
-    result_serializer="json",
-    broker_connection_retry_on_startup=True,
-    worker_hijack_root_logger=False,
-    jobbers_scheduler_interval=0.2,
-    # the dataset tests.integration.proj shares (same Redis, same prefix): its layout
-    jobbers_store_shards=16,
+app = make_app(
+    "djproj", REDIS_URL, broker=BROKER_URL,
     jobbers_dead_letter_sink="jobbers_django.sink.DjangoDeadLetterSink",
+    # the argument search (tests/django/test_search.py): one indexed path
+    jobbers_indexed_arguments={"djproj.import_order": ["order_id"]},
 )
 jobbers = install(app)
 
@@ -75,3 +67,16 @@ def leaky_login(self: JobbersTask, key: str, secret: str, password: str = "", ds
         raise PermissionError(f"login to {dsn} with {auth} refused: password {password!r} "
                               f"and secret {secret} rejected; server said Bearer exc-0nly-tok")
     return "ok"
+
+
+@app.task(base=JobbersTask, bind=True, name="djproj.collect", dead_letter_policy="save")
+def collect(self: JobbersTask, results: list[object]) -> int:
+    """A chord's callback (the workflow tests): how many results its header gave."""
+    return len(results)
+
+
+@app.task(base=JobbersTask, bind=True, name="djproj.import_order")
+def import_order(self: JobbersTask, order_id: int, card_number: str = "",
+                 note: str = "") -> int:
+    """Found by its order number (an indexed path), its card number never shown."""
+    return order_id

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any
 
 SECRET_KEY = "jobbers-tests-only"
 DEBUG = False
@@ -50,6 +51,7 @@ STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast tests only
 
+DATABASES: dict[str, dict[str, Any]]
 if os.environ.get("JOBBERS_TEST_DATABASE", "postgresql") == "sqlite":
     DATABASES = {"default": {
         "ENGINE": "django.db.backends.sqlite3",

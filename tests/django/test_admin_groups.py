@@ -21,8 +21,11 @@ pytestmark = pytest.mark.django_db
 
 GROUPS = "admin:jobbers_failuregroup_changelist"
 SECRET = "hunter2"  # conftest's kwargs password; must never reach a page
-#: A time as ``Y-m-d H:i:s``: the format no page may mix with the site's DATETIME_FORMAT.
-ISO_LIKE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+#: The one time format (core/timefmt.py), and what no page may show instead: Django's
+#: DATETIME_FORMAT ("Nov. 1, 2026, midnight") or a time without its zone.
+ONE_FORMAT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[ \xa0]UTC")
+OTHER_FORMAT = re.compile(r"[A-Z][a-z]{2}\.? \d{1,2}, \d{4}|[ap]\.m\.|midnight|noon"
+                          r"|(?<![\d:])\d\d:\d\d:\d\d(?![\d.]|[ \xa0]UTC)")
 
 
 @pytest.fixture(autouse=True)
@@ -166,28 +169,40 @@ def test_hourly_failures_are_bounded_to_the_given_groups_and_hours(make_entries)
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    ({"done": 3, "total": 10}, (0.3, "3 / 10")),
-    (0.25, (0.25, "25%")),
-    (1, (1.0, "100%")),
-    (64, (0.64, "64%")),
+    ({"done": 3, "total": 10}, (0.3, "3 of 10 done")),
+    ({"chunk": 11, "of": 60}, (11 / 60, "chunk 11 of 60")),  # the example project's shapes
+    ({"batch": 51, "of": 400}, (51 / 400, "batch 51 of 400")),
     ({"percent": 50}, (0.5, "50%")),
     ({"fraction": 0.5}, (0.5, "50%")),
-    ({"done": 12, "total": 10}, (1.0, "12 / 10")),
-    ({"done": 1, "total": 0}, None),
-    ({"rows": 3}, None),
-    (250, None),
-    (True, None),
-    ("half", None),
-    (None, None),
+    ({"done": 12, "total": 10}, (1.0, "12 of 10 done")),
 ])
-def test_progress_is_a_bar_when_it_is_a_fraction(value, expected):
+def test_progress_of_a_whole_is_a_bar(value, expected):
     found = charts.progress(value)
-    if expected is None:
-        assert found is None
-        assert charts.progress_bar(value) is None
-    else:
-        assert found == (pytest.approx(expected[0]), expected[1])
-        assert f'aria-valuenow="{round(100 * expected[0])}"' in charts.progress_bar(value)
+    assert (found.fraction, found.label) == (pytest.approx(expected[0]), expected[1])
+    bar = charts.progress_bar(value)
+    assert f'aria-valuenow="{int(100 * expected[0])}"' in bar
+    assert f'aria-valuetext="{expected[1]}"' in bar
+
+
+@pytest.mark.parametrize(("value", "label"), [
+    (1, "1"),  # a counter (README's progress=1), never "100%"
+    (0.25, "0.25"),
+    (250, "250"),
+    ({"done": 1, "total": 0}, "done: 1, total: 0"),
+    ({"rows": 3}, "rows: 3"),
+    (True, "true"),
+    ("half <b>", "half &lt;b&gt;"),
+])
+def test_other_progress_is_readable_text_without_a_bar(value, label):
+    assert charts.progress(value).fraction is None
+    shown = str(charts.progress_bar(value))
+    assert "progressbar" not in shown
+    assert shown == f'<span class="jobbers-progress-label">{label}</span>'
+
+
+def test_no_progress_shows_nothing():
+    assert charts.progress(None) is None
+    assert charts.progress_bar(None) is None
 
 
 def test_state_charts_draw_one_line_per_state_on_three_scales():
@@ -215,8 +230,8 @@ def test_live_page_shows_progress_bars_and_the_count_history(client, staff, jobb
     client.force_login(staff)
     page = client.get(reverse("admin:jobbers_live")).content.decode()
     assert 'aria-valuenow="30"' in page
-    assert "3 / 10" in page
-    assert "{&quot;rows&quot;: 7}" in page  # not a fraction: the JSON, as before
+    assert "3 of 10 done" in page
+    assert ">rows: 7</span>" in page  # no whole: readable text, not JSON
     assert "No samples yet" in page
     assert "jobbers/live.js" in page
     assert "jobbers/admin.css" in page
@@ -240,9 +255,9 @@ def test_one_date_format_readable_booleans_and_english_labels(client, operator, 
     }
     for name, response in pages.items():
         assert response.status_code == 200, name
-        assert not ISO_LIKE.search(response.content.decode()), name
+        assert not OTHER_FORMAT.search(response.content.decode()), name
     detail = pages["detail"].content.decode()
-    assert "Nov. 1, 2026" in detail  # the site's DATETIME_FORMAT (Django's default)
+    assert ONE_FORMAT.search(detail)  # the record's own fields too, not DATETIME_FORMAT
     assert "icon-no.svg" not in detail  # "publish pending" is no error
     assert re.search(r"Publish pending:</label>\s*<div class=\"readonly\">no</div>", detail)
     with django_capture_on_commit_callbacks(execute=True):
@@ -253,7 +268,8 @@ def test_one_date_format_readable_booleans_and_english_labels(client, operator, 
     row = client.get(reverse("admin:jobbers_deadletteraudit_change",
                              args=[DeadLetterAudit.objects.get().pk])).content.decode()
     assert "resubmit by operator via admin at " in row
-    assert not ISO_LIKE.search(row)
+    assert ONE_FORMAT.search(row)
+    assert not OTHER_FORMAT.search(row)
     assert "icon-yes.svg" not in audit
     assert ">reset</td>" in audit
 

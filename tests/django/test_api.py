@@ -225,7 +225,7 @@ def test_history_lists_every_failure_oldest_first(db, staff):
     assert [(f["attempt"], f["reason"]) for f in body["failures"]] == [
         (1, "failed"), (3, "stalled")]
     assert body["failures"][0]["traceback"].startswith("Traceback")
-    assert body["failures"][0]["failed_at"] == "2026-11-01T00:00:00Z"
+    assert body["failures"][0]["failed_at"] == "2026-11-01T00:00:00.000Z"
 
 
 def test_history_unknown_too_long_and_unexpected_parameters(make_entries, staff):
@@ -418,6 +418,13 @@ ALL_PATHS = {
     "/jobbers/dead-letter-queue/resubmit-runs/{run_id}",
     "/jobbers/dead-letter-queue/resubmit-runs/{run_id}/{control}",
     "/jobbers/dead-letter-queue/set-aside",
+    "/jobbers/workflows/{task_id}", "/jobbers/workflows/{task_id}/cancel",
+    "/jobbers/workflows/{task_id}/resubmit",
+    "/jobbers/periodic-tasks",
+    "/jobbers/workers", "/jobbers/queues", "/jobbers/pauses", "/jobbers/pauses/pause",
+    "/jobbers/pauses/resume", "/jobbers/rate-limits", "/jobbers/rate-limits/set",
+    "/jobbers/tasks", "/jobbers/task-search", "/jobbers/failure-groups", "/jobbers/counts",
+    "/jobbers/history", "/jobbers/alert-rules", "/jobbers/fair-shares",
 }
 
 
@@ -446,7 +453,14 @@ def test_schema_is_served_and_documents_every_endpoint_without_warnings(staff):
     components = schema["components"]["schemas"]
     assert {"DeadLetterEntry", "DeadLetterPage", "ResubmitResult", "DiscardResult",
             "TaskDetail", "TaskRecord", "CancelResult", "FailureHistory",
-            "ScheduledTasks"} <= set(components)
+            "ScheduledTasks", "Workflow", "WorkflowMember", "WorkflowTransition",
+            "WorkflowCancelResult", "WorkflowResubmitResult",
+            "WorkflowResubmitRequest"} <= set(components)
+    for action in ("cancel", "resubmit"):
+        answers = paths[f"/jobbers/workflows/{{task_id}}/{action}"]["post"]["responses"]
+        assert {"200", "400", "401", "403", "404", "409"} <= set(answers)
+    detail = paths["/jobbers/workflows/{task_id}"]["get"]
+    assert {p["name"] for p in detail["parameters"]} == {"task_id"}
 
 
 def test_project_wide_schema_generation_has_no_warnings():

@@ -4,6 +4,7 @@ after commit, nothing published on rollback, recovery of a publish that never ra
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -203,3 +204,35 @@ def test_redis_down_after_commit_leaves_the_entries_pending(make_entries, commit
     call_command("jobbers_publish_pending")
     assert sorted(published) == sorted(ids)
     assert not DeadLetterEntry.objects.filter(publish_pending=True).exists()
+
+
+def test_discard_releases_the_chord_part_a_member_held(committed, make_entries, jobbers,
+                                                        djapp):
+    """A chord header member dead-lettered holds its chord part (the callback waits for a
+    resubmit: jobbers_celery.lifecycle.chords); discarding its entry counts the part failed
+    once the discard commits, so the callback fails with Celery's ChordError."""
+    from celery import states
+    from celery.app.task import Context
+    from celery.exceptions import ChordError
+
+    app, backend = djapp.app, djapp.app.backend
+    group_id = str(uuid.uuid4())
+    callback = app.signature("djproj.flaky_import", args=("callback",))
+    callback_id = callback.freeze().id
+    backend.set_chord_size(group_id, 2)
+    backend.on_chord_part_return(Context(id=str(uuid.uuid4()), group=group_id, group_index=0,
+                                         chord=dict(callback)), states.SUCCESS, 1)
+    (task_id,) = make_entries(1, options={"queue": "celery", "chord": dict(callback),
+                                          "group_id": group_id, "group_index": 1})
+    store = jobbers.store
+    store.step(task_id, S.SUBMITTED, sources=(S.UNSUBMITTED,),
+               create={"name": "djproj.flaky_import", "queue": "celery"})
+    store.step(task_id, S.STARTED, start=True)
+    store.step(task_id, S.FAILED)
+    assert app.AsyncResult(callback_id).state == "PENDING"  # held: the callback waits
+
+    committed(services.discard, Selection(task_ids=(task_id,)))
+    result = app.AsyncResult(callback_id)
+    assert result.state == "FAILURE"
+    assert isinstance(result.result, ChordError)
+    assert task_id in str(result.result)

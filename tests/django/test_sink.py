@@ -55,18 +55,20 @@ def test_older_attempt_arriving_late_keeps_the_newest_fields():
     assert row.first_failed_at == old.failed_at
 
 
-def test_a_thousand_failures_of_one_bug_are_one_group():
-    for n in range(1000):
+def test_hundreds_of_failures_of_one_bug_are_one_group():
+    """300 failures whose messages differ by row, catalog and request id (1,000 took 71 s of
+    the suite under load; 300 vary the same parts)."""
+    for n in range(300):
         write_entry(dead_letter(exception_message=f"upstream rejected row {n} of "
                                 f"catalog-{n * 7} (request 5f0c{n:04x}-aaaa-bbbb-cccc-"
                                 "0123456789ab)"))
     write_entry(dead_letter(exception_type="builtins.KeyError", exception_message="'sku'"))
     groups = list(FailureGroup.objects.order_by("-failures"))
-    assert [(g.failures, g.dead) for g in groups] == [(1000, 1000), (1, 1)]
+    assert [(g.failures, g.dead) for g in groups] == [(300, 300), (1, 1)]
     assert groups[0].frame == "shop/imports.py:flaky_import" or groups[0].frame.endswith(
         "imports.py:flaky_import")
     assert groups[0].first_seen < groups[0].last_seen
-    assert DjangoDeadLetterSink().size() == 1001
+    assert DjangoDeadLetterSink().size() == 301
 
 
 @pytest.mark.django_db(transaction=True)

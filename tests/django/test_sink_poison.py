@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Any
 
 import pytest
@@ -176,9 +177,13 @@ def test_a_row_the_database_still_refuses_is_set_aside_and_shown(jobbers, staff,
     call_command("jobbers_dlq", "set-aside", stdout=out)
     assert "refused-row" in out.getvalue()
     assert "1 set aside" in out.getvalue()
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", out.getvalue())  # the one format
     out = io.StringIO()
     call_command("jobbers_dlq", "set-aside", "--json", stdout=out)
-    assert json.loads(out.getvalue())["results"][0]["task_id"] == "refused-row"
+    [shown] = json.loads(out.getvalue())["results"]
+    assert shown["task_id"] == "refused-row"
+    assert shown["at"] == body["results"][0]["at"]  # the REST API's JSON time, to the letter
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", shown["at"])
 
 
 def test_a_direct_write_never_waits_on_a_refused_row(jobbers) -> None:

@@ -6,10 +6,9 @@ import os
 import signal
 import time
 
-from celery import Celery
-
 from jobbers_celery import BackoffStrategy, DeadLetterPolicy, JobbersTask, install
 from tests.integration.plain_fault_proj import restore_options
+from tests.testapp import SHARDS, make_app
 
 REDIS_URL = os.environ["JOBBERS_TEST_REDIS_URL"]
 # JOBBERS_TEST_STORE_URL: the state store elsewhere (a Redis Cluster: test_on_cluster.py).
@@ -18,18 +17,11 @@ STORE_URL = os.environ.get("JOBBERS_TEST_STORE_URL") or REDIS_URL
 BROKER_URL = os.environ.get("JOBBERS_TEST_BROKER_URL") or REDIS_URL
 
 # PROJ_RESULT_BACKEND: a worker storing results elsewhere (tests of the unfolded result path).
-app = Celery("proj", broker=BROKER_URL, backend=os.environ.get("PROJ_RESULT_BACKEND") or REDIS_URL)
-app.conf.update(
-    jobbers_redis_url=STORE_URL,
-    task_serializer="json",
-    accept_content=["json"],
-    result_serializer="json",
-    broker_connection_retry_on_startup=True,
-    worker_hijack_root_logger=False,
-    jobbers_scheduler_interval=0.2,
-    # the sharded layout on this one server too (its default there is one shard);
+app = make_app(
+    "proj", STORE_URL, broker=BROKER_URL,
+    backend=os.environ.get("PROJ_RESULT_BACKEND") or REDIS_URL,
     # PROJ_SHARDS: another number (test_shards: a worker that disagrees does not start)
-    jobbers_store_shards=int(os.environ.get("PROJ_SHARDS", "16")),
+    jobbers_store_shards=int(os.environ.get("PROJ_SHARDS", str(SHARDS))),
     # short enough for the stall and recovery tests to run in seconds
     jobbers_worker_lost_after=3,
     jobbers_cleaner_interval=1,
@@ -54,6 +46,12 @@ class Flaky(Exception):
 @app.task(base=JobbersTask, bind=True, name="proj.add")
 def add(self: JobbersTask, x: int, y: int) -> int:
     return x + y
+
+
+@app.task(base=JobbersTask, bind=True, name="proj.tsum")
+def tsum(self: JobbersTask, xs: list[int]) -> int:
+    """A chord's callback (tests/integration/workflow_cases.py)."""
+    return sum(xs)
 
 
 @app.task(base=JobbersTask, bind=True, name="proj.flaky", max_retries=3,

@@ -55,3 +55,21 @@ def test_each_thread_and_each_forked_process_gets_its_own_connection(redis_url):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert store.get("c") is not None
+
+
+def test_a_thread_that_ends_hands_its_connections_back(redis_url):
+    """A process that starts thread after thread (a thread per request) never runs out of
+    connections: redis-py 8's pools allow 100, and each thread's step connection used to
+    count for ever (from the 100th thread on, every step raised 'Too many connections')."""
+    import threading
+
+    store = RedisStore.from_url(redis_url)
+    pool = store.client.connection_pool
+    done: list[bool] = []
+    for i in range(2 * 100 + 10):
+        t = threading.Thread(target=lambda i=i: done.append(_submit(store, f"t{i}")))
+        t.start()
+        t.join()
+    assert done == [True] * 210
+    # the ended threads' connections were given back: a handful in the pool, not 210
+    assert len(pool._available_connections) + len(pool._in_use_connections) < 10

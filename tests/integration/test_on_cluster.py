@@ -12,12 +12,16 @@ scheduler), stall recovery after SIGKILL of the whole worker (the cleaner), canc
 the concurrency cap, a dead letter in the Redis sink resubmitted; the keys spread over the
 three masters (the default 16 shards); then the slot of one shard is resharded to another
 master while tasks of that shard run (clients see ``ASK``, ``TRYAGAIN`` and ``MOVED``), and
-its master is failed over to its replica under load: nothing is lost or run twice.
+its master is failed over to its replica under load: nothing is lost or run twice. Unique
+tasks: publisher processes racing on the same keys, the lock held while the copy runs and
+freed at its end.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 import uuid
 import warnings
@@ -33,8 +37,15 @@ from redis.cluster import RedisCluster
 
 from jobbers_celery import TaskState
 from jobbers_celery.jobbers import Jobbers
-from tests.conftest import wait_for
-from tests.integration import cancel_cases, lifecycle_cases, stall_cases
+from jobbers_celery.store import RedisStore
+from tests.conftest import ROOT, start_worker, subprocess_env, wait_for
+from tests.integration import (
+    cancel_cases,
+    fair_cases,
+    lifecycle_cases,
+    stall_cases,
+    workflow_cases,
+)
 from tests.integration.lifecycle_helpers import unique, wait_state
 from tests.integration.topology_servers import ClusterSet, cluster_set
 
@@ -93,6 +104,16 @@ def proj(cluster_proj: ModuleType, cluster: ClusterSet, redis_url: str,
 
 def test_the_store_is_a_cluster_client(proj: Any) -> None:
     assert isinstance(proj.jobbers.store.client, RedisCluster)
+
+
+@pytest.mark.parametrize("case", [
+    fair_cases.case_publish_parks_past_the_room_and_releases_in_order,
+    fair_cases.case_start_parks_an_unthrottled_publish_past_the_cap,
+])
+def test_fair_shares_on_the_cluster(proj: Any, case: Callable[[Any], None]) -> None:
+    """Fair shares: a key's lists live in the global slot, which a publish and a keyed start
+    ask first (one call), whatever master holds the task's shard."""
+    case(proj.jobbers.store)
 
 
 def test_a_plain_client_on_a_cluster_node_is_a_clear_error(cluster: ClusterSet) -> None:
@@ -203,6 +224,15 @@ def test_concurrency_cap_holds(proj: Any, worker_factory: Any) -> None:
     assert int(proj._redis().get(f"{key}:max") or 0) <= 2
 
 
+def test_a_nested_canvas_and_a_cancelled_workflow_on_the_cluster(proj: Any,
+                                                                 worker_factory: Any) -> None:
+    """A workflow's members spread over the shards (and so the masters): its index is read
+    from every shard, its cancel mark written to every shard."""
+    worker = worker_factory(concurrency=4)
+    workflow_cases.a_nested_canvas_is_one_workflow(proj, worker)
+    workflow_cases.cancelling_a_running_workflow_cancels_its_members(proj, worker)
+
+
 def test_a_dead_letter_is_resubmitted_and_completes(proj: Any, worker_factory: Any) -> None:
     worker_factory(concurrency=2)
     key = unique("fail-once")
@@ -291,3 +321,85 @@ def test_failing_the_master_over_under_load_loses_nothing(proj: Any, worker_fact
         return f"failed over slot {slot} from {old} to {new}"
 
     _under_load(proj, worker_factory, cluster, tmp_path, failover)
+
+
+#: A publisher process of tests/integration/unique_proj.py (its store on the cluster): reads
+#: the layout, says it is ready, waits for the go key, publishes each key of argv in order
+#: and prints the ids it was answered with (JSON).
+UNIQUE_PUBLISHER = """
+import json, sys, time, redis
+from tests.integration import unique_proj as p
+ready, go, keys = sys.argv[1], sys.argv[2], sys.argv[3:]
+assert p.jobbers.store.sharded
+c = redis.Redis.from_url(p.URL)
+c.incr(ready)
+while not c.exists(go):
+    time.sleep(0.001)
+print(json.dumps([p.until_end.delay(k).id for k in keys]))
+"""
+
+
+def test_racing_publishers_of_a_unique_task_on_the_cluster(proj: Any, cluster: ClusterSet,
+                                                            tmp_path: Path) -> None:
+    """Four publisher processes publish the same 8 keys of a unique task (``until=end``,
+    16 shards) at once: one record and one message per key, every publisher answered with
+    the winner's id; the lock (global slot) is held while the copy runs on a prefork worker
+    and freed when it ends, whatever master holds the copy's record."""
+    from tests.integration import unique_proj as up
+
+    tag = uuid.uuid4().hex[:8]
+    env = {"UNIQUE_PROJ_STORE": cluster.url(1), "UNIQUE_PROJ_SHARDS": "16",
+           "UNIQUE_PROJ_PREFIX": f"uqc{tag}"}
+    keys = [f"uqc:{tag}:{i}" for i in range(8)]
+    broker = up._client  # the session's Redis: broker, and the bodies' marks
+    ready, go = f"uqc:{tag}:ready", f"uqc:{tag}:go"
+    procs = [subprocess.Popen([sys.executable, "-c", UNIQUE_PUBLISHER, ready, go, *keys],
+                              cwd=ROOT, env=subprocess_env(env), stdout=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    try:
+        wait_for(lambda: int(broker.get(ready) or 0) == 4
+                 or any(p.poll() is not None for p in procs), timeout=30,
+                 message="the publishers to import and connect")
+        broker.set(go, 1)
+        answers = []
+        for proc in procs:
+            stdout, _ = proc.communicate(timeout=30)
+            assert proc.returncode == 0
+            answers.append(json.loads(stdout.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            proc.kill()
+    winners = answers[0]
+    for i in range(len(keys)):
+        assert len({answer[i] for answer in answers}) == 1, f"key {i}: {answers}"
+    store = RedisStore(RedisCluster.from_url(cluster.url(1), decode_responses=True),
+                       prefix=f"uqc{tag}", shards=16)
+    assert sorted(r.task_id for r in store.tasks(name="uq.end", limit=100)) == sorted(winners)
+    sent = [json.loads(raw)["headers"] for raw in broker.lrange("celery", 0, -1)]
+    assert sorted(h["id"] for h in sent if h["task"] == "uq.end") == sorted(winners)
+    masters = {cluster.owner(store.client.keyslot(store.keys_of(w).task(w))) for w in winners}
+    infos = [store.unique_of(w) for w in winners]
+    assert [getattr(info, "holder", None) for info in infos] == winners
+    digests = [info.digest for info in infos if info is not None]
+    locks = [store.keys.unique(d) for d in digests]
+    assert all(store.client.exists(lock) for lock in locks)
+    broker.set(f"{keys[0]}:hold", 1)
+    worker = start_worker(up.app, "tests.integration.unique_proj", tmp_path, env=env)
+    try:
+        def state(task_id: str) -> str:
+            return store.get_raw(task_id).get("state", "")
+
+        wait_for(lambda: state(winners[0]) == "started", timeout=20, message="key 0 to start")
+        assert store.unique_holder(digests[0]) == winners[0]
+        broker.delete(f"{keys[0]}:hold")
+        wait_for(lambda: all(state(w) == "completed" for w in winners), timeout=20,
+                 interval=0.05, message="every copy to complete")
+    finally:
+        worker.kill()
+    assert [int(broker.llen(f"{k}:ran")) for k in keys] == [1] * len(keys)
+    assert [store.unique_holder(d) for d in digests] == [None] * len(keys)
+    assert not any(store.client.exists(lock) for lock in locks)
+    lock_masters = {cluster.owner(store.client.keyslot(lock)) for lock in locks}
+    store.client.close()
+    print(f"\n4 publishers x {len(keys)} keys: {len(winners)} records, {len(sent)} messages; "
+          f"records on {len(masters)} master(s), locks on {lock_masters}; freed at the end")

@@ -8,6 +8,7 @@ unrun (the next test's worker of a test suite, a user's suite using ``celery_wor
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -27,8 +28,12 @@ def app(redis_url: str) -> Iterator[Celery]:
                     accept_content=["json"], result_serializer="json",
                     worker_hijack_root_logger=False, jobbers_scheduler_interval=0.2)
     install(app)
+    level = logging.getLogger().level
     yield app
     app.close()
+    # start_worker sets the root logger to its loglevel ("error"): left so, every later test
+    # of this pytest process that reads a warning with caplog sees nothing
+    logging.getLogger().setLevel(level)
 
 
 def test_a_second_embedded_worker_runs_jobbers_tasks(app: Celery) -> None:

@@ -80,6 +80,7 @@ def _run(proj, task):
     try:
         return task_id, task()
     finally:
+        task.publish_retry()  # what task_postrun does once Celery's tracer stored RETRY
         task.pop_request()
 
 

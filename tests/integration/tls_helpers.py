@@ -10,6 +10,7 @@ Nothing here touches the machine's shared Redis.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -19,42 +20,27 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.conftest import free_port, wait_for
+from tests.conftest import ROOT, free_port, wait_for
 
 __all__ = ["ACL_RULE", "Certificates", "TlsRedisServer", "make_certificates"]
 
+
+def documented_rule() -> tuple[str, ...]:
+    """The words after ``ACL SETUSER jobbers reset on '>PASSWORD'`` in the ``redis-cli``
+    block of docs/howto/topologies.md (section "The ACL rule", where each command's reason
+    is given): the rule is written in one place, and the tests create exactly that user."""
+    text = (ROOT / "docs" / "howto" / "topologies.md").read_text()
+    start = text.index("redis-cli --tls")
+    words = shlex.split(text[start:text.index("```", start)].replace("\\\n", " "))
+    at = words.index("SETUSER")
+    assert words[at + 1:at + 5] == ["jobbers", "reset", "on", ">PASSWORD"], words[:at + 5]
+    return tuple(words[at + 5:])
+
+
 #: The ACL rule jobbers (the state store), Celery's Redis broker (kombu) and Celery's Redis
 #: result backend need, for the default key prefix ``jobbers``, the default queue
-#: ``celery`` and database 0. Kept word for word in docs/howto/topologies.md (section tls).
-ACL_RULE: tuple[str, ...] = (
-    # jobbers' keys: under the global hash tag of jobbers_key_prefix, or a shard's
-    "~{jobbers}:*", "~{jobbers.*}:*",
-    # the result backend's keys (the completed step's script writes the result too)
-    "~celery-task-meta-*", "~celery-taskset-meta-*",
-    # the broker (kombu): the queue's list and its priority lists (<queue>\x06\x16<n>),
-    # kombu's binding tables, unacked messages, the workers' remote-control queues and
-    # the clients' reply queues (<name>.celery.pidbox, <uuid>.reply.celery.pidbox), and
-    # the event queues of gossip (and of monitors such as Flower)
-    "~celery", "~celery??[0-9]*", "~_kombu.binding*", "~unacked", "~unacked_index",
-    "~unacked_mutex", "~*.celery.pidbox*", "~celeryev.*",
-    # channels: results (the backend's and the completed step's PUBLISH); kombu's fanout
-    # exchanges prefixed with the database: remote control, events. A PSUBSCRIBE pattern
-    # must be granted literally, hence /0.celeryev/worker.* (gossip) beside /0.celeryev/*
-    "&celery-task-meta-*", "&/0.celery.pidbox", "&/0.celeryev/*", "&/0.celeryev/worker.*",
-    # commands: connection, transactions, scripts, and the data commands jobbers (also
-    # inside its scripts), kombu and the result backend send
-    "+ping", "+auth", "+hello", "+client|setname", "+info",
-    "+multi", "+exec", "+discard", "+evalsha", "+script|load", "+script|exists",
-    "+get", "+set", "+setex", "+del", "+exists", "+expire", "+pexpire", "+persist", "+time",
-    "+hget", "+hset", "+hsetnx", "+hdel", "+hgetall", "+hmget", "+hlen", "+hincrby",
-    "+incr", "+hscan",
-    "+lpush", "+rpush", "+lpop", "+rpop", "+brpop", "+llen", "+lindex", "+lrem", "+lrange",
-    "+ltrim",
-    "+sadd", "+srem", "+smembers", "+srandmember",
-    "+zadd", "+zrem", "+zcard", "+zscore", "+zmscore", "+zrange", "+zrevrange",
-    "+zrangebyscore", "+zrevrangebyscore", "+zremrangebyscore", "+zremrangebyrank",
-    "+publish", "+subscribe", "+unsubscribe", "+psubscribe", "+punsubscribe",
-)
+#: ``celery`` and database 0, as docs/howto/topologies.md documents it.
+ACL_RULE: tuple[str, ...] = documented_rule()
 
 
 class Certificates:

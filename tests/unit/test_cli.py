@@ -78,11 +78,11 @@ def test_submitted_before_takes_dates_and_ages() -> None:
 
 
 def test_one_date_format_for_people_and_iso_for_scripts() -> None:
-    assert out.human_date(NOW) == "2026-11-26 15:00:00Z"
+    assert out.human_date(NOW) == "2026-11-26 15:00:00 UTC"
     assert out.human_date(None) == "-"
-    assert out.iso(NOW) == "2026-11-26T15:00:00.123+00:00"
+    assert out.iso(NOW) == "2026-11-26T15:00:00.123Z"
     assert out.to_json({"b": NOW, "a": 1}) == ('{\n  "a": 1,\n  "b": '
-                                               '"2026-11-26T15:00:00.123+00:00"\n}')
+                                               '"2026-11-26T15:00:00.123Z"\n}')
 
 
 def test_tables_align_and_cut_cells() -> None:
@@ -115,10 +115,10 @@ def test_dead_letters_are_shown_redacted() -> None:
     assert shown["args"] == ["ann", "********"]
     assert shown["kwargs"] == {"api_token": "********", "dsn": "********"}  # a secret key
     assert shown["id"] == "t1:2"
-    assert shown["failed_at"] == "2026-11-26T15:00:00.123+00:00"
+    assert shown["failed_at"] == "2026-11-26T15:00:00.123Z"
     row = out.dead_letter_row(shown)
     assert row[0] == "t1:2"
-    assert row[6] == "2026-11-26 15:00:00Z"
+    assert row[6] == "2026-11-26 15:00:00 UTC"
     assert row[7] == "failed"
 
 
@@ -239,3 +239,12 @@ def test_every_table_cell_is_one_escaped_line(values: list[str]) -> None:
     text = out.table([f"H{n}" for n in range(len(values))], [values, values])
     assert _terminal_safe(text)
     assert len(text.splitlines()) == 3
+
+
+def test_progress_reads_as_on_the_pages() -> None:
+    assert out.progress_text({"chunk": 11, "of": 60}) == "chunk 11 of 60 (18%)"
+    assert out.progress_text({"done": 3, "total": 8}) == "3 of 8 done (37%)"
+    assert out.progress_text({"percent": 40}) == "40%"
+    assert out.progress_text(1) == "1"  # a counter, never 100%
+    assert out.progress_text({"phase": "upload"}) == "phase: upload"
+    assert out.progress_text(None) is None

@@ -34,15 +34,17 @@ FOLDERS: dict[str, list[str]] = {
     "dlq": ["selection", "actions", "runs", "run_step"],
     # what Celery loads by name: the sink (jobbers_dead_letter_sink) and the paced-resubmit
     # step task
-    "services": ["sink", "tasks"],
+    "services": ["alerting", "sink", "tasks"],
     # the REST API: one module per resource
-    "api": ["parsers", "serializers.fields", "serializers.requests", "serializers.responses",
-            "serializers", "base", "deadletters", "runs", "tasks", "schema"],
+    "api": ["parsers", "serializers.fields", "serializers.requests", "serializers.responses", "serializers.search",
+            "serializers.history", "serializers", "base", "deadletters", "runs", "tasks",
+            "workflows", "history", "workers", "fairshares", "periodic", "search", "alerts", "ratelimits", "schema"],
     # the set-aside listing and its endpoint (admin/aside.py and the command list it too)
     "views": ["setaside"],
     "templatetags": ["jobbers_text"],
-    "admin": ["pagination", "base", "display", "charts", "filters", "aside", "actions",
-              "lifecycle", "live", "entries", "groups", "runs"],
+    "admin": ["pagination", "base", "display", "charts", "filters", "aside", "history",
+              "actions",
+              "lifecycle", "workflows", "live", "workers", "ratelimits", "periodic", "search", "entries", "groups", "runs", "alerts"],
     "management": ["commands.jobbers_publish_pending", "commands.jobbers_dlq", "commands"],
     # what Django loads: the URLs a project includes, the app config
     "entry": ["urls", "apps"],

@@ -19,14 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 DJANGO_APP = ROOT / "jobbers_django"
 PUBLIC = frozenset(jobbers_celery.__all__)
 #: What ``Jobbers`` is documented to expose as attributes; its other attributes are parts.
-PUBLIC_ATTRIBUTES = frozenset({"app", "config"})
+#: ``alerts``: the alert service (``jobbers.alerts.emit``, docs/howto/alerts.md).
+PUBLIC_ATTRIBUTES = frozenset({"app", "config", "alerts"})
 
 
 def jobbers_parts() -> frozenset[str]:
-    """The attributes ``Jobbers.__init__`` and ``compose`` set that are not documented API."""
-    tree = ast.parse((ROOT / "jobbers_celery" / "jobbers.py").read_text())
+    """The attributes ``Jobbers.__init__`` and ``compose`` set that are not documented API
+    (both are its base's, :class:`~jobbers_celery.composition.Composition`)."""
+    tree = ast.parse((ROOT / "jobbers_celery" / "composition.py").read_text())
     cls = next(node for node in ast.walk(tree)
-               if isinstance(node, ast.ClassDef) and node.name == "Jobbers")
+               if isinstance(node, ast.ClassDef) and node.name == "Composition")
     assigned = {target.attr for node in ast.walk(cls) if isinstance(node, ast.FunctionDef)
                 and node.name in ("__init__", "compose") for stmt in ast.walk(node)
                 if isinstance(stmt, ast.Assign | ast.AnnAssign)

@@ -27,6 +27,7 @@ from jobbers_celery.store.base import Heartbeat
 from jobbers_celery.testing import InMemoryDeadLetterSink, InMemoryStore, in_memory
 from jobbers_celery.worker import heartbeat as heartbeat_module
 from jobbers_celery.worker import task as task_module
+from jobbers_celery.worker import taskbeat as taskbeat_module
 from jobbers_celery.worker.shutdown import WorkerShuttingDown
 from jobbers_celery.worker.task import (
     CHECKPOINT_MAX_BYTES,
@@ -70,7 +71,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock()
-    monkeypatch.setattr(task_module, "time", c)  # the throttle's clock
+    monkeypatch.setattr(taskbeat_module, "time", c)  # the throttle's clock
     monkeypatch.setattr(heartbeat_module, "time", c)  # the sender's
     return c
 

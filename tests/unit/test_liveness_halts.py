@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -32,12 +33,14 @@ class _Store(InMemoryStore):
         super().__init__()
         self.halts: tuple[Halt, ...] = ()
         self.notes: list[tuple[str, int, str]] = []
+        self.running: list[str] | None = None
 
     def alive(self, wid: str, gaps: tuple[int, int], leases: Sequence[tuple[str, str]],
               lease_cap_ms: int, running: Sequence[str] | None = None, orphan_ms: int = 0,
               orphan_grace_ms: int | None = None,
               notes: Sequence[tuple[str, int, str]] = ()) -> Alive:
         self.notes += list(notes)
+        self.running = None if running is None else list(running)
         return Alive([], [], self.halts, self.now_ms())
 
 
@@ -144,3 +147,54 @@ def test_a_pool_that_cannot_stop_a_task_warns_once_per_attempt(
     assert (task_id, attempt) == ("t3", 2)
     assert "cannot stop it" in text
     assert not frozen._already_cancelled
+
+
+def test_a_task_whose_end_is_being_recorded_still_counts_as_run_here(
+        active: weakref.WeakSet[Any]) -> None:
+    """Celery's on_failure takes a lost task out of the active requests before its end is
+    recorded: a refresh in between must not report it as not run (it was then stalled and
+    dead-lettered instead of failed; once in CI's test_worker_lost)."""
+    store = _Store()
+    keep = _Request("running-1", 11, 1)
+    active.add(keep)
+    live = _liveness(store, _Pool())
+    with liveness.ending("ending-1"):
+        live.refresh()
+        assert sorted(store.running or ()) == ["ending-1", "running-1"]
+        with liveness.ending("ending-1"):  # nested: counted
+            pass
+        live.refresh()
+        assert sorted(store.running or ()) == ["ending-1", "running-1"]
+    live.refresh()
+    assert store.running == ["running-1"]
+
+
+def test_an_end_entered_while_the_refresh_runs_is_still_counted(
+        active: weakref.WeakSet[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interleaving the order of reads must survive: the main thread enters ending()
+    and takes the request out of the active ones just before the refresh's snapshot (found
+    by review: the refresh read ending() first, and sent the task in neither)."""
+    store = _Store()
+    request = _Request("ending-2", 12, 1)
+    active.add(request)
+    live = _liveness(store, _Pool())
+    real = liveness._snapshot
+    entered, release = threading.Event(), threading.Event()
+
+    def on_failure() -> None:  # JobbersRequest.on_failure, on the main thread
+        with liveness.ending("ending-2"):
+            active.discard(request)  # Celery's task_ready
+            entered.set()
+            release.wait(5)  # ... the end being recorded ...
+
+    def snapshot(requests: Any) -> list[Any]:
+        threading.Thread(target=on_failure, daemon=True).start()
+        assert entered.wait(5)
+        return real(requests)
+
+    monkeypatch.setattr(liveness, "_snapshot", snapshot)
+    try:
+        live.refresh()
+    finally:
+        release.set()
+    assert store.running == ["ending-2"]

@@ -13,6 +13,7 @@ from jobbers_celery import (
     InvalidTaskOption,
     JobbersTask,
     ShutdownPolicy,
+    WorkerLostPolicy,
     install,
 )
 from jobbers_celery.core.options import TaskOptions, validate_options
@@ -58,6 +59,7 @@ def test_good_options_are_normalised(app):
     ({"retry_delay": "ten"}, "retry_delay must be a number of seconds"),
     ({"max_retry_delay": float("inf")}, "max_retry_delay must be a finite number"),
     ({"backoff_strategy": "fibonacci"}, "backoff_strategy must be one of"),
+    ({"on_worker_lost": "retry"}, "on_worker_lost must be one of 'rerun', 'fail'"),
     ({"expected_exceptions": (ValueError, "KeyError")}, "exception classes only"),
     ({"expected_exceptions": ValueError("x")}, "tuple of exception classes"),
     ({"expected_exceptions": (int,)}, "exception classes only"),
@@ -98,3 +100,15 @@ def test_get_jobbers_without_install_is_a_clear_error():
 
     with pytest.raises(ConfigurationError, match="install"):
         get_jobbers(Celery("x"))
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, None), ("rerun", WorkerLostPolicy.RERUN), ("fail", WorkerLostPolicy.FAIL),
+    (WorkerLostPolicy.FAIL, WorkerLostPolicy.FAIL)])
+def test_on_worker_lost_is_normalised(app, value, expected):
+    @app.task(base=JobbersTask, bind=True, acks_late=True, on_worker_lost=value, shared=False,
+              name=f"lost_{value}")
+    def lost(self):
+        return None
+
+    assert lost.jobbers_options.on_worker_lost is expected

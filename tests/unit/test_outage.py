@@ -29,13 +29,16 @@ from jobbers_celery.worker import outage as outage_module
 from jobbers_celery.worker.outage import (
     OUTAGE_RESEND_FIRST_PAUSE_S,
     OUTAGE_RESEND_MAX_PAUSE_S,
+    WRITE_PROBE,
     Delivery,
     Ending,
     Handover,
     OutageLog,
     loop_outage_log,
     resend_until_recorded,
+    write_probe,
 )
+from jobbers_celery.worker.runtime import Periodic
 
 
 def _fresh(log: OutageLog) -> OutageLog:
@@ -246,6 +249,57 @@ def test_one_outage_log_says_an_outage_once_for_every_place_that_meets_it(
                            "(unreachable for ")
 
 
+def test_a_loop_whose_passes_only_read_says_a_refusal_of_writes_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A store out of memory refuses writes but serves reads: a scheduler pass that only
+    reads (most of them) goes through between those that write. The outage is said once
+    (began, then over once the write probe is taken), not over and begun again at every
+    pass that writes; a pass going through ends it only when writes are taken again."""
+    oom = redis.exceptions.OutOfMemoryError(
+        "command not allowed when used memory > 'maxmemory'.")
+    full = [True]
+    # each pass: whether it writes; the store stops refusing before the fifth
+    passes = [True, False, False, True, False, False]
+    probes: list[bool] = []
+
+    def tick() -> float:
+        writes = passes.pop(0)
+        if len(passes) == 1:
+            full[0] = False
+        if not passes:
+            loop._stop.set()
+        if writes and full[0]:
+            raise oom
+        return 0.0
+
+    def probe() -> None:
+        probes.append(full[0])
+        if full[0]:
+            raise oom
+
+    loop = Periodic("t", "jobbers scheduler pass", logging.getLogger("jobbers.scheduler"),
+                    tick, 0.0, probe=probe)
+    with caplog.at_level(logging.WARNING, logger="jobbers.scheduler"):
+        loop._loop()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "cannot be reached (command not allowed" in lines[0]
+    assert "answers again" in lines[1]
+    assert probes == [True, True, False]  # only in the outage, after a pass that went through
+
+
+def test_the_write_probe_is_a_lock_of_a_millisecond() -> None:
+    taken: list[tuple[str, int]] = []
+
+    class Store(InMemoryStore):
+        def try_lock(self, name: str, ttl_ms: int) -> bool:
+            taken.append((name, ttl_ms))
+            return super().try_lock(name, ttl_ms)
+
+    write_probe(Store())()
+    assert taken == [(WRITE_PROBE, 1)]
+
+
 def test_a_lost_start_is_recorded_again_and_the_outcome_sent_once_more(
         pauses: list[float]) -> None:
     """The outage policy (``Ending``): held through the outage, then, the store having lost
@@ -322,3 +376,29 @@ def test_the_task_runs_the_recorder_call_under_its_outage_policy() -> None:
     finally:
         task.pop_request()
     assert recorder.calls == ["cancel", "start", "cancel"]
+
+
+def test_the_write_probe_writes_to_every_shard_where_the_store_has_shards() -> None:
+    """On a Redis Cluster, a node holding shards may refuse writes while the global slot's
+    node takes them: the probe writes every shard's epoch too."""
+    calls: list[str] = []
+    refused = [redis.exceptions.OutOfMemoryError("OOM command not allowed")]
+
+    class Store:
+        def try_lock(self, name: str, ttl_ms: int) -> bool:
+            calls.append(f"lock {name}")
+            return True
+
+        def epochs(self) -> list[str]:
+            calls.append("epochs")
+            if refused:
+                raise refused.pop()
+            return ["e0", "e1"]
+
+    probe = write_probe(Store())  # type: ignore[arg-type]
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        probe()
+    probe()
+    assert calls == ["lock write-probe", "epochs"] * 2
+    plain = InMemoryStore()  # no shards: the lock only
+    assert write_probe(plain)() in (True, False)

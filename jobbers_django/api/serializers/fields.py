@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from django.core.validators import ProhibitNullCharactersValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from jobbers_celery import WorkflowState, iso_time
 from jobbers_django.models import RunStatus
 from jobbers_django.redaction import display, redact, shown_arguments, text
 
@@ -29,6 +30,7 @@ __all__ = [
     "StrictSerializer",
     "TaskIdCharField",
     "UTCDateTimeField",
+    "WorkflowStateField",
     "not_unicode",
     "validate_task_id",
 ]
@@ -58,11 +60,16 @@ def not_unicode(task_id: str) -> bool:
 
 
 class UTCDateTimeField(serializers.DateTimeField):
-    """ISO 8601 in UTC both ways: answers end in ``Z``; an input without an offset is UTC."""
+    """ISO 8601 in UTC both ways: answers in the one format of the CLI's ``--json`` too
+    (``2026-11-27T21:33:05.120Z``, milliseconds always, :func:`jobbers_celery.iso_time`); an
+    input without an offset is UTC."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("default_timezone", UTC)
         super().__init__(**kwargs)
+
+    def to_representation(self, value: Any) -> Any:
+        return iso_time(value) if isinstance(value, datetime) else super().to_representation(value)
 
 
 class RedactedJSONField(serializers.JSONField):
@@ -152,6 +159,16 @@ class RunStatusField(serializers.ChoiceField):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(choices=RunStatus.choices, **kwargs)
+
+
+@extend_schema_field({"type": "string",
+                      "pattern": f"^({'|'.join(s.value for s in WorkflowState)})$"})
+class WorkflowStateField(serializers.ChoiceField):
+    """A workflow's state (``running``, or, final: ``completed``, ``failed``, ``cancelled``),
+    given as a pattern in the schema for the reason :class:`RunStatusField` is."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=[(s.value, s.value) for s in WorkflowState], **kwargs)
 
 
 class StrictSerializer(serializers.Serializer[Any]):

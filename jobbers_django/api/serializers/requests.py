@@ -33,6 +33,7 @@ __all__ = [
     "ResubmitRunRequestSerializer",
     "RunListQuerySerializer",
     "ScheduledQuerySerializer",
+    "WorkflowResubmitRequestSerializer",
     "limit_field",
 ]
 
@@ -238,3 +239,9 @@ class CancelRequestSerializer(StrictSerializer):
         required=False, default=False,
         help_text="also interrupt a started task on its worker (prefork pool) if it does "
         "not stop at its next heartbeat within jobbers_cancel_grace seconds")
+
+
+class WorkflowResubmitRequestSerializer(StrictSerializer):
+    reset_retry_count = serializers.BooleanField(
+        required=False, default=True,
+        help_text="start each member's retry count (and automatic stall recoveries) from zero")

@@ -19,6 +19,7 @@ from jobbers_django.api.serializers.fields import (
     RedactedTextField,
     RunStatusField,
     UTCDateTimeField,
+    WorkflowStateField,
 )
 from jobbers_django.models import DeadLetterEntry, DeadLetterFailure, ResubmitRun, Status
 from jobbers_django.redaction import text
@@ -35,6 +36,11 @@ __all__ = [
     "ResubmitRunSerializer",
     "ScheduledTasksSerializer",
     "TaskDetailSerializer",
+    "WorkflowCancelResultSerializer",
+    "WorkflowMemberSerializer",
+    "WorkflowResubmitResultSerializer",
+    "WorkflowSerializer",
+    "WorkflowTransitionSerializer",
 ]
 
 
@@ -196,6 +202,18 @@ class ScheduledTasksSerializer(serializers.Serializer[Any]):
     results = TaskRecordSerializer(many=True, help_text="soonest run_at first")
 
 
+class UniqueLockSerializer(serializers.Serializer[Any]):
+    key = serializers.CharField(help_text="SHA-256 of the task name and its key values "
+                                "(hex; the values themselves are never stored)")
+    until = serializers.ChoiceField(choices=[("start", "start"), ("end", "end"),
+                                             ("window", "window")])
+    expires_ms = serializers.IntegerField(help_text="the lock's expiry in Redis (the window, "
+                                          "or a backstop)")
+    holder = serializers.CharField(allow_null=True,
+                                   help_text="the task id holding the lock now; null: free")
+    held_by_this_task = serializers.BooleanField()
+
+
 class TaskDetailSerializer(serializers.Serializer[Any]):
     task_id = serializers.CharField()
     record = TaskRecordSerializer(allow_null=True,
@@ -203,6 +221,9 @@ class TaskDetailSerializer(serializers.Serializer[Any]):
     transitions = TransitionSerializer(many=True, help_text="oldest first")
     dead_letter = DeadLetterEntrySerializer(source="entry", allow_null=True,
                                             help_text="the task's dead-letter entry, if any")
+    unique = UniqueLockSerializer(allow_null=True, required=False,
+                                  help_text="a unique task's lock and who holds it; null: "
+                                  "not a unique task")
 
 
 class CancelResultSerializer(serializers.Serializer[Any]):
@@ -217,6 +238,89 @@ class CancelResultSerializer(serializers.Serializer[Any]):
     state = serializers.ChoiceField(choices=_STATE_CHOICES, allow_null=True,
                                     help_text="the task's state after the request")
     terminate = serializers.BooleanField()
+
+
+_ROLES = [("root", "root"), ("member", "member"), ("header", "header"),
+          ("callback", "callback")]
+
+
+class WorkflowMemberSerializer(serializers.Serializer[Any]):
+    """A member of a workflow: its place in the canvas and its record."""
+
+    task_id = serializers.CharField()
+    role = serializers.ChoiceField(
+        choices=_ROLES, help_text="root: the canvas's first task; header: a chord's group "
+        "member; callback: a chord's body; member: any other (a chain's link, a group's "
+        "member)")
+    parent_id = serializers.CharField(allow_null=True,
+                                      help_text="the task that published this one")
+    group_id = serializers.CharField(allow_null=True,
+                                     help_text="the group (or chord header) it belongs to")
+    blocking = serializers.BooleanField(help_text="this member holds the workflow up")
+    elapsed_seconds = serializers.FloatField(
+        allow_null=True, help_text="from its first start to its end (to now while it has "
+        "not ended); null before it started")
+    record = TaskRecordSerializer(help_text="its record, as `GET tasks/{task_id}` shows it")
+
+
+class WorkflowTransitionSerializer(serializers.Serializer[Any]):
+    """A step of the workflow's own history."""
+
+    at = UTCDateTimeField()
+    state = WorkflowStateField(help_text="the workflow's state from then on")
+    reason = RedactedTextField()
+    task_id = serializers.CharField(allow_null=True,
+                                    help_text="the member that caused it, if one did")
+
+
+class WorkflowSerializer(serializers.Serializer[Any]):
+    """A canvas (chain, group, chord) as one unit."""
+
+    task_id = serializers.CharField(help_text="the id asked for (a member's, the root's or "
+                                    "a group's)")
+    root_id = serializers.CharField()
+    state = WorkflowStateField(help_text="running; or, final: completed (its last task, a "
+                               "chord's callback included, completed), failed (a member "
+                               "failed for good), cancelled")
+    progress = serializers.CharField(help_text="`k of n completed`")
+    total = serializers.IntegerField(help_text="members, read or not")
+    completed = serializers.IntegerField()
+    failed = serializers.IntegerField(help_text="failed, stalled or dropped")
+    running = serializers.IntegerField(help_text="started")
+    pending = serializers.IntegerField(help_text="submitted or scheduled, not started")
+    cancelled = serializers.IntegerField()
+    started_at = UTCDateTimeField(allow_null=True)
+    ended_at = UTCDateTimeField(allow_null=True)
+    elapsed_seconds = serializers.FloatField(allow_null=True,
+                                             help_text="from its start to its end, or now")
+    blocking = serializers.ListField(
+        child=serializers.CharField(), help_text="the members that hold it up (a failed "
+        "header member blocks its chord's callback)")
+    truncated = serializers.BooleanField(
+        help_text="more than 1,000 members: the first 1,000 by submission time are listed "
+        "(`history` and `blocking` are theirs); `state`, `total` and the counts cover all")
+    members = WorkflowMemberSerializer(many=True, help_text="by submission time")
+    history = WorkflowTransitionSerializer(many=True, help_text="oldest first")
+
+
+class WorkflowCancelResultSerializer(serializers.Serializer[Any]):
+    task_id = serializers.CharField()
+    root_id = serializers.CharField()
+    cancelled = serializers.ListField(
+        child=serializers.CharField(), help_text="members cancelled, or asked to stop (a "
+        "started one stops at its next heartbeat); empty: nothing was left to cancel (409)")
+    state = WorkflowStateField(help_text="the workflow's state after the request")
+    terminate = serializers.BooleanField()
+
+
+class WorkflowResubmitResultSerializer(serializers.Serializer[Any]):
+    task_id = serializers.CharField()
+    root_id = serializers.CharField()
+    resubmitted = serializers.ListField(
+        child=serializers.CharField(), help_text="failed members sent back to the broker "
+        "(same ids); empty: none was failed (409)")
+    state = WorkflowStateField(help_text="the workflow's state after the request")
+    reset_retry_count = serializers.BooleanField()
 
 
 class ResubmitRunSerializer(_UTCModelSerializer):

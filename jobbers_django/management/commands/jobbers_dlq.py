@@ -1,14 +1,16 @@
 """``manage.py jobbers_dlq``: the Django dead-letter queue from a shell, the same shape as
 ``celery jobbers dlq`` (the Redis sink's):
 
-    jobbers_dlq list [--queue Q] [--task NAME] [--version N] [--status S] [--limit N] [--json]
+    jobbers_dlq list [--queue Q] [--task NAME] [--version N] [--group FINGERPRINT]
+                     [--status S] [--limit N] [--json]
     jobbers_dlq show ID [--json]
-    jobbers_dlq resubmit [ID ...] [--queue Q] [--task NAME] [--version N] [--limit N]
+    jobbers_dlq resubmit [ID ...] [--queue Q] [--task NAME] [--version N] [--group FP]
+                         [--limit N]
                          [--dry-run] [--current-version] [--keep-retry-count]
                          [--rate PER_SECOND [--halt-after X --of-last N]] [--json]
-    jobbers_dlq discard [ID ...] [--queue Q] [--task NAME] [--version N] [--limit N] [--yes]
-                        [--json]
-    jobbers_dlq run RUN_ID [--pause | --resume | --cancel] [--json]
+    jobbers_dlq discard [ID ...] [--queue Q] [--task NAME] [--version N] [--group FP]
+                        [--limit N] [--yes] [--json]
+    jobbers_dlq run RUN_ID [--pause | --resume | --cancel | --continue] [--json]
     jobbers_dlq set-aside [--limit N] [--json]
 
 Everything goes through :mod:`jobbers_django.dlq` and :mod:`jobbers_django.bridge`, as the
@@ -27,6 +29,7 @@ Exit codes: 0 ok, 1 a runtime failure (Redis or the database unreachable), 2 bad
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -34,7 +37,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
-from django.utils import timezone
 from django.utils.text import Truncator
 
 from jobbers_celery import (
@@ -47,7 +49,12 @@ from jobbers_celery import (
     check_pace_options,
     check_task_id,
     dlq_criteria,
+    fit_columns,
+    human_time,
+    iso_time,
     printable,
+    terminal_width,
+    unknown_task_message,
 )
 from jobbers_django import bridge, conf
 from jobbers_django.api.serializers.responses import (
@@ -58,7 +65,14 @@ from jobbers_django.api.serializers.responses import (
 from jobbers_django.dlq import runs
 from jobbers_django.dlq.actions import ActionResult, discard, resubmit
 from jobbers_django.dlq.selection import Selection, SelectionError, filter_entries
-from jobbers_django.models import DeadLetterEntry, ResubmitRun, Source, Status, VersionChoice
+from jobbers_django.models import (
+    DeadLetterEntry,
+    FailureGroup,
+    ResubmitRun,
+    Source,
+    Status,
+    VersionChoice,
+)
 from jobbers_django.redaction import arguments, text
 
 OK, RUNTIME, USAGE, NOT_FOUND = DlqExit.OK, DlqExit.RUNTIME, DlqExit.USAGE, DlqExit.NOT_FOUND
@@ -72,8 +86,15 @@ def _message(row: DeadLetterEntry) -> str:
 
 
 def _when(value: datetime) -> str:
-    """In the project's time zone (``TIME_ZONE``), as the admin's lists show times."""
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+    """The one time format (``2026-11-27 21:33:05 UTC``), as the admin and
+    ``celery jobbers`` write times."""
+    return human_time(value)
+
+
+def _json_value(value: Any) -> Any:
+    """What JSON has no type for: a datetime in the one format of every JSON output
+    (``2026-11-27T21:33:05.120Z``, as the REST API), anything else as text."""
+    return iso_time(value) if isinstance(value, datetime) else str(value)
 
 
 def _usage(message: str) -> CommandError:
@@ -92,12 +113,49 @@ def _filters(options: dict[str, Any]) -> DlqFilters:
     return DlqFilters(options.get("queue"), options.get("task"), options.get("version"))
 
 
-def _entry_filters(filters: DlqFilters) -> dict[str, Any]:
-    """The filters as :func:`jobbers_django.dlq.selection.filter_entries` names the fields."""
+def _entry_filters(filters: DlqFilters, group: str | None = None) -> dict[str, Any]:
+    """The filters as :func:`jobbers_django.dlq.selection.filter_entries` names the fields
+    (``--group``: the entries whose last failure is of that failure group)."""
     return {name: value for name, value in (("queue", filters.queue),
                                             ("task_name", filters.task),
-                                            ("task_version", filters.version))
+                                            ("task_version", filters.version),
+                                            ("fingerprint", group))
             if value is not None}
+
+
+_FINGERPRINT = re.compile(r"[0-9a-f]{1,64}")
+
+
+def _check_task(options: dict[str, Any]) -> None:
+    """``--task``: a name no task has (not registered in the Celery app, no dead letter and
+    no jobbers record of it) is bad input, exit 2 with the close matches, never an empty
+    answer with exit 0 (a mistyped name)."""
+    name: str | None = options.get("task")
+    if name is None:
+        return
+    if DeadLetterEntry.objects.filter(task_name=name).exists():
+        return  # the database alone answers most (no Celery app loaded for it)
+    app = bridge.get_app()
+    if name in app.tasks or bridge.get_jobbers().tasks(name=name, limit=1):
+        return
+    raise _usage(unknown_task_message(
+        name, [n for n in app.tasks if not n.startswith("celery.")], "--task"))
+
+
+def _group(options: dict[str, Any]) -> str | None:
+    """``--group``: a failure group's fingerprint, as the API takes it (1 to 64 lowercase
+    hex digits); one that is malformed or names no group is bad input (exit 2), never an
+    empty selection that looks like success."""
+    group: str | None = options.get("group")
+    if group is None:
+        return None
+    if not _FINGERPRINT.fullmatch(group):
+        raise _usage(f"--group: {printable(group[:80])!s} is not a fingerprint (1 to 64 "
+                     "lowercase hex digits: the failure groups page shows them)")
+    if not FailureGroup.objects.filter(fingerprint=group).exists():
+        raise _usage(f"--group: no failure group {group} (see the admin's failure groups, "
+                     "or GET dead-letter-queue/failure-groups)")
+    return group
 
 
 class Command(BaseCommand):
@@ -111,6 +169,9 @@ class Command(BaseCommand):
             p.add_argument("--queue", help="exact queue name")
             p.add_argument("--task", help="exact task name")
             p.add_argument("--version", type=int, metavar="N", help="exact task version")
+            p.add_argument("--group", metavar="FINGERPRINT",
+                           help="one failure group: its fingerprint (the admin's failure "
+                                "groups page, the API's fingerprint filter)")
             p.add_argument("--limit", type=int, default=limit_default, metavar="N",
                            help="at most this many entries, newest failure first "
                                 f"(1 to {conf.MAX_LIMIT}; filters only)")
@@ -156,6 +217,9 @@ class Command(BaseCommand):
         group = p.add_mutually_exclusive_group()
         for control in ("pause", "resume", "cancel"):
             group.add_argument(f"--{control}", action="store_true", help=f"{control} it")
+        group.add_argument("--continue", dest="continue_", action="store_true",
+                           help="a halted run goes on (its cause fixed); its stop rule "
+                                "counts only what settles from now on")
         p.add_argument("--json", action="store_true", help="JSON for scripts")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -167,33 +231,45 @@ class Command(BaseCommand):
 
     # -------------------------------------------------------------- output
     def emit_json(self, value: Any) -> None:
-        self.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str))
+        self.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=_json_value))
 
-    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """Aligned columns, each cell on one line (control characters escaped)."""
-        cells = [[str(c) for c in headers],
-                 *[["-" if c in (None, "") else printable(str(c)) for c in r] for r in rows]]
-        widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]],
+              optional: Sequence[str] = ()) -> None:
+        """Aligned columns, each cell on one line (control characters escaped), fitted to
+        the terminal's width as ``celery jobbers`` fits its tables (``fit_columns``)."""
+        shown, cut, dropped = fit_columns(
+            [str(c) for c in headers],
+            [["-" if c in (None, "") else printable(str(c)) for c in r] for r in rows],
+            terminal_width(), optional)
+        cells = [shown, *cut]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(shown))]
         for row in cells:
             self.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
                               .rstrip())
+        if dropped:
+            self.stdout.write(f"(hidden at this width: {', '.join(dropped)}; --json has all)")
 
     def entries(self, rows: Sequence[DeadLetterEntry]) -> None:
         self.table(("TASK ID", "NAME", "VER", "QUEUE", "STATUS", "FAILURES", "LAST FAILED",
                     "EXCEPTION"),
                    [(r.task_id, r.task_name, r.task_version, r.queue, r.status,
                      r.failure_count, _when(r.last_failed_at),
-                     Truncator(_message(r)).chars(60)) for r in rows])
+                     Truncator(_message(r)).chars(60)) for r in rows],
+                   optional=("FAILURES", "STATUS", "VER", "QUEUE", "LAST FAILED"))
 
     # -------------------------------------------------------------- selection
     def selection(self, options: dict[str, Any], limit_default: int) -> Selection:
         ids = tuple(options.get("task_ids") or ())
         given = _filters(options)
+        group = _group(options)
+        if group is not None and ids:
+            raise _usage("--group is a filter: give ids or filters, not both")
         try:
-            dlq_criteria(ids, given, per_attempt=False)
+            if group is None:
+                dlq_criteria(ids, given, per_attempt=False)
         except DlqUsageError as exc:
             raise _usage(exc.message) from None
-        filters = _entry_filters(given)
+        filters = _entry_filters(given, group)
         limit = options.get("limit")
         if ids and limit is not None:
             raise _usage("--limit applies to filters only; ids select exactly the ids given")
@@ -210,7 +286,8 @@ class Command(BaseCommand):
         limit = options["limit"]
         if not 1 <= limit <= conf.MAX_LIMIT:
             raise _usage(f"--limit: must be between 1 and {conf.MAX_LIMIT}")
-        filters = _entry_filters(_filters(options))
+        _check_task(options)
+        filters = _entry_filters(_filters(options), _group(options))
         if options["status"] != "all":
             filters["status"] = options["status"]
         qs = filter_entries(DeadLetterEntry.objects.defer("traceback"), filters)
@@ -274,6 +351,7 @@ class Command(BaseCommand):
             check_pace_options(rate, halt_after, of_last)
         except DlqUsageError as exc:
             raise _usage(exc.message) from None
+        _check_task(options)
         try:
             pace = runs.Pace(rate, halt_after, of_last) if rate is not None else None
             if pace is not None and not options["dry_run"]:
@@ -289,6 +367,7 @@ class Command(BaseCommand):
 
     def do_discard(self, options: dict[str, Any]) -> None:
         selection = self.selection(options, conf.DEFAULT_RESUBMIT_LIMIT)
+        _check_task(options)
         if not options["yes"]:
             preview = discard(selection, dry_run=True)
             if not preview.matched:
@@ -308,10 +387,11 @@ class Command(BaseCommand):
         run_id = options["run_id"]
         if not ResubmitRun.objects.filter(pk=run_id).exists():
             raise CommandError(f"no paced resubmit {run_id}", returncode=NOT_FOUND)
-        for control in ("pause", "resume", "cancel"):
+        for control, move in (("pause", runs.pause), ("resume", runs.resume),
+                              ("cancel", runs.cancel), ("continue_", runs.continue_run)):
             if options[control]:
                 try:
-                    getattr(runs, control)(run_id, source=Source.CODE)
+                    move(run_id, source=Source.CODE)
                 except runs.RunConflict as exc:
                     raise _usage(str(exc)) from None
         self.show_run(ResubmitRun.objects.get(pk=run_id), options["json"])

@@ -1,0 +1,146 @@
+"""Fair shares in the store: the start step's part (``_lib.lua``'s fair section, ``fair.lua``
+first in the sharded layout), the release pass a worker's scheduler runs, and what
+operators read. The rules are in ``_lib.lua``; the keys in ``store/keys.py`` (``fs:*``).
+
+Cost: on one shard the keyed cap is decided inside the start step (no added call); with
+several shards one ``fair.lua`` call in the global slot comes first, as ``conc.lua`` does
+for ``max_concurrent``. The release pass costs one read per scheduler pass, and one
+script call when some key has parked tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jobbers_celery.core.fairshare import DIGEST_LEN, FairHeld, FairKey, Released
+from jobbers_celery.store.sharded import Sharded
+
+__all__ = ["ON_THE_WAY_MS", "PARK_BACKSTOP_MS", "admit", "held", "publish_spec", "release",
+           "spec", "take", "unreleased"]
+
+#: A parked task's ``run_at``: a backstop only (the release pass makes it due when its key
+#: has room); should its entry in the key's list be lost, it is published then, and parked
+#: again if its key is still full.
+PARK_BACKSTOP_MS = 900_000
+#: How long a task sent to the broker (a fair publish let through, or a parked task
+#: released) counts against its key's room before it starts: one whose message was lost,
+#: or that was cancelled or dropped before it started, stops holding room back after this.
+ON_THE_WAY_MS = 300_000
+#: Keys the release pass visits per scheduler pass (the least recently visited first).
+RELEASE_KEYS_PER_PASS = 200
+
+
+def member(name: str, digest: str) -> str:
+    """The index member of a key: the digest (fixed length) then the name."""
+    return digest + name
+
+
+def spec(s: Sharded, name: str, key: FairKey) -> dict[str, Any]:
+    """The start step's ``fair`` spec field for ``name`` tasks of ``key``."""
+    k = s.keys
+    return {"c": k.fair_running(name, key.digest), "p": k.fair_parked(name, key.digest),
+            "r": k.fair_released(name, key.digest), "i": k.fair_index, "caps": k.fair_caps,
+            "m": member(name, key.digest), "d8": key.short, "park_ms": PARK_BACKSTOP_MS}
+
+
+def publish_spec(s: Sharded, name: str, key: FairKey) -> dict[str, Any]:
+    """The submit step's ``fairpub`` spec field (one shard: decided in that step)."""
+    return {**spec(s, name, key), "conc": s.keys.concurrency(name), "cap": key.cap,
+            "way_ms": ON_THE_WAY_MS}
+
+
+def admit(s: Sharded, name: str, task_id: str, key: FairKey) -> tuple[bool, bool]:
+    """Sharded layout, before a publish's step: whether its message may go now (counted
+    on its way to start), else it is parked in the global slot (``False``); and whether
+    this call counted it (``False``: an earlier publish of the same id had), so that a
+    step then refused withdraws it (:func:`withdraw`)."""
+    got = _fair_call(s, "admit", name, task_id, key, ON_THE_WAY_MS)
+    return bool(got & 1), not got & 2
+
+
+def withdraw(s: Sharded, name: str, task_id: str, key: FairKey) -> None:
+    """A publish :func:`admit` counted whose step was refused (a unique duplicate, an id
+    recorded already) or failed: it is neither on its way nor parked (it held one of its
+    key's places for ``ON_THE_WAY_MS``, or headed its parked tasks)."""
+    pipe = s.client.pipeline(transaction=False)
+    pipe.zrem(s.keys.fair_released(name, key.digest), task_id)
+    pipe.zrem(s.keys.fair_parked(name, key.digest), task_id)
+    pipe.execute()
+
+
+def _fair_call(s: Sharded, mode: str, name: str, task_id: str, key: FairKey, ms: int) -> int:
+    k = s.keys
+    return int(s._scripts["fair"](
+        keys=[k.concurrency(name), k.fair_running(name, key.digest),
+              k.fair_parked(name, key.digest), k.fair_released(name, key.digest),
+              k.fair_index, k.fair_caps],
+        args=[mode, int(ms), key.cap, task_id, member(name, key.digest)]))
+
+
+def take(s: Sharded, name: str, task_id: str, key: FairKey, lease_ms: int) -> int:
+    """Sharded layout, before the start step: take a lease of ``key`` (1 taken now, 2 held
+    already), or park the task in the global slot (0: full)."""
+    return _fair_call(s, "take", name, task_id, key, lease_ms)
+
+
+def release(s: Sharded, limit: int = RELEASE_KEYS_PER_PASS,
+            keys: Sequence[tuple[str, str]] | None = None) -> Released:
+    """The release pass: the parked tasks whose key has room now, for the caller to claim
+    and publish as due (:func:`unreleased` for those it could not claim); over the keys
+    with parked tasks (up to ``limit``, the least recently visited first), or over
+    ``keys`` (``(name, digest)``: the key of a task that just ended)."""
+    k = s.keys
+    if keys is None:
+        members = [str(m) for m in s.client.zrange(k.fair_index, 0, limit - 1)]
+    else:
+        members = [member(name, digest) for name, digest in keys]
+    members = [m for m in members if len(m) > DIGEST_LEN]
+    if not members:
+        return Released({}, 0)
+    script_keys = [k.fair_index, k.fair_caps]
+    for m in members:
+        name, digest = m[DIGEST_LEN:], m[:DIGEST_LEN]
+        script_keys += [k.concurrency(name), k.fair_running(name, digest),
+                        k.fair_parked(name, digest), k.fair_released(name, digest)]
+    now, per = s._scripts["fair"](keys=script_keys, args=["release", ON_THE_WAY_MS, *members])
+    out: dict[str, tuple[str, str]] = {}
+    for m, ids in zip(members, per or (), strict=False):
+        for task_id in ids or ():
+            out[str(task_id)] = (m[DIGEST_LEN:], m[:DIGEST_LEN])
+    return Released(out, int(now))
+
+
+def unreleased(s: Sharded, ids: Sequence[tuple[str, str, str]]) -> None:
+    """Released tasks that were not claimed (cancelled, removed, already published by the
+    backstop): they stop holding their key's room back at once. ``(task id, name,
+    digest)``."""
+    if not ids:
+        return
+    pipe = s.client.pipeline(transaction=False)
+    for task_id, name, digest in ids:
+        pipe.zrem(s.keys.fair_released(name, digest), task_id)
+    pipe.execute()
+
+
+def held(s: Sharded, limit: int = 100) -> list[FairHeld]:
+    """The keys holding tasks back now, most parked first (up to ``limit`` keys; the index
+    lists only keys with parked tasks)."""
+    k = s.keys
+    members = [str(m) for m in s.client.zrange(k.fair_index, 0, 999)]
+    members = [m for m in members if len(m) > DIGEST_LEN]
+    if not members:
+        return []
+    caps = s.client.hmget(k.fair_caps, members)
+    pipe = s.client.pipeline(transaction=False)
+    for m in members:
+        name, digest = m[DIGEST_LEN:], m[:DIGEST_LEN]
+        pipe.zcard(k.fair_parked(name, digest))
+        pipe.zcard(k.fair_released(name, digest))
+        pipe.zcard(k.fair_running(name, digest))
+    counts = pipe.execute()
+    out = [FairHeld(m[DIGEST_LEN:], m[:8], m[:DIGEST_LEN], int(cap or 1),
+                    *counts[3 * i:3 * i + 3])
+           for i, (m, cap) in enumerate(zip(members, caps, strict=True))]
+    out.sort(key=lambda h: (-h.parked, h.name, h.digest))
+    return out[:limit]

@@ -1,0 +1,127 @@
+"""Fair-share rules every store keeps (the Redis store on one and on several shards, and the
+in-memory kit): run by tests/unit/test_fair_shares.py on the kit and by
+tests/integration/test_fair_store.py on Redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobbers_celery.core.fairshare import FairKey, key_digest
+from jobbers_celery.core.states import TaskState
+
+S = TaskState
+NAME = "fair.n"
+A = FairKey(key_digest("tenant-a"), 2)
+B = FairKey(key_digest("tenant-b"), 2)
+
+
+def publish(store: Any, task_id: str, key: FairKey | None = None) -> TaskState:
+    """A publish; with ``key``, under fair shares (parked when its key has no room)."""
+    res = store.submit(task_id, sources=(S.UNSUBMITTED,), reason="published", name=NAME,
+                       create={"name": NAME, "queue": "q", "msg": "{}"}, fair=key)
+    assert res.applied, res
+    return res.state
+
+
+def start(store: Any, task_id: str, key: FairKey) -> TaskState:
+    res = store.start(task_id, name=NAME, worker="w@h", wid="w@h:1:a", heartbeat_ms=None,
+                      cap=key.cap, lease_cap_ms=60_000, defer_ms=1000, fields={}, fair=key)
+    return res.state
+
+
+def complete(store: Any, task_id: str) -> None:
+    record = store.get(task_id)
+    res = store.complete(task_id, record.attempt, name=NAME, worker="w@h", wid="w@h:1:a",
+                         fields={}, delete=(), write_result=None)
+    assert res.applied, res
+
+
+def release(store: Any) -> list[str]:
+    """The release pass and the claim the scheduler makes of what it releases."""
+    released = store.fair_release().ids
+    claimed = store.claim(list(released), 60_000, "w@h", released)
+    got = {c.task_id for c in claimed}
+    store.fair_unreleased([(i, *released[i]) for i in released if i not in got])
+    store.confirm_published(got)
+    return [c.task_id for c in claimed]
+
+
+def reasons(store: Any, task_id: str) -> list[str]:
+    return [t.reason or "" for t in store.history(task_id)]
+
+
+def case_publish_parks_past_the_room_and_releases_in_order(store: Any) -> None:
+    """A key's first ``cap`` publishes go; the others are parked (no message), first in
+    first out; each end releases the oldest parked one, never a later publish first."""
+    states = [publish(store, f"a{i}", A) for i in range(5)]
+    assert states == [S.SUBMITTED, S.SUBMITTED, S.SCHEDULED, S.SCHEDULED, S.SCHEDULED]
+    assert reasons(store, "a2")[-1] == A.parked_reason
+    assert publish(store, "b0", B) is S.SUBMITTED  # another key has its own room
+    assert release(store) == []  # a0 and a1 are on their way: no room
+    assert start(store, "a0", A) is S.STARTED
+    assert start(store, "a1", A) is S.STARTED
+    assert release(store) == []
+    complete(store, "a0")
+    assert release(store) == ["a2"]
+    assert reasons(store, "a2")[-1] == "released: its key has room (fair share)"
+    assert publish(store, "a9", A) is S.SCHEDULED  # behind the parked ones
+    assert start(store, "a2", A) is S.STARTED
+    complete(store, "a1")
+    complete(store, "a2")
+    assert release(store) == ["a3", "a4"]
+    held = {h.digest: h for h in store.fair_held()}
+    assert (held[A.digest].parked, held[A.digest].released, held[A.digest].cap) == (1, 2, 2)
+    assert held[A.digest].key == A.digest[:8]
+    assert held[A.digest].name == NAME
+    assert B.digest not in held  # nothing of it is parked
+
+
+def case_start_parks_an_unthrottled_publish_past_the_cap(store: Any) -> None:
+    """A publish that was not throttled (by name, a canvas member) is parked at its start
+    when its key is full, and released when it has room."""
+    for i in range(3):
+        publish(store, f"p{i}")
+    assert [start(store, f"p{i}", A) for i in range(3)] == [S.STARTED, S.STARTED,
+                                                            S.SCHEDULED]
+    assert reasons(store, "p2")[-1] == A.parked_reason
+    record = store.get("p2")
+    assert record.attempt == 0
+    assert record.retry_attempt == 0
+    complete(store, "p0")
+    assert release(store) == ["p2"]
+    assert start(store, "p2", A) is S.STARTED
+
+
+def case_a_cancelled_parked_task_is_skipped(store: Any) -> None:
+    """A parked task cancelled meanwhile is not published; the next one is."""
+    for i in range(4):
+        publish(store, f"c{i}", A)
+    assert store.cancel("c2", "by test").outcome == "cancelled"
+    start(store, "c0", A)
+    start(store, "c1", A)
+    complete(store, "c0")
+    assert release(store) == []  # c2 was next: cancelled, skipped (its room freed)
+    assert release(store) == ["c3"]
+
+
+def case_a_refused_publish_holds_no_place_of_its_key(store: Any) -> None:
+    """A fair-share publish whose step is refused (a unique task's duplicate, an id
+    recorded already) takes none of its key's places; an id recorded already keeps the one
+    its first publish took (the sharded layout counted a refused one for 5 minutes, found
+    by review)."""
+    from jobbers_celery.core.unique import Unique, field_value
+    from jobbers_celery.core.unique import key_digest as unique_digest
+
+    spec = Unique()
+    field = field_value(spec, unique_digest(NAME, spec, ["same"], {}))
+
+    def submit(task_id: str, uq: str | None = None) -> Any:
+        create = {"name": NAME, "queue": "q", "msg": "{}", **({"uq": uq} if uq else {})}
+        return store.submit(task_id, sources=(S.UNSUBMITTED,), reason="published", name=NAME,
+                            create=create, fair=A)
+
+    assert submit("u1", field).state is S.SUBMITTED
+    assert not submit("u2", field).applied  # the unique duplicate: refused
+    assert not submit("u1", field).applied  # the same id again: refused, keeps its place
+    assert publish(store, "u3", A) is S.SUBMITTED  # u1 and u3: the key's 2 places
+    assert publish(store, "u4", A) is S.SCHEDULED  # parked

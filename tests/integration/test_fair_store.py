@@ -1,0 +1,58 @@
+"""Fair shares in the Redis store, without workers: the rules of
+tests/integration/fair_cases.py on one shard (decided inside the steps) and on four (the
+global slot first), and a parked task whose entry the store lost comes back at its
+backstop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from jobbers_celery.core.states import TaskState
+from jobbers_celery.store import fairshare
+from jobbers_celery.store.redis import RedisStore
+from tests.conftest import wait_for
+from tests.integration import fair_cases
+
+pytestmark = [pytest.mark.redis]
+
+CASES = [
+    fair_cases.case_publish_parks_past_the_room_and_releases_in_order,
+    fair_cases.case_start_parks_an_unthrottled_publish_past_the_cap,
+    fair_cases.case_a_cancelled_parked_task_is_skipped,
+    fair_cases.case_a_refused_publish_holds_no_place_of_its_key,
+]
+
+
+@pytest.fixture(params=[1, 4], ids=["one-shard", "four-shards"])
+def store(redis_url: str, request: pytest.FixtureRequest) -> RedisStore:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    return RedisStore(client, "fairstore", shards=request.param)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_redis_store_keeps_the_rules(store: RedisStore, case: Any) -> None:
+    case(store)
+
+
+def test_a_parked_task_whose_entry_was_lost_comes_back_at_its_backstop(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that lost the key's list (writes lost in a restart) parks nothing for good:
+    the task is published at its run_at backstop, and parked again while its key is full."""
+    monkeypatch.setattr(fairshare, "PARK_BACKSTOP_MS", 300)
+    A = fair_cases.A
+    assert [fair_cases.publish(store, f"l{i}", A) for i in range(3)] == [
+        TaskState.SUBMITTED, TaskState.SUBMITTED, TaskState.SCHEDULED]
+    store.client.delete(store.keys.fair_parked(fair_cases.NAME, A.digest), store.keys.fair_index)
+    assert fair_cases.release(store) == []  # nothing is known parked any more
+    due = wait_for(lambda: "l2" in store.due()[0], timeout=5, message="l2's backstop")
+    assert due
+    assert [c.task_id for c in store.claim(["l2"], 60_000, "w@h")] == ["l2"]
+    assert fair_cases.start(store, "l0", A) is TaskState.STARTED
+    assert fair_cases.start(store, "l1", A) is TaskState.STARTED
+    assert fair_cases.start(store, "l2", A) is TaskState.SCHEDULED  # full: parked again
+    assert [h.parked for h in store.fair_held()] == [1]
+    fair_cases.complete(store, "l0")
+    assert fair_cases.release(store) == ["l2"]

@@ -1,0 +1,118 @@
+"""The unique key's digest (core/unique.py): deterministic, bounded, never the raw values,
+and different selections make different keys; the spec's validation and its field."""
+
+from __future__ import annotations
+
+import datetime as dt
+import string
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobbers_celery.core.errors import InvalidTaskOption
+from jobbers_celery.core.unique import (
+    KEY_INPUT_MAX,
+    Unique,
+    UniqueKeyError,
+    Until,
+    field_value,
+    key_digest,
+    parse_field,
+    validate_unique,
+)
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4),
+    max_leaves=12)
+args_st = st.lists(json_values, max_size=4)
+kwargs_st = st.dictionaries(st.text(string.ascii_letters, min_size=1, max_size=8), json_values,
+                            max_size=4)
+HEX = set("0123456789abcdef")
+
+
+@given(args=args_st, kwargs=kwargs_st)
+def test_the_digest_is_64_hex_digits_and_the_same_for_the_same_call(args, kwargs) -> None:
+    spec = Unique()
+    one = key_digest("t.a", spec, args, kwargs)
+    assert len(one) == 64
+    assert set(one) <= HEX
+    assert key_digest("t.a", spec, list(args), dict(reversed(list(kwargs.items())))) == one
+    assert key_digest("t.b", spec, args, kwargs) != one  # the task name is part of it
+
+
+@given(args=st.lists(st.text(min_size=1, max_size=30), min_size=2, max_size=4))
+def test_different_selections_make_different_keys(args) -> None:
+    every = key_digest("t", Unique(), args, {})
+    first = key_digest("t", Unique(on=(0,)), args, {})
+    second = key_digest("t", Unique(on=(1,)), args, {})
+    by_key = key_digest("t", Unique(key=lambda a, k: str(a[0])), args, {})
+    assert len({every, first, second, by_key}) == 4
+    # the selected values alone decide: what is not selected does not count
+    assert key_digest("t", Unique(on=(0,)), [args[0], "other"], {}) == first
+
+
+@given(secret=st.text(min_size=8, max_size=40))
+def test_the_field_never_holds_the_values(secret) -> None:
+    spec = Unique(on=("token",))
+    field = field_value(spec, key_digest("t", spec, [], {"token": secret}))
+    assert secret not in field
+    parsed = parse_field(field)
+    assert parsed is not None
+    assert parsed.until is Until.END
+
+
+def test_no_separator_in_a_value_can_forge_another_selection() -> None:
+    spec = Unique(on=(0, 1))
+    assert key_digest("t", spec, ["a:b", "c"], {}) != key_digest("t", spec, ["a", "b:c"], {})
+    assert key_digest("t", Unique(), ["a", "b"], {}) != key_digest("t", Unique(), ["a,b"], {})
+
+
+def test_the_input_is_bounded_before_hashing() -> None:
+    with pytest.raises(UniqueKeyError, match="over"):
+        key_digest("t", Unique(), ["x" * (KEY_INPUT_MAX + 1)], {})
+    with pytest.raises(UniqueKeyError, match="over"):
+        key_digest("t", Unique(key=lambda a, k: "y" * (KEY_INPUT_MAX + 1)), [], {})
+
+
+def test_values_json_lacks_are_canonical_and_others_refused() -> None:
+    when = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    assert key_digest("t", Unique(), [when], {}) == key_digest("t", Unique(), [when], {})
+    with pytest.raises(UniqueKeyError, match="key="):
+        key_digest("t", Unique(), [object()], {})
+    with pytest.raises(UniqueKeyError, match="does not pass"):
+        key_digest("t", Unique(on=("account",)), [], {})
+    with pytest.raises(UniqueKeyError, match="argument 3"):
+        key_digest("t", Unique(on=(3,)), [1], {})
+
+
+@pytest.mark.parametrize("bad", [
+    Unique(until=Until.WINDOW),  # a window without ttl
+    Unique(ttl=0), Unique(ttl=-1), Unique(ttl=float("inf")),
+    Unique(on=()), Unique(on=(-1,)), Unique(on=(True,)),  # type: ignore[arg-type]
+    Unique(on=(0,), key=lambda a, k: ""),
+    "yes",
+])
+def test_bad_specs_are_refused_when_declared(bad) -> None:
+    with pytest.raises(InvalidTaskOption):
+        validate_unique(bad)
+
+
+def test_the_field_carries_until_and_expiry() -> None:
+    spec = validate_unique(Unique(until=Until.WINDOW, ttl=dt.timedelta(seconds=90)))
+    assert spec is not None
+    parsed = parse_field(field_value(spec, "a" * 64))
+    assert parsed is not None
+    assert (parsed.until, parsed.hold_ms) == (Until.WINDOW, 90_000)
+    assert validate_unique(True) == Unique()
+    assert validate_unique(None) is None
+    assert validate_unique(False) is None
+
+
+@given(st.text(max_size=120))
+def test_parse_field_reads_outside_input_without_raising(text) -> None:
+    parsed = parse_field(text)
+    assert parsed is None or len(parsed.digest) == 64
