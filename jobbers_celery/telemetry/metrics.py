@@ -376,35 +376,42 @@ def _reporting() -> list[GaugeSource]:
 
 
 def _observe_states(options: CallbackOptions) -> Sequence[Observation]:
+    """Records per state, summed over the stores this process reports for: two installed
+    instances on two stores would otherwise observe one attribute set twice, and the SDK
+    keeps whichever came last. Instances on one store share its lease, so one reports."""
     assert _otel is not None
-    out = []
+    summed: dict[str, int] = {}
     for jobbers in _reporting():
         try:
             counts = jobbers.store.counts()
         except Exception:
             log.debug("could not read the state counts", exc_info=True)
             continue
-        out += [_otel.Observation(n, {"state": state.value}) for state, n in counts.items()]
-    return out
+        for state, n in counts.items():
+            summed[state.value] = summed.get(state.value, 0) + n
+    return [_otel.Observation(n, {"state": state}) for state, n in summed.items()]
 
 
 def _observe_dead_letters(options: CallbackOptions) -> Sequence[Observation]:
+    """Entries summed over the sinks this process reports for (as ``tasks_in_state``)."""
     assert _otel is not None
-    out = []
+    sizes = []
     for jobbers in _reporting():
         size = getattr(jobbers.sink, "size", None)
         if not callable(size):
             continue
         try:
-            out.append(_otel.Observation(int(size())))
+            sizes.append(int(size()))
         except Exception:
             log.debug("could not read the dead-letter queue size", exc_info=True)
-    return out
+    return [_otel.Observation(sum(sizes))] if sizes else []
 
 
 def _observe_cleaner(options: CallbackOptions) -> Sequence[Observation]:
+    """The oldest last pass over the stores this process reports for: the gauge exists to
+    show a cleaner that stopped, so the worst one is the one to see."""
     assert _otel is not None
-    out = []
+    ages = []
     for jobbers in _reporting():
         try:
             age = jobbers.store.last_pass_age_ms()
@@ -412,5 +419,5 @@ def _observe_cleaner(options: CallbackOptions) -> Sequence[Observation]:
             log.debug("could not read the cleaner's last pass", exc_info=True)
             continue
         if age is not None:
-            out.append(_otel.Observation(max(0.0, age / 1000.0)))
-    return out
+            ages.append(max(0.0, age / 1000.0))
+    return [_otel.Observation(max(ages))] if ages else []

@@ -83,15 +83,20 @@ def otel(tmp_path: Path) -> Otel:
 
 
 @pytest.fixture
-def local_reader() -> Iterator[Any]:
-    """An in-memory reader for what the test process itself records."""
+def local_reader(proj: Any) -> Iterator[Any]:
+    """An in-memory reader for what the test process itself records. Its gauges report
+    ``proj``'s store alone: other tests in this process leave their apps installed, and
+    the gauges add up every store the process reports for."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     reader = InMemoryMetricReader()
+    saved = metrics._sources
+    metrics.watch(lambda: [proj.jobbers])
     metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
     yield reader
     metrics.set_meter_provider(None)
+    metrics._sources = saved
 
 
 def local_points(reader: Any) -> list[dict[str, Any]]:

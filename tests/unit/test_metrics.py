@@ -225,6 +225,20 @@ def test_no_dead_letter_gauge_for_a_sink_without_size(reader):
     assert "cleaner_last_pass_age" in got
 
 
+def test_instances_on_two_stores_report_their_sum(reader):
+    """Two installed instances on two stores: one series per state, their sum (the SDK
+    would keep only the last of two observations of one attribute set)."""
+    first, second = Source(holder=True, sink=SizedSink()), Source(holder=True, sink=SizedSink())
+    second.store.record_pass(second.store.now_ms() - 9_000, 1.0, "test", {})
+    metrics.watch(lambda: [first, second])
+    got = collect(reader)
+    assert {a["state"]: v for a, v in got["tasks_in_state"]} == {
+        state: 2 * n for state, n in COUNTS.items()}
+    assert got["dead_letter_queue_size"] == [({}, 14)]
+    [(_, age)] = got["cleaner_last_pass_age"]
+    assert age == pytest.approx(9.0, abs=0.5)  # the oldest pass
+
+
 def test_a_forked_child_asks_for_the_lease_with_its_own_token(reader, monkeypatch):
     jobbers = Source(holder=True, sink=PlainSink())
     metrics.watch(lambda: [jobbers])
