@@ -14,7 +14,8 @@ import redis
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.search import MAX_INDEXED_PATHS
 from jobbers_celery.core.states import RESUBMITTABLE, TERMINAL, TaskState
-from jobbers_celery.store import reads, steps
+from jobbers_celery.core.unique import duplicate_of
+from jobbers_celery.store import prechecks, reads, steps
 from jobbers_celery.store.base import (
     CleanerScan,
     StallVerdict,
@@ -175,10 +176,38 @@ def _stall(s: Sharded, shard: int, items: Sequence[tuple[str, str, str, str]], l
         spec["split"] = True
     out: dict[str, Any] = json.loads(
         s._scripts["stall"](keys=keys, args=[states, to_json(spec)]))
+    recovered, dead = as_ids(out["recovered"]), as_ids(out["dead"])
     if split:
         s._release_leases((str(i), str(n)) for i, n in as_ids(out.get("freed")))
-    return StallVerdict(recovered=as_ids(out["recovered"]), dead=as_ids(out["dead"]),
-                        stalled=int(out["stalled"]), kept=int(out["kept"]))
+        for task_id, uq in as_ids(out.get("unlock")):
+            prechecks.free_unique(s, str(task_id), str(uq))
+        for item in as_ids(out.get("again")):
+            (recovered if _recover_unique(s, item, lease_ms) else dead).append(item)
+    return StallVerdict(recovered=recovered, dead=dead, stalled=int(out["stalled"]),
+                        kept=int(out["kept"]))
+
+
+def _recover_unique(s: Sharded, item: dict[str, Any], lease_ms: int) -> bool:
+    """The stall recovery of a unique task in the sharded layout, which ``stall.lua``
+    only stalled: its resubmit step, which takes its lock again in the global slot first
+    (as the step does on one shard: a recovered copy holds its key while it waits and
+    runs). Refused when another copy holds the lock (``item``'s reason then says so, and
+    it goes with the dead), when the task left ``stalled`` meanwhile (not dead-lettered),
+    or when the store could not be reached (dead-lettered)."""
+    try:
+        res = steps.step(s, str(item["id"]), TaskState.SUBMITTED,
+                         sources=(TaskState.STALLED,), lease_ms=lease_ms,
+                         set_fields={"stalls": str(item["stalls"])},
+                         reason=str(item["recovery"]), expect_refusal=True)
+    except redis.RedisError as exc:  # it stays stalled: dead-lettered as if out of recoveries
+        log.warning("stalled task %s could not be resubmitted: %s", item["id"], exc)
+        item["reason"] = f"{item['reason']}; not resubmitted: {type(exc).__name__}"
+        return False
+    if not res.applied:
+        item["reason"] = f"{item['reason']}; not resubmitted: {res.why}"
+        if duplicate_of(res.why) is None:  # resubmitted or removed meanwhile: not ours
+            item["dlq"] = ""
+    return res.applied
 
 
 def tidy_cancelling(s: Sharded, ids: Sequence[str]) -> None:

@@ -52,22 +52,31 @@ def lock_of(s: Sharded, sk: Keys, task_id: str, spec: dict[str, Any],
     """The unique lock (a record's ``uq`` field) the step ``spec`` takes first: a
     publish's (``create``), or a resubmit's, read from its record (``sk``: its shard)."""
     uq = create.get("uq") if create is not None else None
-    if not uq and spec["to"] == "submitted" and UQ_AGAIN & set(spec["from"]):
+    if not uq and resubmits(spec):
         uq = cast("str | None", s.client.hget(sk.task(task_id), "uq"))  # a resubmit: again
     return uq
 
 
-def take_unique(s: Sharded, task_id: str, uq: str) -> tuple[str | None, bool]:
+def resubmits(spec: dict[str, Any]) -> bool:
+    """Whether the step ``spec`` may bring a finished record back to ``submitted`` (a
+    resubmit, a stall recovery): its lock is taken again with a fresh expiry."""
+    return spec["to"] == "submitted" and bool(UQ_AGAIN & set(spec["from"]))
+
+
+def take_unique(s: Sharded, task_id: str, uq: str, again: bool = False
+                ) -> tuple[str | None, bool]:
     """Take the unique lock ``uq`` (a record's field, see core/unique.py) for ``task_id``
     in the global slot (sharded layout): (``None``, whether this call took it: ``False``
     when ``task_id`` held it already, so a refused step leaves it), else (the id of the
     live copy holding it, ``False``). A holder whose record is gone or past the lock's
-    point is taken over."""
+    point is taken over. ``again`` (a resubmit): a lock still naming ``task_id`` gets its
+    expiry anew, as the step's own take does on one shard."""
     parts = uq.split(":")
     if len(parts) != 3:
         return None, False
     lock, ms = s.keys.unique(parts[2]), parts[1]
-    holder, pttl = s._scripts["uniq"](keys=[lock], args=["take", task_id, ms])
+    holder, pttl = s._scripts["uniq"](keys=[lock],
+                                      args=["again" if again else "take", task_id, ms])
     if not holder:
         return None, not int(pttl)
     holder = str(holder)

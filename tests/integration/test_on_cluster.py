@@ -14,7 +14,7 @@ three masters (the default 16 shards); then the slot of one shard is resharded t
 master while tasks of that shard run (clients see ``ASK``, ``TRYAGAIN`` and ``MOVED``), and
 its master is failed over to its replica under load: nothing is lost or run twice. Unique
 tasks: publisher processes racing on the same keys, the lock held while the copy runs and
-freed at its end.
+freed at its end; the lock follows a recovered, resubmitted, stalled or cancelled copy.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from tests.integration import (
     fair_cases,
     lifecycle_cases,
     stall_cases,
+    unique_cases,
     workflow_cases,
 )
 from tests.integration.lifecycle_helpers import unique, wait_state
@@ -113,6 +114,16 @@ def test_the_store_is_a_cluster_client(proj: Any) -> None:
 def test_fair_shares_on_the_cluster(proj: Any, case: Callable[[Any], None]) -> None:
     """Fair shares: a key's lists live in the global slot, which a publish and a keyed start
     ask first (one call), whatever master holds the task's shard."""
+    case(proj.jobbers.store)
+
+
+@pytest.mark.parametrize("case", unique_cases.CASES,
+                         ids=[c.__name__[5:] for c in unique_cases.CASES])
+def test_unique_locks_follow_their_task_on_the_cluster(proj: Any,
+                                                       case: Callable[[Any], None]) -> None:
+    """Unique tasks: the lock in the global slot (one master), the record in its shard's
+    (maybe another): a stall recovery and a resubmit take it again, a stall verdict, a
+    cancel and a purge delete it (tests/integration/unique_cases.py)."""
     case(proj.jobbers.store)
 
 

@@ -16,12 +16,19 @@
 -- per item (task hash, worker-tasks set, concurrency-lease set, halt hash of its
 -- incarnation), then one worker-tasks set per incarnation in req.forget, then their halt
 -- hashes, in the same order.
+-- A unique task's recovery takes its lock again (_lib.lua's step, in the same script). In
+-- the sharded layout its lock is in the global slot, out of this script's reach: such a
+-- task is only stalled here and returned in `again`; the caller takes the lock (uniq.lua)
+-- and then resubmits it (store/housekeeping.py), or dead-letters it if another copy holds
+-- the lock. A recovery refused (another copy holds the lock) leaves the task stalled and
+-- returns it with the dead, its reason saying why.
 -- ARGV[1] states order, ARGV[2] JSON {items = {{id, kind, wid}}, lost_ms, lease_ms, ttl,
 -- forget = {wid...}, split?} (split: the sharded layout, see _lib.lua's step)
 -- Returns JSON {recovered = {{id, msg, retries, name, queue, now, started}}, dead = {{id,
--- attempt, now, reason, started, fields...}}, stalled = n, kept = n, freed = {{id, name}}};
--- started is when the stalled attempt started (ms); freed: the concurrency leases the caller
--- releases (split only).
+-- attempt, now, reason, started, fields...}}, stalled = n, kept = n, freed = {{id, name}},
+-- unlock = {{id, uq}}, again = {{the fields of both, uq, stalls, recovery}}}; started is
+-- when the stalled attempt started (ms); freed: the concurrency leases the caller releases,
+-- unlock: the unique locks it frees (the dead's), again: see above (split only).
 local ctx, k = context()
 local req = cjson.decode(ARGV[2])
 local clock, workers = KEYS[k], ctx.workers
@@ -29,9 +36,10 @@ local now = ctx.now
 new_server(clock, now)  -- failed over since the pass looked: the grace starts now
 local resumed = tonumber(redis.call('HGET', clock, 'resumed_at') or '0') or 0
 local lost_ms = tonumber(req.lost_ms)
-local recovered, dead, stalled, kept, freed = {}, {}, 0, 0, {}
+local recovered, dead, stalled, kept, freed, unlock, again = {}, {}, 0, 0, {}, {}, {}
 local FIELDS = {'state', 'attempt', 'hb_at', 'hb_iv', 'wid', 'srec', 'stalls', 'worker',
-                'msg', 'ver', 'queue', 'retries', 'ckpt', 'dlq', 'name', 'start_at', 'retry_at'}
+                'msg', 'ver', 'queue', 'retries', 'ckpt', 'dlq', 'name', 'start_at', 'retry_at',
+                'uq'}
 
 local function secs(ms) return string.format('%.1fs', ms / 1000) end
 
@@ -93,25 +101,45 @@ for i, item in ipairs(req.items) do
              gone = item.kind == 'gone' and tostring(attempt) or nil}})
     if r[1] == 1 then
       stalled = stalled + 1
-      if req.split and r[6] ~= '' then freed[#freed + 1] = {item.id, r[6]} end
+      -- split: r[6] names the lease to release, or is {that name, the lock to free}
+      local lease, lock = r[6], nil
+      if type(lease) == 'table' then lease, lock = lease[1], lease[2] end
+      if req.split and lease ~= '' then freed[#freed + 1] = {item.id, lease} end
       if item.kind ~= 'gone' then
         redis.call('HSET', halts, item.id, now .. '|' .. attempt)
       end
       local started = f.retry_at or f.start_at or ''
       local done = tonumber(f.stalls or '0') or 0
       local allowed = tonumber(f.srec or '0') or 0
+      local info = {id = item.id, attempt = attempt, now = now, reason = reason,
+        msg = f.msg or '', ver = f.ver or '', queue = f.queue or '',
+        retries = f.retries or '0', ckpt = f.ckpt or '', dlq = f.dlq or '',
+        name = f.name or '', worker = f.worker or '', started = started}
+      local refused = nil
       if done < allowed then
-        step(ctx, task, {id = item.id, to = 'submitted', from = {'stalled'},
-          lease_ms = req.lease_ms, set = {stalls = tostring(done + 1)},
-          reason = 'stall recovery ' .. (done + 1) .. ' of ' .. allowed})
-        recovered[#recovered + 1] = {id = item.id, msg = f.msg or '',
-          retries = f.retries or '0', name = f.name or '', queue = f.queue or '', now = now,
-          started = started}
-      else
-        dead[#dead + 1] = {id = item.id, attempt = attempt, now = now, reason = reason,
-          msg = f.msg or '', ver = f.ver or '', queue = f.queue or '',
-          retries = f.retries or '0', ckpt = f.ckpt or '', dlq = f.dlq or '',
-          name = f.name or '', worker = f.worker or '', started = started}
+        local why = 'stall recovery ' .. (done + 1) .. ' of ' .. allowed
+        if req.split and f.uq then
+          info.uq, info.stalls, info.recovery = f.uq, tostring(done + 1), why
+          again[#again + 1] = info
+        else
+          local back = step(ctx, task, {id = item.id, to = 'submitted', from = {'stalled'},
+            lease_ms = req.lease_ms, set = {stalls = tostring(done + 1)}, reason = why})
+          if back[1] == 1 then
+            recovered[#recovered + 1] = {id = item.id, msg = f.msg or '',
+              retries = f.retries or '0', name = f.name or '', queue = f.queue or '',
+              now = now, started = started}
+          else
+            refused = back[5]
+          end
+        end
+      end
+      if done >= allowed or refused then
+        if refused then info.reason = reason .. '; not resubmitted: ' .. refused end
+        dead[#dead + 1] = info
+        -- an until=end lock (until=start: freed at the start already)
+        if req.split and lock and string.sub(lock, 1, 1) == 'e' then
+          unlock[#unlock + 1] = {item.id, lock}
+        end
       end
     end
   end
@@ -127,4 +155,4 @@ for i, wid in ipairs(req.forget) do
 end
 
 return cjson.encode({recovered = recovered, dead = dead, stalled = stalled, kept = kept,
-  freed = freed})
+  freed = freed, unlock = unlock, again = again})

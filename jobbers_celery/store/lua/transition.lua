@@ -62,8 +62,12 @@ if spec.wf and out[1] == 1 then
   if out[2] == 'missing' and (out[5] == 'submitted' or out[5] == 'scheduled')
       and redis.call('EXISTS', KEYS[k + 4]) == 1 then
     local x = step(ctx, KEYS[k], {id = spec.id, to = 'cancelled', from = {out[5]},
-      reason = spec.wf.reason, ttl = spec.ttl})
-    if x[1] == 1 then out[5] = x[5] end
+      reason = spec.wf.reason, ttl = spec.ttl, split = spec.split})
+    if x[1] == 1 then
+      out[5] = x[5]
+      -- split: a unique member's lock, for the caller to free (the publish freed nothing)
+      if spec.split and x[6] ~= '' then out[6 + #(spec.ret or {})] = x[6] end
+    end
   end
 end
 if spec.ix and out[1] == 1 then

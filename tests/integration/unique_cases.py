@@ -1,0 +1,198 @@
+"""Unique tasks' locks follow their task, as store-level cases run on 1, 4 and 16 shards
+(test_unique_shards.py) and on a real Redis Cluster (test_on_cluster.py): a stall recovery
+and a manual resubmit take the lock again, with a fresh expiry (on several shards the lock
+is in the global slot, out of the steps' reach: ``uniq.lua``, then the step); a stall
+verdict, a cancel, a purge of a waiting copy and a member published into a cancelled
+workflow delete the lock key (not only count it free); a recovery another copy's lock
+refuses leaves the task stalled and dead-letters it. Each case takes an empty store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobbers_celery.core.states import RESUBMITTABLE, TaskState
+from jobbers_celery.core.unique import Unique, Until, field_value, key_digest
+from jobbers_celery.store import RedisStore
+from tests.integration.store_helpers import NAME, QUEUE
+
+S = TaskState
+WID = "wid-uq"
+#: A window long enough not to end during a case.
+WINDOW_S = 600.0
+
+
+def uq(until: Until = Until.END, key: str = "k") -> str:
+    spec = Unique(until=until, ttl=WINDOW_S if until is Until.WINDOW else None)
+    return field_value(spec, key_digest(NAME, spec, [key], {}))
+
+
+def digest(field: str) -> str:
+    return field.split(":")[2]
+
+
+def lock(store: RedisStore, field: str) -> str:
+    return store.keys.unique(digest(field))
+
+
+def publish(store: RedisStore, task_id: str, field: str) -> Any:
+    return store.submit(task_id, sources=(S.UNSUBMITTED,), reason="published", name=NAME,
+                        create={"name": NAME, "queue": QUEUE, "uq": field, "dlq": "1"},
+                        fields={"msg": '{"args": [], "kwargs": {}, "options": {}}',
+                                "retries": "0"})
+
+
+def start(store: RedisStore, task_id: str, srec: int = 1, cap: int | None = None) -> None:
+    res = store.step(task_id, S.STARTED, start=True, worker="w@h", wid=WID, name=NAME,
+                     cap=cap, set_fields={"srec": str(srec)})
+    assert res.state is S.STARTED, res
+
+
+def stall(store: RedisStore, task_id: str) -> Any:
+    """The cleaner's verdict on ``task_id`` (its worker says it does not run it)."""
+    verdict = store.stall([(task_id, "gone", WID, NAME)], 60_000, 30_000)
+    assert verdict.stalled == 1, verdict
+    return verdict
+
+
+def state_of(store: RedisStore, task_id: str) -> TaskState | None:
+    record = store.get(task_id)
+    return None if record is None else record.state
+
+
+def fresh(store: RedisStore, field: str) -> bool:
+    """The lock was (re)taken just now: its expiry is (about) whole."""
+    return int(store.client.pttl(lock(store, field))) > int(field.split(":")[1]) - 60_000
+
+
+def no_stray_locks(store: RedisStore, field: str) -> None:
+    """Sharded: no lock under a shard's tag (only the global slot holds locks)."""
+    if store.sharded:
+        assert not any(store.client.exists(k.unique(digest(field))) for k in store.shards.keys)
+
+
+def case_a_stall_recovery_holds_the_lock_until_the_recovered_copy_ends(
+        store: RedisStore) -> None:
+    """The cleaner's automatic recovery (stalled -> submitted) takes the lock again, with
+    a fresh expiry: a duplicate is refused naming the recovered copy while it waits (and,
+    until end or for a window, while it runs), and the lock goes at its point."""
+    for until in Until:
+        a, b = f"a-{until}", f"b-{until}"
+        field = uq(until, key=str(until))
+        assert publish(store, a, field).applied
+        start(store, a)
+        if until is Until.START:
+            assert store.client.exists(lock(store, field)) == 0  # freed at the start
+        else:
+            assert store.client.pexpire(lock(store, field), 1_000)  # near its expiry
+        verdict = stall(store, a)
+        assert [i["id"] for i in verdict.recovered] == [a], until
+        assert verdict.dead == []
+        assert state_of(store, a) is S.SUBMITTED
+        assert store.unique_holder(digest(field)) == a, until
+        assert publish(store, b, field).why == f"duplicate:{a}", until
+        assert fresh(store, field), until
+        no_stray_locks(store, field)
+        start(store, a)
+        if until is Until.START:
+            assert publish(store, b, field).applied
+            continue
+        assert publish(store, b, field).why == f"duplicate:{a}"
+        assert store.step(a, S.COMPLETED, fence=2, wid=WID, name=NAME).applied
+        if until is Until.WINDOW:
+            assert publish(store, b, field).why == f"duplicate:{a}"  # the window outlives it
+            continue
+        assert store.client.exists(lock(store, field)) == 0
+        assert publish(store, b, field).applied
+
+
+def case_a_manual_resubmit_takes_the_lock_again_with_a_fresh_expiry(
+        store: RedisStore) -> None:
+    """The DLQ's, the API's and the CLI's resubmit (``Recorder.resubmit``: a step to
+    submitted from a finished state): held by the resubmitted copy, its expiry anew."""
+    for until in (Until.END, Until.WINDOW):
+        a, b = f"a-{until}", f"b-{until}"
+        field = uq(until, key=str(until))
+        assert publish(store, a, field).applied
+        start(store, a)
+        assert store.step(a, S.FAILED, fence=1, wid=WID, name=NAME, reason="boom").applied
+        if until is Until.END:
+            assert store.client.exists(lock(store, field)) == 0  # freed at its end
+        else:
+            assert store.client.pexpire(lock(store, field), 1_000)  # near its end
+        again = store.submit(a, sources=RESUBMITTABLE, lease_ms=30_000, reason="resubmitted")
+        assert again.applied
+        assert store.unique_holder(digest(field)) == a
+        assert fresh(store, field), until
+        assert publish(store, b, field).why == f"duplicate:{a}"
+        no_stray_locks(store, field)
+
+
+def case_a_stall_without_recovery_deletes_the_lock_and_the_lease(store: RedisStore) -> None:
+    """A stalled copy out of recoveries ends for good: its until=end lock key is deleted
+    (not left to expire), and a capped copy's max_concurrent lease is released too."""
+    field = uq()
+    assert publish(store, "a", field).applied
+    start(store, "a", srec=0, cap=2)
+    assert store.client.zcard(store.keys.concurrency(NAME)) == 1
+    verdict = stall(store, "a")
+    assert [i["id"] for i in verdict.dead] == ["a"]
+    assert store.client.exists(lock(store, field)) == 0
+    assert store.client.zcard(store.keys.concurrency(NAME)) == 0
+    assert store.unique_holder(digest(field)) is None
+    assert publish(store, "b", field).applied
+
+
+def case_a_recovery_another_copy_holds_the_lock_of_is_refused(store: RedisStore) -> None:
+    """The lock expired while the copy ran and another copy took it: the stalled copy is
+    not resubmitted (that would be the duplicate the lock exists to prevent); it stays
+    stalled and goes with the dead (dead-lettered), its reason saying why."""
+    field = uq()
+    assert publish(store, "a", field).applied
+    start(store, "a")
+    store.client.delete(lock(store, field))  # expired
+    assert publish(store, "b", field).applied
+    verdict = stall(store, "a")
+    assert verdict.recovered == []
+    assert [i["id"] for i in verdict.dead] == ["a"]
+    assert verdict.dead[0]["reason"].endswith("not resubmitted: duplicate:b")
+    assert verdict.dead[0]["dlq"] == "1"
+    assert state_of(store, "a") is S.STALLED
+    assert store.unique_holder(digest(field)) == "b"
+    no_stray_locks(store, field)
+
+
+def case_a_cancel_or_purge_of_a_waiting_copy_deletes_its_lock(store: RedisStore) -> None:
+    for until in Until:
+        a, b, c = f"a-{until}", f"b-{until}", f"c-{until}"
+        field = uq(until, key=str(until))
+        assert publish(store, a, field).applied
+        assert store.cancel(a, "not wanted").outcome == "cancelled"
+        assert store.client.exists(lock(store, field)) == 0, until
+        assert publish(store, b, field).applied
+        store.purge(NAME, None, None)  # cancels b with the same step
+        assert store.client.exists(lock(store, field)) == 0, until
+        assert publish(store, c, field).applied
+
+
+def case_a_member_of_a_cancelled_workflow_frees_its_lock(store: RedisStore) -> None:
+    """A unique member published after its workflow was cancelled is cancelled by its own
+    publish step: the lock it took is deleted at once, and the next copy is accepted."""
+    field = uq()
+    store.mark_workflow_cancelled("root-1", True)
+    res = store.submit("m1", sources=(S.UNSUBMITTED,), reason="published", name=NAME,
+                       create={"name": NAME, "queue": QUEUE, "uq": field, "wf": "root-1"},
+                       fields={"msg": "{}"})
+    assert res.applied
+    assert res.state is S.CANCELLED
+    assert store.client.exists(lock(store, field)) == 0
+    assert publish(store, "b", field).applied
+
+
+CASES = [
+    case_a_stall_recovery_holds_the_lock_until_the_recovered_copy_ends,
+    case_a_manual_resubmit_takes_the_lock_again_with_a_fresh_expiry,
+    case_a_stall_without_recovery_deletes_the_lock_and_the_lease,
+    case_a_recovery_another_copy_holds_the_lock_of_is_refused,
+    case_a_cancel_or_purge_of_a_waiting_copy_deletes_its_lock,
+    case_a_member_of_a_cancelled_workflow_frees_its_lock,
+]
