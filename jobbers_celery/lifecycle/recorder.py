@@ -429,7 +429,8 @@ class Recorder(SubmitRecorder):
     def resubmit(self, task_id: str, reset_retry_count: bool,
                  version: int | None = None) -> StepResult:
         """A failed, stalled, dropped or cancelled task back to ``submitted`` (with a
-        publish lease), its payload returned for the publisher. ``version``: publish it as
+        publish lease), its payload returned for the publisher; refused ``no_msg`` if the
+        record holds no payload (its dead-letter entry does). ``version``: publish it as
         this version (the current one) instead of the one it has."""
         fields = {"retries": "0"} if reset_retry_count else {}
         if version is not None:
@@ -439,6 +440,8 @@ class Recorder(SubmitRecorder):
             reason=_resubmit_reason(reset_retry_count, version=version),
             fields=fields,
             ret=("msg", "retries", "name", "ver", "dlq"),
+            # refused 'no_msg' when the record holds no payload (its dead letter does)
+            need="msg",
             # a fresh start also gets its automatic stall recoveries back
             delete=("stalls",) if reset_retry_count else (),
         )

@@ -99,6 +99,13 @@ class Resubmitter:
         in_sink = self._payloads_in_sink(ids)
         for task_id in ids:
             as_version = current.get(names.get(task_id, ""))
+            res = None
+            if task_id not in in_sink:
+                res = self.recorder.resubmit(task_id, reset_retry_count, version=as_version)
+                if not res.applied and res.why == "no_msg" and self.entry is not None:
+                    # its dead letter was written, and the record dropped its payload, since
+                    # the read above: the entry holds the payload
+                    in_sink[task_id] = self.entry(task_id, res.attempt)
             if task_id in in_sink:
                 entry = in_sink[task_id]
                 if entry is None:
@@ -109,13 +116,15 @@ class Resubmitter:
                                                 version=as_version):
                     published.append(task_id)
                 continue
-            res = self.recorder.resubmit(task_id, reset_retry_count, version=as_version)
-            if not res.applied:
+            if res is None or not res.applied:
+                if res is not None and res.why == "no_msg":
+                    log.error("task %s cannot be republished: its record holds no payload",
+                              task_id)
                 continue
-            data: Any = loads(res.values["msg"]) if res.values.get("msg") else {}
+            data: Any = loads(res.values["msg"])
             if data.get("unserializable") or not res.values.get("name"):
                 why = ("its arguments were not recorded as JSON" if data.get("unserializable")
-                       else "no payload was recorded")
+                       else "no task name was recorded")
                 log.error("task %s cannot be republished: %s", task_id, why)
                 self.recorder.not_resubmitted(task_id, why)
                 self.store.confirm_published([task_id])

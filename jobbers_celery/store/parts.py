@@ -88,6 +88,7 @@ class StepStore(Protocol):
         ret: Sequence[str] = (),
         later: tuple[int, str] | None = None,
         fair: FairKey | None = None,
+        need: str | None = None,
     ) -> StepResult: ...
 
     def submit_many(self, items: Sequence[Submission]) -> SentSteps:
@@ -189,6 +190,7 @@ class StepStore(Protocol):
         later: tuple[int, str] | None = None,
         giver: Giver | None = None,
         gone_fence: bool = False,
+        need: str | None = None,
     ) -> StepResult: ...
 
     def cancel(

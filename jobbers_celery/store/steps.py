@@ -70,13 +70,15 @@ def submit(
     ret: Sequence[str] = (),
     later: tuple[int, str] | None = None,
     fair: FairKey | None = None,
+    need: str | None = None,
 ) -> StepResult:
     """``-> submitted`` from ``sources``: a publish (``create`` makes the record if
     missing), a worker's late record of one, or a resubmit (``lease_ms``: a publish
     lease the publisher confirms). ``later`` (delay in ms, reason): then ``submitted ->
     scheduled`` in the same script, a first publish with a delay (``state`` says
     ``scheduled`` when both applied). ``fair``: a publish under fair shares, parked the
-    same way when its key has no room (store/fairshare.py); ``state`` says which."""
+    same way when its key has no room (store/fairshare.py); ``state`` says which.
+    ``need``: see :func:`step`."""
     if fair is not None and name:
         sharded = cast("Sharded", s)
         if sharded.sharded:  # decided in the global slot first
@@ -87,7 +89,7 @@ def submit(
             try:
                 res = s.step(task_id, TaskState.SUBMITTED, sources=sources, create=create,
                              set_fields=fields, delete=delete, lease_ms=lease_ms,
-                             reason=reason, ret=ret, name=name, later=later)
+                             reason=reason, ret=ret, name=name, later=later, need=need)
                 done = res.applied or res is stepbatch.BATCHED
                 return res
             finally:
@@ -98,12 +100,12 @@ def submit(
             try:
                 return s.step(task_id, TaskState.SUBMITTED, sources=sources, create=create,
                               set_fields=fields, delete=delete, lease_ms=lease_ms,
-                              reason=reason, ret=ret, name=name, later=later)
+                              reason=reason, ret=ret, name=name, later=later, need=need)
             finally:
                 _fair_publish.reset(token)
     return s.step(task_id, TaskState.SUBMITTED, sources=sources, create=create,
                   set_fields=fields, delete=delete, lease_ms=lease_ms, reason=reason,
-                  ret=ret, name=name, later=later)
+                  ret=ret, name=name, later=later, need=need)
 
 
 #: Set by :func:`submit` for a fair-share publish on one shard: :func:`step` puts it in the
@@ -270,6 +272,7 @@ def step(
     later: tuple[int, str] | None = None,
     giver: Giver | None = None,
     gone_fence: bool = False,
+    need: str | None = None,
 ) -> StepResult:
     """The general form of a step, every option at hand: for tests and tools that set
     up records; jobbers itself calls the typed transitions above (through its recorder).
@@ -292,6 +295,11 @@ def step(
     (ask again later: that refresh may still come) or ``giver_runs_it``. ``gone_fence`` (with ``fence``):
     applied only to an attempt its own worker said it does not run (the cleaner's
     verdict "gone"). Both are checked in the step itself, never read first.
+
+    ``need``: a field of ``ret`` the caller cannot go on without (a resubmit, its
+    payload): absent from the record, the step is refused ``no_<field>``, atomically with
+    the read, so that a caller never applies a step and then finds the field gone (the
+    record's payload dropped meanwhile because its dead-letter entry holds it).
     """
     from_list, src = _sources(s, to, sources)
     spec: dict[str, Any] = {
@@ -346,6 +354,10 @@ def step(
         spec["reason"] = reason
     if ret:
         spec["ret"] = list(ret)
+    if need is not None:
+        if need not in ret:
+            raise ValueError("need: a field of ret")
+        spec["need"] = need
     if create is not None and create.get("wf"):
         targets.add(TaskState.CANCELLED)  # a member of a cancelled workflow
     if later is not None:
@@ -389,8 +401,7 @@ def _run(s: Sharded, task_id: str, to: TaskState, states: frozenset[TaskState] |
     uq = prechecks.lock_of(s, sk, task_id, spec, create) if split else None
     took_lock = False
     if uq:  # sharded: the unique lock first, in the global slot (uniq.lua)
-        holder, took_lock = prechecks.take_unique(s, task_id, uq,
-                                                  again=prechecks.resubmits(spec))
+        holder, took_lock = prechecks.take_unique(s, task_id, uq)
         if holder:
             return stepbatch.given(prechecks.duplicate(task_id, holder))
         spec["uq_held"] = True
@@ -569,9 +580,5 @@ def cancel(
         spec["set"] = set_fields
     if keep_reason:
         spec["keep"] = True
-    if s.sharded:
-        spec["split"] = True
-    outcome, previous, *freed = s._scripts["cancel"](keys=keys, args=[states, to_json(spec)])
-    if freed and freed[0]:  # sharded: a waiting unique task's lock, freed in the global slot
-        prechecks.release_freed(s, task_id, freed[0])
+    outcome, previous = s._scripts["cancel"](keys=keys, args=[states, to_json(spec)])
     return CancelOutcome(str(outcome), str(previous))

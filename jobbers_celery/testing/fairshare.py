@@ -71,12 +71,12 @@ class MemoryFairShares(MemorySteps):
                name: str | None = None, create: dict[str, str] | None = None,
                fields: dict[str, str] | None = None, delete: Sequence[str] = (),
                lease_ms: int | None = None, ret: Sequence[str] = (),
-               later: tuple[int, str] | None = None, fair: FairKey | None = None
-               ) -> StepResult:
+               later: tuple[int, str] | None = None, fair: FairKey | None = None,
+               need: str | None = None) -> StepResult:
         """As ``submit``; ``fair``: parked at once when its key has no room."""
         res = super().submit(task_id, sources=sources, reason=reason, name=name,
                              create=create, fields=fields, delete=delete, lease_ms=lease_ms,
-                             ret=ret, later=later)
+                             ret=ret, later=later, need=need)
         if fair is None or not name or not res.applied or res.state is not S.SUBMITTED:
             return res
         with self._lock:

@@ -40,10 +40,10 @@ class MemorySteps(MemorySeries):
                name: str | None = None, create: dict[str, str] | None = None,
                fields: dict[str, str] | None = None, delete: Sequence[str] = (),
                lease_ms: int | None = None, ret: Sequence[str] = (),
-               later: tuple[int, str] | None = None) -> StepResult:
+               later: tuple[int, str] | None = None, need: str | None = None) -> StepResult:
         return self.step(task_id, S.SUBMITTED, sources=sources, create=create,
                          set_fields=fields, delete=delete, lease_ms=lease_ms, reason=reason,
-                         ret=ret, name=name, later=later)
+                         ret=ret, name=name, later=later, need=need)
 
     def submit_many(self, items: Sequence[Submission]) -> SentSteps:
         """Each item's ``submit`` at once (as Redis applies them on receipt), the results
@@ -139,7 +139,7 @@ class MemorySteps(MemorySeries):
              reason: str | None = None, ret: Sequence[str] = (), name: str | None = None,
              write_result: ResultWrite | None = None, expect_refusal: bool = False,
              later: tuple[int, str] | None = None, giver: Giver | None = None,
-             gone_fence: bool = False) -> StepResult:
+             gone_fence: bool = False, need: str | None = None) -> StepResult:
         """One step, atomically, as ``transition.lua`` applies it (see
         :meth:`RedisStore.step <jobbers_celery.store.RedisStore.step>`)."""
         table = allowed_from(to)
@@ -168,6 +168,9 @@ class MemorySteps(MemorySeries):
                 return refuse("other_worker")
             if gone_fence and (rec or {}).get("gone") != str(attempt):
                 return refuse("not_given_back")
+            if need is not None and need in ret and not (rec or {}).get(need):
+                return StepResult(applied=False, previous=cur.value if exists else "missing",
+                                  now_ms=now, attempt=attempt, why=f"no_{need}")
             held = self.unique_locks.take(self._records, task_id, rec, cur, to, create, now)
             if held is not None:  # a unique task's copy holds the lock (testing/unique.py)
                 return StepResult(applied=False, previous=cur.value if exists else "missing",

@@ -57,3 +57,20 @@ def test_without_payload_names_the_resubmittable_records_that_dropped_it(make_st
     assert store.without_payload(["dropped", "kept", "stalled", "running", "unknown"]) == {
         "dropped": 1, "stalled": 1}
     assert store.without_payload([]) == {}
+
+
+def test_a_resubmit_needing_the_payload_is_refused_once_it_is_dropped(make_store):
+    """``need="msg"``: the resubmit step reads the payload and refuses ``no_msg`` in the same
+    script, so a payload dropped after a caller looked is never found missing after the
+    step applied (the resubmitter then takes it from the dead letter)."""
+    store = make_store()
+    put_in_state(store, "t1", S.FAILED)
+    store.drop_payloads([("t1", 1)])
+    res = store.submit("t1", sources=(S.FAILED,), reason="resubmitted", ret=("msg", "name"),
+                       need="msg", lease_ms=60_000)
+    assert (res.applied, res.previous, res.why, res.attempt) == (False, "failed", "no_msg", 1)
+    assert store.refused_counts().get("refused", 0) == 0  # not a refused transition
+    put_in_state(store, "t2", S.FAILED)
+    res = store.submit("t2", sources=(S.FAILED,), reason="resubmitted", ret=("msg", "name"),
+                       need="msg", lease_ms=60_000)
+    assert res.applied and res.values["msg"]

@@ -98,3 +98,31 @@ def test_a_failed_publish_leaves_its_lease_for_a_scheduler(
     assert jobbers.resubmit(["failed"]) == []
     assert _state(jobbers, "failed") is S.SUBMITTED
     assert list(_store(jobbers).publishing()) == ["failed"]
+
+
+def test_a_payload_dropped_since_the_read_is_taken_from_the_dead_letter(
+        jobbers: Jobbers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record dropped its payload (its dead letter now holds it) after the resubmit
+    looked and before its step: the step is refused ``no_msg`` atomically, and the task
+    goes out with the entry's payload, never with no arguments (a chord member once ran
+    with none that way)."""
+    from jobbers_celery import DeadLetter
+    from jobbers_celery.core.records import from_ms
+
+    record = _store(jobbers)._records["failed"]
+    entry = DeadLetter(
+        task_id="failed", name="app.add", version=None, queue="q", reason="failed",
+        args=[7], kwargs={"k": 1}, exception_type="ValueError", exception_message="x",
+        traceback=None, attempt=int(record["attempt"]), retry_attempt=2, worker=None,
+        failed_at=from_ms(1_700_000_000_000), options={"queue": "q"})
+    monkeypatch.setattr(jobbers.resubmitter, "entry",
+                        lambda task_id, attempt: entry if attempt == entry.attempt else None)
+    monkeypatch.setattr(_store(jobbers), "without_payload",
+                        lambda ids: record.pop("msg") and {})  # dropped right after the read
+    sent: list[Any] = []
+    monkeypatch.setattr(jobbers.publisher, "republish",
+                        lambda task_id, name, data, *a, **kw: sent.append(data))
+    assert jobbers.resubmit(["failed"]) == ["failed"]
+    assert [(d["args"], d["kwargs"]) for d in sent] == [([7], {"k": 1})]
+    assert _state(jobbers, "failed") is S.SUBMITTED
+    assert '"args": [7]' in _store(jobbers)._records["failed"]["msg"]  # kept for a republish

@@ -474,6 +474,16 @@ local function step(ctx, task, spec)
   if spec.gone_fence and redis.call('HGET', task, 'gone') ~= tostring(attempt) then
     return refuse('not_given_back')
   end
+  -- spec.need: a field of spec.ret the caller cannot go on without (a resubmit's payload,
+  -- which drop_payload.lua may have dropped since the caller looked): refused 'no_<field>',
+  -- not counted as a refused transition (the caller takes it from elsewhere)
+  if spec.need then
+    for i, f in ipairs(ret) do
+      if f == spec.need and not got[14 + i] then
+        return {0, exists and cur or 'missing', now, attempt, 'no_' .. f}
+      end
+    end
+  end
   -- a unique task's lock (see uq_take): taken by the publish that makes the record, and
   -- again by a resubmit (a terminal record back to submitted); a live other copy holding
   -- it refuses the step 'duplicate:<holder id>' (not counted as a refused transition)
