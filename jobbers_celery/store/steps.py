@@ -401,7 +401,8 @@ def _run(s: Sharded, task_id: str, to: TaskState, states: frozenset[TaskState] |
     uq = prechecks.lock_of(s, sk, task_id, spec, create) if split else None
     took_lock = False
     if uq:  # sharded: the unique lock first, in the global slot (uniq.lua)
-        holder, took_lock = prechecks.take_unique(s, task_id, uq)
+        holder, took_lock = prechecks.take_unique(s, task_id, uq,
+                                                  again=prechecks.resubmits(spec))
         if holder:
             return stepbatch.given(prechecks.duplicate(task_id, holder))
         spec["uq_held"] = True
@@ -580,5 +581,9 @@ def cancel(
         spec["set"] = set_fields
     if keep_reason:
         spec["keep"] = True
-    outcome, previous = s._scripts["cancel"](keys=keys, args=[states, to_json(spec)])
+    if s.sharded:
+        spec["split"] = True
+    outcome, previous, *freed = s._scripts["cancel"](keys=keys, args=[states, to_json(spec)])
+    if freed and freed[0]:  # sharded: a waiting unique task's lock, freed in the global slot
+        prechecks.release_freed(s, task_id, freed[0])
     return CancelOutcome(str(outcome), str(previous))
