@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING, Any, NoReturn
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Ignore
 
-from jobbers_celery.core.fairshare import ConcurrencyKeyError, FairKey, key_digest
+from jobbers_celery.core.fairshare import ConcurrencyKeyError, FairKey
 from jobbers_celery.core.options import DeadLetterPolicy, TaskOptions
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.ratelimit import RateKey, RateLimitKeyError
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
     from jobbers_celery.lifecycle.recorder import Recorder
     from jobbers_celery.store import TaskStore
 
-__all__ = ["DEFER_RANGE_S", "Starter", "fair_key", "fair_publish_key", "release_after_end"]
+__all__ = ["DEFER_RANGE_S", "KEY_ERRORS", "StartKeys", "Starter", "fair_key", "fair_publish_key",
+           "release_after_end", "start_keys"]
 
 log = escaped_logger("jobbers.task")
 S = TaskState
@@ -56,20 +58,39 @@ def rate_key(d: Delivery, opts: TaskOptions) -> RateKey | None:
 
 def fair_key(d: Delivery, opts: TaskOptions) -> FairKey | None:
     """The key a ``concurrency_key`` task's cap counts this call under (``None``: the cap,
-    if any, is the name's). A call whose arguments give no key (missing, not JSON, over
-    the bound, the key function raised) counts under one shared key, the digest of
-    ``null``: never outside a cap, and said in the log."""
+    if any, is the name's). Raises :class:`~jobbers_celery.core.fairshare.ConcurrencyKeyError`
+    when its arguments do not give one: the task then fails rather than run outside a cap."""
     key = opts.concurrency_key
     if key is None or not opts.max_concurrent:
         return None
     req = d.request
+    return FairKey(key.digest(d.run, req.args or (), req.kwargs or {}), opts.max_concurrent)
+
+
+#: The errors of a call whose arguments give no key for a flow control it needs.
+KEY_ERRORS = (RateLimitKeyError, ConcurrencyKeyError)
+
+
+@dataclass(frozen=True, slots=True)
+class StartKeys:
+    """The flow-control keys of one call, worked out once per start (a key function may be
+    costly). ``error``: its arguments give no key for a control the task declares (an
+    argument missing, a key function that raised, a value not JSON or too big). Such a
+    call never runs outside its control: its start is recorded without the controls and
+    the attempt fails with ``error`` (``started -> failed``, dead-lettered per its policy,
+    resubmittable once the code or the arguments give a key), as a call with wrong
+    arguments fails."""
+
+    rate: RateKey | None = None
+    fair: FairKey | None = None
+    error: RateLimitKeyError | ConcurrencyKeyError | None = None
+
+
+def start_keys(d: Delivery, opts: TaskOptions) -> StartKeys:
     try:
-        digest = key.digest(d.run, req.args or (), req.kwargs or {})
-    except ConcurrencyKeyError as exc:
-        log.warning("%s[%s]: no concurrency key (%s): counted under the shared key of "
-                    "calls without one", d.name, d.task_id, exc)
-        digest = key_digest(None)
-    return FairKey(digest, opts.max_concurrent)
+        return StartKeys(rate_key(d, opts), fair_key(d, opts))
+    except KEY_ERRORS as exc:
+        return StartKeys(error=exc)
 
 
 class Starter:
@@ -84,15 +105,15 @@ class Starter:
         self.lost_after = lost_after
         self.lease_ms = int(lost_after * 1000)
 
-    def start(self, d: Delivery, opts: TaskOptions) -> StepResult:
+    def start(self, d: Delivery, opts: TaskOptions, keys: StartKeys | None = None
+              ) -> StepResult:
         """Record ``started`` (and the submission first, if the message has no record).
         Raises ``UNREACHABLE`` if the store cannot be reached within the wait: then the
-        start is not recorded (or not known to be), and the task must not run here."""
-        try:
-            rate = rate_key(d, opts)  # once per start (a key function may be costly)
-        except RateLimitKeyError as exc:
-            self._unkeyed(d, opts, exc)
-        res = self.once(d, opts, rate)
+        start is not recorded (or not known to be), and the task must not run here.
+        ``keys``: the call's flow-control keys (:func:`start_keys`, worked out here if not
+        given)."""
+        keys = start_keys(d, opts) if keys is None else keys
+        res = self.once(d, opts, keys)
         if not res.applied and res.previous == "missing" and self._record_was_removed(d):
             log.warning("not running %s[%s]: its record was removed (purged, or older than "
                         "jobbers_retention) after it was published", d.name, d.task_id)
@@ -101,7 +122,7 @@ class Starter:
             # Published without a record (Redis was unreachable at publish, or by a client
             # without jobbers): record the submission now rather than lose track of it.
             self._record_late_submit(d, opts)
-            res = self.once(d, opts, rate)
+            res = self.once(d, opts, keys)
         if not res.applied and res.previous in (S.STARTED, S.STALLED) \
                 and d.header(HEADER_GIVEN_BACK):
             back = self.handover.take_back(d, res)
@@ -109,45 +130,36 @@ class Starter:
                 self._record_late_submit(d, opts)
                 self.publisher.confirm([d.task_id])
             if back is not None:
-                res = self.once(d, opts, rate)
+                res = self.once(d, opts, keys)
         return res
 
-    def once(self, d: Delivery, opts: TaskOptions, rate: RateKey | None) -> StepResult:
+    def once(self, d: Delivery, opts: TaskOptions, keys: StartKeys) -> StepResult:
         try:
-            return self._step(d, opts, rate)
+            return self._step(d, opts, keys)
         except UNREACHABLE:
-            return self._reply_lost(d, opts, rate)
+            return self._reply_lost(d, opts, keys)
 
     def step(self, d: Delivery, opts: TaskOptions) -> StepResult:
         """The ``started`` step itself (also what the outage policy sends again when the
         store lost a start, see :class:`~jobbers_celery.worker.outage.Ending`)."""
-        return self._step(d, opts, rate_key(d, opts))
+        return self._step(d, opts, start_keys(d, opts))
 
-    def _step(self, d: Delivery, opts: TaskOptions, rate: RateKey | None) -> StepResult:
+    def _step(self, d: Delivery, opts: TaskOptions, keys: StartKeys) -> StepResult:
         hb_ms = round(opts.max_heartbeat_interval * 1000) if opts.max_heartbeat_interval else None
         fields = {}
         if opts.max_stall_recoveries:
             fields["srec"] = str(opts.max_stall_recoveries)
         return self.recorder.start(
             d.task_id, d.name, worker=d.worker, wid=liveness.worker_id(),
-            heartbeat_ms=hb_ms, cap=opts.max_concurrent, lease_cap_ms=self.lease_ms,
+            heartbeat_ms=hb_ms,
+            cap=None if keys.error else opts.max_concurrent,  # a keyless call only fails
+            lease_cap_ms=self.lease_ms,
             defer_ms=round(random.uniform(*DEFER_RANGE_S) * 1000), fields=fields,
-            rate=rate,
-            fair=fair_key(d, opts),
+            rate=keys.rate,
+            fair=keys.fair,
         )
 
-    def _unkeyed(self, d: Delivery, opts: TaskOptions, exc: RateLimitKeyError) -> NoReturn:
-        """Its arguments give no rate-limit key: it never runs unlimited. The message is
-        not run here (``submitted -> dropped``, dead-lettered per its policy, resubmittable
-        once the code or the arguments give a key), and the delivery ends."""
-        log.error("not running %s[%s]: %s", d.name, d.task_id, exc)
-        self.recorder.drop(d.task_id, d.name, reason=f"no rate-limit key: {exc}",
-                           worker=d.worker, exc=exc,
-                           dead_letter=opts.dead_letter_policy is DeadLetterPolicy.SAVE)
-        raise Ignore()
-
-    def _reply_lost(self, d: Delivery, opts: TaskOptions, rate: RateKey | None
-                    ) -> StepResult:
+    def _reply_lost(self, d: Delivery, opts: TaskOptions, keys: StartKeys) -> StepResult:
         """Redis went away after the ``started`` step was sent: whether it applied is
         unknown. Once Redis answers again (waiting up to ``jobbers_worker_lost_after``), the
         record tells: started by this worker incarnation (it applied), or not (send it again),
@@ -156,7 +168,7 @@ class Starter:
         while True:
             try:
                 found = self.store.started_by(d.task_id, liveness.worker_id())
-                return found if found is not None else self._step(d, opts, rate)
+                return found if found is not None else self._step(d, opts, keys)
             except UNREACHABLE:
                 if time.monotonic() > deadline:
                     raise

@@ -35,8 +35,10 @@ from kombu.exceptions import EncodeError
 from jobbers_celery.core import softlimit
 from jobbers_celery.core.errors import AttemptSuperseded, TaskCancelled, TaskTimeout
 from jobbers_celery.core.errortext import cut_head
+from jobbers_celery.core.fairshare import ConcurrencyKeyError
 from jobbers_celery.core.options import DeadLetterPolicy, ShutdownPolicy
 from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.core.ratelimit import RateLimitKeyError
 from jobbers_celery.lifecycle import liveness, payload, results
 from jobbers_celery.store import UNREACHABLE, ResultWrite
 from jobbers_celery.telemetry import metrics
@@ -50,6 +52,7 @@ from jobbers_celery.worker.heartbeat import (
 )
 from jobbers_celery.worker.outage import HEADER_GIVEN_BACK, STORE_OUTAGE
 from jobbers_celery.worker.shutdown import WorkerShuttingDown
+from jobbers_celery.worker.start import start_keys
 from jobbers_celery.worker.taskbase import (
     ATTEMPT,
     RUN,
@@ -65,6 +68,9 @@ __all__ = ["CHECKPOINT_MAX_BYTES", "DROP_ON_COMPLETION", "HEADER_GIVEN_BACK", "H
            "PROGRESS_MAX_BYTES", "JobbersTask", "Revoked"]
 
 log = escaped_logger("jobbers.task")
+
+#: What a call whose arguments give no flow-control key fails with.
+StartKeysError = RateLimitKeyError | ConcurrencyKeyError
 
 #: The request reader ``heartbeat()`` uses (its tests reach it here).
 _request_getter = request_getter
@@ -100,7 +106,12 @@ class JobbersTask(HeartbeatMixin, PublishMixin):
             if shutdown.draining() and self.jobbers_options.on_shutdown is not \
                     ShutdownPolicy.CONTINUE:
                 self._hand_back()
-            self._start()
+            keyless = self._start()
+            if keyless is not None:
+                log.error("not running %s[%s]: %s", self.name, self.request.id, keyless)
+                if self._fail(keyless, reason=f"not run: {keyless}"):
+                    raise Revoked("cancellation requested") from keyless
+                raise keyless
             try:
                 with softlimit.allowed():
                     result = self.run(*args, **kwargs)
@@ -144,12 +155,16 @@ class JobbersTask(HeartbeatMixin, PublishMixin):
             return result
 
     # ------------------------------------------------------------------ steps
-    def _start(self) -> None:
+    def _start(self) -> StartKeysError | None:
+        """Record the start; returns the key error of a call whose arguments give no key
+        for a flow control the task declares (it is recorded started without the control,
+        and must fail with that error, see :class:`~.start.StartKeys`)."""
         parts = self._parts()
         req = self.request
         delivery = self._delivery()
+        keys = start_keys(delivery, self.jobbers_options)
         try:
-            res = parts.starter.start(delivery, self.jobbers_options)
+            res = parts.starter.start(delivery, self.jobbers_options, keys)
         except UNREACHABLE:
             parts.handover.give_back(delivery)
         STORE_OUTAGE.over()
@@ -174,6 +189,7 @@ class JobbersTask(HeartbeatMixin, PublishMixin):
                 payload.request_header(req, payload.HEADER_PUBLISHED_AT)),
             enqueued_ms=metrics.ms_value(
                 payload.request_header(req, payload.HEADER_ENQUEUED_AT))))
+        return keys.error
 
     def _complete(self, retval: Any) -> None:
         """Record ``completed``: with Celery's result write in the same script when it can

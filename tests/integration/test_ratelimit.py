@@ -121,12 +121,12 @@ def test_an_override_applies_without_a_restart(redis_url: str, tmp_path: Path) -
         assert jobbers.set_rate_limit("rl.call", None) is None
         back = sorted(run(app, [("acct3", n) for n in range(6)])["acct3"])
         assert most_in_a_window(back) == COUNT
-        # no key in the arguments: not run unlimited, dropped with the reason
+        # no key in the arguments: not run unlimited, failed with the key error
         keyless = app.send_task("rl.call", kwargs={"n": 1}).id
-        record = wait_state(jobbers, keyless, S.DROPPED)
+        record = wait_state(jobbers, keyless, S.FAILED)
         assert record.attempt == 1
-        assert "no rate-limit key: the rate-limit key argument 'account' was not passed" in (
-            jobbers.history(keyless)[-1].reason or "")
+        reason = jobbers.history(keyless)[-1].reason or ""
+        assert reason.startswith("not run: ") and "'account'" in reason
 
 
 def test_a_store_restart_in_the_middle_lets_no_more_through(redis_url: str, tmp_path: Path

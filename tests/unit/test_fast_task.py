@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from jobbers_celery import JobbersTask, TaskState
+from jobbers_celery import JobbersTask, RateLimit, TaskState
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.testing import (
     InMemoryDeadLetterSink,
@@ -55,6 +55,18 @@ def loop(self: JobbersTask) -> None:
     while time.monotonic() < deadline:  # bounded: stops at a heartbeat once cancelled
         self.heartbeat()
         time.sleep(0.01)
+
+
+@app.task(base=JobbersTask, name="fast.rated", rate_limit_by=RateLimit("50/s", on="account"),
+          expected_exceptions=(ValueError,), dead_letter_policy="save", shared=False)
+def rated(account: str) -> str:
+    return account
+
+
+@app.task(base=JobbersTask, name="fast.fair", max_concurrent=1, concurrency_key="account",
+          dead_letter_policy="save", shared=False)
+def fair(account: str) -> str:
+    return account
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +134,22 @@ def test_a_cancellation_is_honoured_at_the_next_heartbeat(jobbers: Jobbers) -> N
     assert jobbers.cancel(result.id)
     assert _ends(jobbers, result.id, S.CANCELLED)[-1] is S.CANCELLED
     assert _sink(jobbers).of(result.id) == []
+
+
+@pytest.mark.parametrize("task", [rated, fair], ids=["rate_limit_by", "concurrency_key"])
+def test_a_call_without_a_key_fails_without_running(jobbers: Jobbers, task: Any) -> None:
+    """Its arguments give no key for the control the task declares: it neither runs outside
+    the control nor waits; it fails at once with the key error (no retry, even though the
+    error is a ValueError and the task retries those), dead-lettered; Celery's result says
+    the same. A call with its key runs."""
+    keyless: Any = app.send_task(task.name, kwargs={"other": 1})
+    assert _ends(jobbers, keyless.id, S.FAILED) == [S.SUBMITTED, S.STARTED, S.FAILED]
+    reason = jobbers.history(keyless.id)[-1].reason or ""
+    assert reason.startswith("not run: ") and "'account'" in reason
+    [entry] = wait_for(lambda: _sink(jobbers).of(keyless.id))
+    assert entry.exception_type is not None and entry.exception_type.endswith("KeyError")
+    with pytest.raises(ValueError, match="account"):
+        keyless.get(timeout=10)
+    keyed: Any = task.delay("acct-1")
+    assert _ends(jobbers, keyed.id, S.COMPLETED)[-1] is S.COMPLETED
+    assert keyed.get(timeout=10) == "acct-1"
