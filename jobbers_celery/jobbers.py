@@ -181,11 +181,13 @@ class Jobbers(Composition):
         """The id of the copy of ``task_name`` holding the lock a publish with ``args`` and
         ``kwargs`` would ask for (the task's ``unique``, or ``unique``), ``None`` if free.
         Raises ``ValueError`` for a task that is not unique here."""
+        task = self.app.tasks.get(task_name)
         spec = validate_unique(unique) if unique is not None else getattr(getattr(
-            self.app.tasks.get(task_name), "jobbers_options", None), "unique", None)
+            task, "jobbers_options", None), "unique", None)
         if spec is None:
             raise ValueError(f"{task_name} is not a unique task here (pass unique=)")
-        return self.store.unique_holder(key_digest(task_name, spec, args, kwargs))
+        return self.store.unique_holder(key_digest(task_name, spec, args, kwargs,
+                                                   getattr(task, "run", None)))
 
     # ------------------------------------------------------------------ workers, queues
     @_store_call

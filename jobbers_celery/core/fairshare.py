@@ -13,11 +13,11 @@ so a key name made of it and the task name needs no separator a value could forg
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jobbers_celery.core import callkey
 from jobbers_celery.core.errors import InvalidTaskOption, JobbersError
 from jobbers_celery.core.keydigest import MAX_KEY_BYTES, canonical_digest
 
@@ -36,7 +36,10 @@ __all__ = [
 #: Length of a key digest (hex SHA-256).
 DIGEST_LEN = 64
 
-KeySpec = str | int | Callable[[Sequence[Any], Mapping[str, Any]], Any]
+#: ``concurrency_key=``: what ``RateLimit``'s ``on`` takes (a name, a position, a tuple of
+#: them), or its ``key`` (a function of ``(args, kwargs)``).
+KeySpec = callkey.On | callkey.KeyFunction
+_WHAT = "the concurrency key"
 
 
 class ConcurrencyKeyError(JobbersError, ValueError):
@@ -47,75 +50,48 @@ class ConcurrencyKeyError(JobbersError, ValueError):
 
 def key_digest(value: Any) -> str:
     """The key's name in the store (see :mod:`jobbers_celery.core.keydigest`)."""
-    return canonical_digest(value, "the concurrency key", ConcurrencyKeyError)
+    return canonical_digest(value, _WHAT, ConcurrencyKeyError)
 
 
 @dataclass(frozen=True, slots=True)
 class ConcurrencyKey:
-    """What a call's concurrency key is: an argument's name, its position, or a function
-    of ``(args, kwargs)``."""
+    """What a call's concurrency key is (see :mod:`~jobbers_celery.core.callkey`): an
+    argument's name, its position, a tuple of them, or a function of ``(args, kwargs)``."""
 
     key: KeySpec
 
+    def __post_init__(self) -> None:
+        key: object = self.key
+        if isinstance(key, list):
+            key = tuple(key)
+        if not (callable(key) or callkey.is_on(key)):
+            raise InvalidTaskOption("concurrency_key must be an argument name, a position "
+                                    "(>= 0), a non-empty tuple of them or a function of "
+                                    f"(args, kwargs), got {self.key!r}")
+        object.__setattr__(self, "key", key)
+
     def value(self, run: Callable[..., Any] | None, args: Sequence[Any],
               kwargs: Mapping[str, Any]) -> Any:
-        """The key's value for a call of ``run`` (the task's function, to find a named
-        argument passed by position)."""
+        """The key's value for a call of ``run`` (the task's function, to read an argument
+        by its parameter); raises :class:`ConcurrencyKeyError`."""
         key = self.key
-        if isinstance(key, int):
-            if key < len(args):
-                return args[key]
-            raise ConcurrencyKeyError(f"the concurrency key is argument {key}, and the "
-                                      f"call has {len(args)} positional arguments")
-        if isinstance(key, str):
-            if key in kwargs:
-                return kwargs[key]
-            pos = _position(run, key)
-            if pos is not None and pos < len(args):
-                return args[pos]
-            raise ConcurrencyKeyError(f"the concurrency key is argument {key!r}, missing "
-                                      "from the call")
-        try:
-            return key(tuple(args), dict(kwargs))
-        except Exception as exc:  # the user's function: any failure is a key error
-            raise ConcurrencyKeyError(f"the concurrency key function raised "
-                                      f"{type(exc).__name__}") from exc
+        if callable(key):
+            return callkey.call_key(key, args, kwargs, _WHAT, ConcurrencyKeyError)
+        return callkey.select(key, run, args, kwargs, _WHAT, ConcurrencyKeyError)
 
     def digest(self, run: Callable[..., Any] | None, args: Sequence[Any],
                kwargs: Mapping[str, Any]) -> str:
         return key_digest(self.value(run, args, kwargs))
 
 
-def _position(run: Callable[..., Any] | None, name: str) -> int | None:
-    """Where argument ``name`` sits among ``run``'s positional parameters (``self`` of a
-    bound task excluded: Celery's ``run`` is the bound function)."""
-    if run is None:
-        return None
-    try:
-        params = list(inspect.signature(run).parameters.values())
-    except (TypeError, ValueError):
-        return None
-    positional = [p.name for p in params
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return positional.index(name) if name in positional else None
-
-
 def validate_concurrency_key(value: Any, max_concurrent: int | None) -> ConcurrencyKey | None:
-    """The task option ``concurrency_key``: ``None``, an argument name, a position (>= 0),
-    a callable ``(args, kwargs) -> value``, or a :class:`ConcurrencyKey`. It needs
-    ``max_concurrent`` (the cap it keys)."""
+    """The task option ``concurrency_key``: ``None``, what :class:`ConcurrencyKey` takes,
+    or a :class:`ConcurrencyKey`. It needs ``max_concurrent`` (the cap it keys)."""
     if value is None:
         return None
     if max_concurrent is None:
         raise InvalidTaskOption("concurrency_key needs max_concurrent (the cap per key)")
-    if isinstance(value, ConcurrencyKey):
-        return value
-    if isinstance(value, bool) or not (
-            callable(value) or (isinstance(value, str) and value.isidentifier())
-            or (isinstance(value, int) and value >= 0)):
-        raise InvalidTaskOption("concurrency_key must be an argument name, a position "
-                                f"(>= 0) or a function of (args, kwargs), got {value!r}")
-    return ConcurrencyKey(value)
+    return value if isinstance(value, ConcurrencyKey) else ConcurrencyKey(value)
 
 
 @dataclass(frozen=True, slots=True)

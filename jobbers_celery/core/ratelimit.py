@@ -13,12 +13,12 @@ period, one sorted-set entry each, so that no window of that length ever holds m
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from jobbers_celery.core import callkey
 from jobbers_celery.core.errors import InvalidTaskOption, JobbersError
 from jobbers_celery.core.keydigest import MAX_KEY_BYTES, canonical_digest
 
@@ -62,6 +62,7 @@ MAX_RATE_NAME = 200
 WAIT_GRACE_MS = 60_000
 #: The override that lifts a limit (the task starts unlimited until it is cleared).
 OFF = "off"
+_WHAT = "the rate-limit key"
 
 _RATE = re.compile(r"\s*(\d{1,7})\s*/\s*([a-z]+)\s*")
 
@@ -119,30 +120,20 @@ def parse_override(text: object) -> str:
 
 def key_digest(value: Any) -> str:
     """The key's name in the store (see :mod:`jobbers_celery.core.keydigest`)."""
-    return canonical_digest(value, "the rate-limit key", RateLimitKeyError)
-
-
-Arg = str | int
-On = Arg | tuple[Arg, ...] | None
-
-
-def _arg(value: object) -> bool:
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)
-                                      and value >= 0)
+    return canonical_digest(value, _WHAT, RateLimitKeyError)
 
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
     """The task option ``rate_limit_by``: at most ``rate`` starts per key, across every
-    worker. The key (as ``Unique``'s): ``on``, an argument's name or position or a tuple of
-    them (a name is found whether the caller passes it by name or by position), or ``key``,
-    a function of ``(args, kwargs)``; neither: one limit for every call of the task."""
+    worker. The key (one convention with ``Unique``'s and ``concurrency_key``'s, see
+    :mod:`~jobbers_celery.core.callkey`): ``on``, an argument's name or position or a tuple
+    of them, or ``key``, a function of ``(args, kwargs)``; neither: one limit for every call
+    of the task."""
 
     rate: Rate | str
-    on: On = None
-    key: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None
-    _positions: dict[tuple[Callable[..., Any], str], int | None] = field(
-        default_factory=dict, compare=False, repr=False)
+    on: callkey.On | None = None
+    key: callkey.KeyFunction | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.rate, str):
@@ -153,14 +144,7 @@ class RateLimit:
         elif not isinstance(self.rate, Rate):
             raise InvalidTaskOption(f"rate_limit_by: the rate is text like '10/s', "
                                     f"got {self.rate!r}")
-        on = self.on
-        if not (on is None or _arg(on) or (isinstance(on, tuple) and on
-                                           and all(_arg(a) for a in on))):
-            raise InvalidTaskOption("rate_limit_by: on must be an argument name, a position "
-                                    f">= 0 or a tuple of them, got {on!r}")
-        if self.key is not None and (on is not None or not callable(self.key)):
-            raise InvalidTaskOption("rate_limit_by: key is a function of (args, kwargs), "
-                                    "and takes the place of on")
+        object.__setattr__(self, "on", callkey.check(self.on, self.key, "rate_limit_by"))
 
     @property
     def limit(self) -> Rate:
@@ -169,50 +153,17 @@ class RateLimit:
 
     def value_of(self, func: Callable[..., Any] | None, args: Sequence[Any],
                  kwargs: Mapping[str, Any]) -> Any:
-        """The key's value for one call (``func``: the task's ``run``, to find a named
-        argument passed by position); raises :class:`RateLimitKeyError`."""
+        """The key's value for one call (``func``: the task's ``run``, to read an argument
+        by its parameter); raises :class:`RateLimitKeyError`."""
         if self.key is not None:
-            try:
-                return self.key(tuple(args), dict(kwargs))
-            except Exception as exc:  # noqa: BLE001 - the user's function: said, not shown
-                raise RateLimitKeyError(
-                    f"the rate-limit key function raised {type(exc).__name__}") from None
-        on = self.on
-        if on is None:
+            return callkey.call_key(self.key, args, kwargs, _WHAT, RateLimitKeyError)
+        if self.on is None:
             return None
-        if isinstance(on, tuple):
-            return [self._one(func, a, args, kwargs) for a in on]
-        return self._one(func, on, args, kwargs)
+        return callkey.select(self.on, func, args, kwargs, _WHAT, RateLimitKeyError)
 
     def digest(self, func: Callable[..., Any] | None, args: Sequence[Any],
                kwargs: Mapping[str, Any]) -> str:
         return key_digest(self.value_of(func, args, kwargs))
-
-    def _one(self, func: Callable[..., Any] | None, arg: Arg, args: Sequence[Any],
-             kwargs: Mapping[str, Any]) -> Any:
-        if isinstance(arg, str):
-            if arg in kwargs:
-                return kwargs[arg]
-            pos = self._position(func, arg)
-            if pos is not None and pos < len(args):
-                return args[pos]
-            raise RateLimitKeyError(f"the rate-limit key argument {arg!r} was not passed")
-        if arg < len(args):
-            return args[arg]
-        raise RateLimitKeyError(f"the rate-limit key argument #{arg} was not passed")
-
-    def _position(self, func: Callable[..., Any] | None, name: str) -> int | None:
-        if func is None:
-            return None
-        if (func, name) not in self._positions:
-            try:
-                params = list(inspect.signature(func).parameters.values())
-            except (TypeError, ValueError):
-                params = []
-            pos = [p.name for p in params
-                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-            self._positions[(func, name)] = pos.index(name) if name in pos else None
-        return self._positions[(func, name)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,13 +204,7 @@ def describe_key(limit: RateLimit | None) -> str:
     """What a limit's key is made of, for the operators (never a value)."""
     if limit is None:
         return "-"
-    if limit.key is not None:
-        return f"function {getattr(limit.key, '__qualname__', type(limit.key).__name__)}"
-    on = limit.on
-    if on is None:
-        return "one limit for every call"
-    return ", ".join(f"argument {a!r}" if isinstance(a, str) else f"argument #{a}"
-                     for a in (on if isinstance(on, tuple) else (on,)))
+    return callkey.describe(limit.on, limit.key, "one limit for every call")
 
 
 def validate_rate_limit(value: object) -> RateLimit | None:

@@ -3,12 +3,14 @@ may wait or run. Pure: the spec, its validation, the key digest and the header t
 them to the publish's store step.
 
 Two publishes are the same when their task name and their *key values* are equal: all the
-arguments (``on=None``), some of them (``on=(0, "account")``: positional indexes as called,
-keyword names), or the string a function of ``(args, kwargs)`` returns (``key=``). The lock
-is named by a digest, the SHA-256 of the canonical JSON of ``[name, values]`` (sorted keys,
-no spaces, ASCII): the key values never reach Redis (arguments can be secrets), a key name
-has no separator a value could forge, and its length is fixed. The canonical text is bounded
-(:data:`KEY_INPUT_MAX`) before it is hashed.
+arguments by their parameters' names (``on=None``), some of them (``on="account"``,
+``on=(0, "region")``), or what a function of ``(args, kwargs)`` returns (``key=``), as
+:mod:`~jobbers_celery.core.callkey` reads them for every control. The lock is named by a
+digest, the SHA-256 of the canonical JSON of ``[name, values]``
+(:mod:`~jobbers_celery.core.keydigest`): the key values never reach Redis (arguments can be
+secrets), a key name has no separator a value could forge, and its length is fixed. The
+canonical text is bounded (:data:`KEY_INPUT_MAX`: ``on=None`` takes every argument) before
+it is hashed.
 
 ``until``: ``start`` (waiting copies are deduplicated; once one starts, a new one may be
 published), ``end`` (the default: until the task reaches a terminal state; a retry keeps
@@ -23,17 +25,15 @@ blocks a new one.
 from __future__ import annotations
 
 import datetime as dt
-import decimal
-import hashlib
-import json
 import math
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from jobbers_celery.core import callkey
 from jobbers_celery.core.errors import InvalidTaskOption, JobbersError
+from jobbers_celery.core.keydigest import canonical_digest
 
 __all__ = [
     "DEFAULT_HOLD_S",
@@ -58,7 +58,7 @@ __all__ = [
 #: its submit step takes the lock, and keeps the value as the record's field ``uq``.
 HEADER_UNIQUE = "jobbers_unique"
 #: Bytes of canonical JSON a key may be made of (the selected arguments, or a ``key=``
-#: function's string): a bigger one is refused (:class:`UniqueKeyError`), never hashed.
+#: function's value): a bigger one is refused (:class:`UniqueKeyError`), never hashed.
 KEY_INPUT_MAX = 1 << 20
 #: Expiry, seconds, of an ``until=start``/``end`` lock that sets no ``ttl``: a backstop only
 #: (the store releases the lock when its task gets there, or finds its holder gone).
@@ -67,6 +67,7 @@ DEFAULT_HOLD_S = 86_400.0
 TTL_MAX_S = 30 * 86_400.0
 
 _UNTIL_CODE = {"start": "s", "end": "e", "window": "w"}
+_WHAT = "the unique key"
 
 
 class Until(StrEnum):
@@ -79,7 +80,8 @@ class Until(StrEnum):
 
 class UniqueKeyError(JobbersError, ValueError):
     """A unique task's key could not be made from a publish's arguments: a selected
-    argument is missing or not JSON, or the key's text is over :data:`KEY_INPUT_MAX`."""
+    argument is missing, the key function raised, a value is not JSON, or the key's text is
+    over :data:`KEY_INPUT_MAX`."""
 
 
 class DuplicateTask(JobbersError):
@@ -114,16 +116,17 @@ class Unique:
     """A task's uniqueness (``@app.task(base=JobbersTask, unique=Unique(...))``, or per
     publish: ``apply_async(..., unique=Unique(...))``, ``unique=False`` for none).
 
-    ``on``: the arguments that make the key (``None``: all of them; ints are positional
-    indexes, strings keyword names, as the caller passed them). ``key``: a function of
-    ``(args, kwargs)`` returning the key's string instead. ``until``: see :class:`Until`.
+    ``on``: the arguments that make the key (``None``: all of them), a name, a position or a
+    tuple of them, found however the caller passed them (see
+    :mod:`~jobbers_celery.core.callkey`). ``key``: a function of ``(args, kwargs)`` returning
+    the key's value (any JSON) instead. ``until``: see :class:`Until`.
     ``ttl``: seconds; the window (required with ``until=window``), else the lock's backstop
     expiry. ``raise_duplicate``: a duplicate publish raises :class:`DuplicateTask`
     instead of returning the holder's ``AsyncResult``.
     """
 
-    on: tuple[int | str, ...] | None = None
-    key: Callable[[tuple[Any, ...], dict[str, Any]], str] | None = None
+    on: callkey.On | None = None
+    key: callkey.KeyFunction | None = None
     until: Until = Until.END
     ttl: float | None = None
     raise_duplicate: bool = False
@@ -147,19 +150,9 @@ def validate_unique(value: Any, where: str = "unique") -> Unique | None:
     except ValueError:
         raise InvalidTaskOption(f"{where}: until must be one of start, end, window, got "
                                 f"{value.until!r}") from None
-    on: Any = value.on
-    if on is not None:
-        if isinstance(on, int | str):
-            on = (on,)
-        if not isinstance(on, tuple | list) or not on or any(
-                isinstance(i, bool) or not isinstance(i, int | str)
-                or (isinstance(i, int) and i < 0) for i in on):
-            raise InvalidTaskOption(f"{where}: on must be a non-empty tuple of argument "
-                                    f"indexes (>= 0) and keyword names, got {value.on!r}")
-        on = tuple(on)
-    if value.key is not None and (on is not None or not callable(value.key)):
-        raise InvalidTaskOption(f"{where}: key must be a callable of (args, kwargs), and "
-                                "is not combined with on")
+    on = callkey.check(value.on, value.key, where)
+    if on is not None and not isinstance(on, tuple):
+        on = (on,)
     ttl: Any = value.ttl
     if ttl is not None:
         if isinstance(ttl, dt.timedelta):
@@ -175,68 +168,31 @@ def validate_unique(value: Any, where: str = "unique") -> Unique | None:
                   raise_duplicate=bool(value.raise_duplicate))
 
 
-def _plain(value: Any) -> Any:
-    """JSON for the values JSON has no type for but whose text is canonical."""
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID | decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).hex()
-    if isinstance(value, set | frozenset):
-        return sorted(_canonical(v) for v in value)
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False, default=_plain)
-
-
-def key_values(spec: Unique, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None
-               ) -> Any:
-    """What the key of a publish with ``args``/``kwargs`` is made of (see :class:`Unique`).
-    Raises :class:`UniqueKeyError` for a selected argument the publish does not pass."""
+def key_values(spec: Unique, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
+               run: Callable[..., Any] | None = None) -> Any:
+    """What the key of a publish with ``args``/``kwargs`` is made of (see :class:`Unique`;
+    ``run``: the task's function, to read arguments by their parameter, see
+    :mod:`~jobbers_celery.core.callkey`). Raises :class:`UniqueKeyError` for a selected
+    argument the publish does not give, or a key function that raises."""
     a, k = tuple(args or ()), dict(kwargs or {})
     if spec.key is not None:
-        made = spec.key(a, k)
-        if not isinstance(made, str):
-            raise UniqueKeyError(f"key= returned {type(made).__name__}, not a str")
-        if len(made) > KEY_INPUT_MAX:
-            raise UniqueKeyError(f"key= returned {len(made)} characters, over "
-                                 f"{KEY_INPUT_MAX}")
-        return ["key", made]
+        return ["key", callkey.call_key(spec.key, a, k, _WHAT, UniqueKeyError)]
     if spec.on is None:
-        return ["all", list(a), k]
-    picked: list[Any] = []
-    for i in spec.on:
-        if isinstance(i, int):
-            if i >= len(a):
-                raise UniqueKeyError(f"unique on argument {i}: the publish passes {len(a)}")
-            picked.append([i, a[i]])
-        else:
-            if i not in k:
-                raise UniqueKeyError(f"unique on keyword {i!r}: the publish does not pass it")
-            picked.append([i, k[i]])
-    return ["on", picked]
+        bound = callkey.bind_all(run, a, k)
+        return ["all", list(a), k] if bound is None else ["args", bound]
+    on = spec.on if isinstance(spec.on, tuple) else (spec.on,)
+    values = callkey.select(on, run, a, k, _WHAT, UniqueKeyError)
+    return ["on", [[i, v] for i, v in zip(on, values, strict=True)]]
 
 
 def key_digest(name: str, spec: Unique, args: Sequence[Any] | None,
-               kwargs: Mapping[str, Any] | None) -> str:
-    """The lock's name for a publish of task ``name``: hex SHA-256 of the canonical JSON of
+               kwargs: Mapping[str, Any] | None, run: Callable[..., Any] | None = None) -> str:
+    """The lock's name for a publish of task ``name`` (``run``: its function, ``None`` when
+    unknown here: arguments as called): hex SHA-256 of the canonical JSON of
     ``[name, key values]``. Raises :class:`UniqueKeyError` (a value not JSON, a text over
     :data:`KEY_INPUT_MAX`, a selected argument missing)."""
-    try:
-        text = _canonical([name, key_values(spec, args, kwargs)])
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, UniqueKeyError):
-            raise
-        raise UniqueKeyError(f"unique key of {name}: {exc} (give key= a function returning "
-                             "a string)") from None
-    if len(text) > KEY_INPUT_MAX:
-        raise UniqueKeyError(f"unique key of {name}: {len(text)} bytes of arguments, over "
-                             f"{KEY_INPUT_MAX} (select some with on=, or give key=)")
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+    return canonical_digest([name, key_values(spec, args, kwargs, run)], f"{_WHAT} of {name}",
+                            UniqueKeyError, KEY_INPUT_MAX)
 
 
 def field_value(spec: Unique, digest: str) -> str:

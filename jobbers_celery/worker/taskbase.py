@@ -90,8 +90,9 @@ class TaskBase(Task):  # type: ignore[type-arg]
     max_heartbeat_interval: float | timedelta | None = None
     on_shutdown: ShutdownPolicy | str = ShutdownPolicy.STOP
     max_concurrent: int | None = None
-    #: ``max_concurrent`` per key: an argument's name or position, or ``f(args, kwargs)``
-    concurrency_key: str | int | Callable[[Any, Any], Any] | None = None
+    #: ``max_concurrent`` per key: an argument's name or position, a tuple of them, or
+    #: ``f(args, kwargs)`` (see ``core/callkey.py``)
+    concurrency_key: str | int | tuple[str | int, ...] | Callable[[Any, Any], Any] | None = None
     max_stall_recoveries: int = 0
     on_worker_lost: WorkerLostPolicy | str | None = None
     unique: Unique | bool | None = None

@@ -47,7 +47,7 @@ def prepare(task: Task[Any, Any], args: Any, kwargs: Any, options: dict[str, Any
     headers = dict(options.get("headers") or {})
     if HEADER_UNIQUE in headers:  # a republish of a recorded copy: its lock is its own
         return None
-    digest = key_digest(task.name, spec, args, kwargs)
+    digest = key_digest(task.name, spec, args, kwargs, getattr(task, "run", None))
     headers[HEADER_UNIQUE] = field_value(spec, digest)
     options["headers"] = headers
     return spec

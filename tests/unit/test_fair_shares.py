@@ -69,6 +69,8 @@ def _run(account: str, amount: int, *, note: str = "") -> None:
     ("account", ("acme", 3), {}, "acme"),
     ("account", (), {"account": "acme", "amount": 3}, "acme"),
     (0, ("acme", 3), {}, "acme"),
+    (0, (), {"account": "acme"}, "acme"),
+    (("account", "note"), ("acme", 3), {}, ["acme", ""]),
     (lambda a, k: [a[0], k.get("note")], ("acme", 3), {"note": "x"}, ["acme", "x"]),
 ])
 def test_the_key_of_a_call(key: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -79,8 +81,8 @@ def test_the_key_of_a_call(key: Any, args: tuple[Any, ...], kwargs: dict[str, An
 
 
 @pytest.mark.parametrize(("key", "args", "match"), [
-    ("account", (), "missing from the call"),
-    (2, ("acme", 3), "argument 2"),
+    ("account", (), "'account' was not passed"),
+    (2, ("acme", 3), "argument #2 was not passed"),
     (lambda a, k: 1 / 0, (), "raised ZeroDivisionError"),
 ])
 def test_a_call_without_its_key_is_refused(key: Any, args: tuple[Any, ...], match: str) -> None:
@@ -94,7 +96,8 @@ def test_the_option_needs_max_concurrent_and_a_key_it_can_read() -> None:
     assert validate_options({}).concurrency_key is None
     with pytest.raises(InvalidTaskOption, match="needs max_concurrent"):
         validate_concurrency_key("account", None)
-    for bad in ("not a name", -1, True, 2.5):
+    assert validate_concurrency_key(("account", 1), 2) == ConcurrencyKey(("account", 1))
+    for bad in ("not a name", -1, True, 2.5, (), ("account", -1)):
         with pytest.raises(InvalidTaskOption, match="concurrency_key must be"):
             validate_concurrency_key(bad, 2)
 

@@ -96,6 +96,7 @@ def _task(account: str, region: str = "eu", *, dry: bool = False) -> None: ...
 @pytest.mark.parametrize(("on", "args", "kwargs", "value"), [
     ("account", ("a1",), {}, "a1"), ("account", (), {"account": "a2"}, "a2"),
     ("region", ("a", "us"), {}, "us"), (0, ("a3",), {}, "a3"), (None, ("x",), {}, None),
+    ("region", ("a",), {}, "eu"), ("dry", ("a",), {}, False), (0, (), {"account": "a6"}, "a6"),
     (("account", "region"), ("a5",), {"region": "us"}, ["a5", "us"]),
 ])
 def test_the_key_is_read_from_the_arguments(on, args, kwargs, value) -> None:
@@ -110,8 +111,8 @@ def test_a_key_function_gets_args_and_kwargs_as_unique_s_does() -> None:
 
 
 def test_a_key_that_cannot_be_read_is_an_error_never_no_limit() -> None:
-    with pytest.raises(RateLimitKeyError, match="'region' was not passed"):
-        RateLimit("1/s", on="region").value_of(_task, ("a",), {})
+    with pytest.raises(RateLimitKeyError, match="'account' was not passed"):
+        RateLimit("1/s", on="account").value_of(_task, (), {"region": "us"})
     with pytest.raises(RateLimitKeyError, match="raised ZeroDivisionError"):
         RateLimit("1/s", key=lambda a, k: 1 / 0).value_of(_task, ("a",), {})
     with pytest.raises(RateLimitKeyError, match="over 1024 bytes"):

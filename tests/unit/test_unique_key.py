@@ -81,18 +81,44 @@ def test_the_input_is_bounded_before_hashing() -> None:
 def test_values_json_lacks_are_canonical_and_others_refused() -> None:
     when = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
     assert key_digest("t", Unique(), [when], {}) == key_digest("t", Unique(), [when], {})
-    with pytest.raises(UniqueKeyError, match="key="):
+    with pytest.raises(UniqueKeyError, match="not JSON"):
         key_digest("t", Unique(), [object()], {})
-    with pytest.raises(UniqueKeyError, match="does not pass"):
+    with pytest.raises(UniqueKeyError, match="'account' was not passed"):
         key_digest("t", Unique(on=("account",)), [], {})
-    with pytest.raises(UniqueKeyError, match="argument 3"):
+    with pytest.raises(UniqueKeyError, match="argument #3 was not passed"):
         key_digest("t", Unique(on=(3,)), [1], {})
+    with pytest.raises(UniqueKeyError, match=r"^the unique key function raised KeyError$"):
+        key_digest("t", Unique(key=lambda a, k: k["secret"]), [], {})
+
+
+def sync(account_id: int, full: bool = False) -> None: ...
+
+
+def test_a_named_argument_is_found_by_position_and_every_argument_by_its_name() -> None:
+    spec = Unique(on=("account_id",))
+    assert key_digest("t", spec, [5], {}, sync) == key_digest("t", spec, [], {"account_id": 5},
+                                                              sync)
+    every = key_digest("t", Unique(), [5], {}, sync)
+    assert every == key_digest("t", Unique(), [], {"account_id": 5}, sync)
+    assert every == key_digest("t", Unique(), [5, False], {}, sync)  # the default, given
+    assert every != key_digest("t", Unique(), [5, True], {}, sync)
+    # no run (a task unknown here), or a call that does not fit it: as called
+    assert key_digest("t", Unique(), [5], {}) != key_digest("t", Unique(), [], {"account_id": 5})
+    assert key_digest("t", Unique(), [5, 6, 7], {}, sync) == key_digest("t", Unique(),
+                                                                        [5, 6, 7], {})
+
+
+def test_a_key_function_returns_any_json_value() -> None:
+    spec = Unique(key=lambda a, k: {"shop": k["order"]["shop"], "day": a[0]})
+    one = key_digest("t", spec, ["mon"], {"order": {"shop": 3, "id": 1}})
+    assert one == key_digest("t", spec, ["mon"], {"order": {"id": 2, "shop": 3}})
+    assert one != key_digest("t", spec, ["tue"], {"order": {"shop": 3}})
 
 
 @pytest.mark.parametrize("bad", [
     Unique(until=Until.WINDOW),  # a window without ttl
     Unique(ttl=0), Unique(ttl=-1), Unique(ttl=float("inf")),
-    Unique(on=()), Unique(on=(-1,)), Unique(on=(True,)),  # type: ignore[arg-type]
+    Unique(on=()), Unique(on=(-1,)), Unique(on=(True,)), Unique(on="not a name"),
     Unique(on=(0,), key=lambda a, k: ""),
     "yes",
 ])
