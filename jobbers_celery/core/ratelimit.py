@@ -70,7 +70,7 @@ _RATE = re.compile(r"\s*(\d{1,7})\s*/\s*([a-z]+)\s*")
 class RateLimitKeyError(JobbersError, ValueError):
     """A task's rate-limit key could not be worked out from its arguments (the key function
     raised, the argument is missing, or its value is not JSON or over ``MAX_KEY_BYTES``):
-    the worker drops the message (never runs it unlimited)."""
+    the task fails at its start without running (never runs unlimited)."""
 
 
 @dataclass(frozen=True, slots=True)
