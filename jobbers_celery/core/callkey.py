@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any, TypeGuard
 
 from jobbers_celery.core.errors import InvalidTaskOption
+from jobbers_celery.core.keydigest import canonical_json
 
 __all__ = ["Arg", "KeyFunction", "On", "bind_all", "call_key", "check", "describe", "is_on",
            "select"]
@@ -148,8 +149,27 @@ def bind_all(run: Callable[..., Any] | None, args: Sequence[Any], kwargs: Mappin
         bound = shape.signature.bind(*args, **kwargs)
     except TypeError:
         return None
-    bound.apply_defaults()
-    return dict(bound.arguments)
+    out = dict(bound.arguments)
+    for name, param in shape.signature.parameters.items():
+        if name in out:
+            continue
+        if param.kind is param.VAR_POSITIONAL:
+            out[name] = ()
+        elif param.kind is param.VAR_KEYWORD:
+            out[name] = {}
+        elif param.default is not param.empty and _writable(param.default):
+            # a default no key can be made of (a sentinel object) is left out: a call
+            # that leaves it out still has a key, rather than failing to publish
+            out[name] = param.default
+    return out
+
+
+def _writable(value: object) -> bool:
+    try:
+        canonical_json(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def describe(on: On | None, key: KeyFunction | None, neither: str) -> str:

@@ -142,3 +142,20 @@ def test_the_field_carries_until_and_expiry() -> None:
 def test_parse_field_reads_outside_input_without_raising(text) -> None:
     parsed = parse_field(text)
     assert parsed is None or len(parsed.digest) == 64
+
+
+def test_a_default_no_key_can_be_made_of_is_left_out_of_an_all_argument_key() -> None:
+    """``on=None`` binds the arguments with their defaults; a sentinel default (not JSON)
+    is left out rather than failing the publish, and a call passing the same values by
+    name or by position still makes one key."""
+    sentinel = object()
+
+    def run(account: int, since: str | None = None, client: object = sentinel) -> None:
+        pass
+
+    one = key_digest("t", Unique(), [5], {}, run)
+    assert one == key_digest("t", Unique(), [], {"account": 5}, run)
+    assert one == key_digest("t", Unique(), [5, None], {}, run)
+    assert one != key_digest("t", Unique(), [6], {}, run)
+    with pytest.raises(UniqueKeyError):
+        key_digest("t", Unique(on="client"), [5], {}, run)
