@@ -117,6 +117,8 @@ XDIST_GROUPS = {
     "tests/distribution/": "distribution",  # one build of the sdist and the wheel
     "tests/browser/": "browser",  # one Chromium
     "tests/integration/test_on_cluster.py": "cluster",  # one Redis Cluster (six servers)
+    # one Sentinel set (five servers) and one worker for the module
+    "tests/integration/test_flow_sentinel.py": "sentinel_flow",
     "tests/integration/test_tls_acl.py": "tls",  # one TLS redis-server
     "tests/integration/test_cli.py": "cli",  # one worker for the module
     "tests/integration/test_paced_redis.py": "paced_redis",  # one worker for the module

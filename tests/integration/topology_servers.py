@@ -127,7 +127,7 @@ class SentinelSet:
             sentinel = _Process(conf, "--sentinel")
             sentinel.start(port)
             self.sentinels.append(sentinel)
-        wait_for(self._ready, timeout=30, interval=0.2,
+        wait_for(self.in_sync, timeout=30, interval=0.2,
                  message="the sentinels to see each other and the replica")
         return self
 
@@ -136,7 +136,10 @@ class SentinelSet:
         info = redis.Redis(port=port).info("replication")
         return info.get("master_link_status") == "up"
 
-    def _ready(self) -> bool:
+    def in_sync(self) -> bool:
+        """Every sentinel sees the other two and a replica in sync with the master (after a
+        failover: once the old master replicates the new one; another failover before then
+        would promote a replica without the writes since the last one)."""
         for sentinel in self.sentinels:
             client = redis.Redis(port=sentinel.port, decode_responses=True)
             others = client.sentinel_sentinels(MASTER_NAME)
