@@ -281,9 +281,13 @@ class Outcome:
         never = sum(1 for i in self.states if not self.runs.get(i))
         return f"end states {dict(sorted(ended.items()))}, ran twice {twice}, never ran {never}"
 
+    def unfinished(self) -> list[str]:
+        return [i for i, s in self.states.items() if s not in TERMINAL]
+
     def stranded(self) -> list[str]:
-        """Tasks whose body ran but whose record is not terminal: nothing will end it."""
-        return [i for i, s in self.states.items() if s not in TERMINAL and self.runs.get(i)]
+        """Tasks whose body ran but whose record is back at ``submitted`` with no message:
+        nothing will end it."""
+        return [i for i, s in self.states.items() if s is S.SUBMITTED and self.runs.get(i)]
 
 
 def outcome(flow: Flow, ids: list[str], key: str) -> Outcome:
@@ -352,14 +356,15 @@ def test_rate_limit_and_fair_shares_across_a_failover(flow: Flow) -> None:
           f"{rate.figures()}; 12 tasks at max_concurrent={CAP}: most at once "
           f"{most_at_once(bodies)}, {shares.figures()}; all ended {ended:.1f} s after the "
           f"command")
-    for i in rate.stranded() + shares.stranded():
-        print("stranded", i, [(t.to_state.value, t.reason) for t in flow.jobbers.history(i)],
+    for i in rate.unfinished() + shares.unfinished():
+        print("unfinished", i, [(t.to_state.value, t.reason) for t in flow.jobbers.history(i)],
               *(line for line in flow.worker.log.splitlines() if i in line), sep="\n  ")
     assert sorted(rate.runs) == sorted(calls)  # every body ran
     assert sorted(shares.runs) == sorted(tenant)
     assert most_in_a_window(times) <= 2 * COUNT
     assert most_at_once(bodies) <= 2 * CAP
-    assert shares.stranded() == []
+    assert shares.unfinished() == []
+    assert sorted(rate.unfinished()) == sorted(rate.stranded())  # no stall verdict missing
     if rate.stranded():
         # A product defect, not the test's: intermittent, so an imperative xfail (a strict
         # mark would fail the runs where the failover happens not to hit it).
