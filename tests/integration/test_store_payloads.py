@@ -73,4 +73,5 @@ def test_a_resubmit_needing_the_payload_is_refused_once_it_is_dropped(make_store
     put_in_state(store, "t2", S.FAILED)
     res = store.submit("t2", sources=(S.FAILED,), reason="resubmitted", ret=("msg", "name"),
                        need="msg", lease_ms=60_000)
-    assert res.applied and res.values["msg"]
+    assert res.applied
+    assert res.values["msg"]

@@ -145,9 +145,11 @@ def test_a_call_without_a_key_fails_without_running(jobbers: Jobbers, task: Any)
     keyless: Any = app.send_task(task.name, kwargs={"other": 1})
     assert _ends(jobbers, keyless.id, S.FAILED) == [S.SUBMITTED, S.STARTED, S.FAILED]
     reason = jobbers.history(keyless.id)[-1].reason or ""
-    assert reason.startswith("not run: ") and "'account'" in reason
+    assert reason.startswith("not run: ")
+    assert "'account'" in reason
     [entry] = wait_for(lambda: _sink(jobbers).of(keyless.id))
-    assert entry.exception_type is not None and entry.exception_type.endswith("KeyError")
+    assert entry.exception_type is not None
+    assert entry.exception_type.endswith("KeyError")
     with pytest.raises(ValueError, match="account"):
         keyless.get(timeout=10)
     keyed: Any = task.delay("acct-1")
