@@ -139,9 +139,11 @@ def call_key(key: KeyFunction, args: Sequence[Any], kwargs: Mapping[str, Any], w
 
 def bind_all(run: Callable[..., Any] | None, args: Sequence[Any], kwargs: Mapping[str, Any]
              ) -> dict[str, Any] | None:
-    """Every argument of a call of ``run`` by its parameter's name, defaults filled in (so a
-    value passed by name or by position is the same); ``None`` when there is no ``run`` or
-    the call does not fit its signature."""
+    """Every argument of a call of ``run`` by its parameter's name, an argument equal to its
+    parameter's default left out (so a value passed by name or by position, given or left
+    to its default, is the same; and a parameter added later with a default does not change
+    the key of calls that do not pass it); ``None`` when there is no ``run`` or the call
+    does not fit its signature."""
     shape = _shape(run)
     if shape is None:
         return None
@@ -149,27 +151,24 @@ def bind_all(run: Callable[..., Any] | None, args: Sequence[Any], kwargs: Mappin
         bound = shape.signature.bind(*args, **kwargs)
     except TypeError:
         return None
-    out = dict(bound.arguments)
-    for name, param in shape.signature.parameters.items():
-        if name in out:
-            continue
-        if param.kind is param.VAR_POSITIONAL:
-            out[name] = ()
-        elif param.kind is param.VAR_KEYWORD:
-            out[name] = {}
-        elif param.default is not param.empty and _writable(param.default):
-            # a default no key can be made of (a sentinel object) is left out: a call
-            # that leaves it out still has a key, rather than failing to publish
-            out[name] = param.default
+    out: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        param = shape.signature.parameters[name]
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            if value:
+                out[name] = value
+        elif param.default is param.empty or not _same(value, param.default):
+            out[name] = value
     return out
 
 
-def _writable(value: object) -> bool:
+def _same(value: object, default: object) -> bool:
+    """Equal as a key (their canonical JSON), never by ``==``, which a value may define
+    as it likes; a value JSON cannot write is not its default."""
     try:
-        canonical_json(value)
+        return canonical_json(value) == canonical_json(default)
     except (TypeError, ValueError):
-        return False
-    return True
+        return value is default
 
 
 def describe(on: On | None, key: KeyFunction | None, neither: str) -> str:

@@ -24,7 +24,7 @@ from jobbers_celery.core.config import JobbersConfig
 from jobbers_celery.core.errors import ConfigurationError
 from jobbers_celery.core.printable import escaped_logger
 
-__all__ = ["Client", "client_endpoint", "endpoint", "is_cluster", "redis_client"]
+__all__ = ["Client", "client_endpoint", "endpoint", "is_cluster", "recheck_master", "redis_client"]
 
 #: The store's client type (redis-py's), named here so that code above the store never
 #: imports redis.
@@ -182,6 +182,26 @@ SENTINEL_PORT = 26379
 #: Seconds between two checks, per connection, that it still talks to the master the
 #: sentinels name (one round trip to a sentinel, only before a command is sent).
 MASTER_CHECK_S = 0.5
+#: Bumped by :func:`recheck_master`: a master-checked connection whose generation differs
+#: asks the sentinels before its next command, whenever it last did.
+_recheck_generation = 0
+#: Whether this process has opened a master-checked (Sentinel-managed) connection.
+_sentinel_in_use = False
+
+
+def recheck_master() -> bool:
+    """Have every Sentinel-managed connection of this process ask the sentinels for the
+    master before its next command. For a caller about to act on a refusal that a master
+    just demoted may have given (it takes writes until the sentinels reconfigure it, and a
+    connection checks at most every ``MASTER_CHECK_S``). Returns whether this process has
+    such connections (``False``: nothing can have moved, asking again would not help)."""
+    global _recheck_generation
+    if not _sentinel_in_use:
+        return False
+    _recheck_generation += 1
+    return True
+
+
 #: Transport options passed on to the master's connections, as kombu's Redis channel does.
 _CONNECTION_OPTIONS = ("socket_timeout", "socket_connect_timeout", "socket_keepalive",
                        "socket_keepalive_options", "retry_on_timeout", "client_name",
@@ -255,16 +275,22 @@ class MasterCheckedConnection(SentinelManagedConnection):
     """
 
     _checked_at = 0.0
+    _generation = 0
 
     def connect_to(self, address: Any) -> None:
+        global _sentinel_in_use
+        _sentinel_in_use = True
         self._checked_at = time.monotonic()
+        self._generation = _recheck_generation
         super().connect_to(address)  # type: ignore[no-untyped-call,unused-ignore]
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         if getattr(self, "_sock", None) is None:
             self.connect()  # type: ignore[no-untyped-call,unused-ignore]
-        elif time.monotonic() - self._checked_at >= MASTER_CHECK_S:
+        elif self._generation != _recheck_generation \
+                or time.monotonic() - self._checked_at >= MASTER_CHECK_S:
             self._checked_at = time.monotonic()
+            self._generation = _recheck_generation
             if (self.host, self.port) != tuple(self.connection_pool.get_master_address()):
                 self.disconnect()  # type: ignore[no-untyped-call,unused-ignore]
                 self.connect()  # type: ignore[no-untyped-call,unused-ignore]

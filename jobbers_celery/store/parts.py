@@ -203,6 +203,10 @@ class StepStore(Protocol):
     ) -> CancelOutcome: ...
 
     def epoch(self, task_id: str, max_age: float = 0.0) -> str: ...
+    def recheck_master(self) -> bool:
+        """Have the next commands ask Redis Sentinel for the master first; ``False`` when
+        the store is not on Sentinel (nothing to ask again)."""
+        ...
 
 
 class RunningStore(Protocol):

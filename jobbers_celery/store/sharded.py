@@ -22,7 +22,7 @@ from jobbers_celery.core.config import DEFAULT_SHARDS
 from jobbers_celery.core.errors import ConfigurationError
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.states import TaskState
-from jobbers_celery.store.connect import Endpoint, client_endpoint, is_cluster
+from jobbers_celery.store.connect import Endpoint, client_endpoint, is_cluster, recheck_master
 from jobbers_celery.store.errors import UNREACHABLE, is_outage
 from jobbers_celery.store.fastcall import FastScript, as_refusal, not_a_cluster_client
 from jobbers_celery.store.keys import STATE_ORDER, Keys, Shards
@@ -266,6 +266,10 @@ class Sharded:
         for method, args in commands:
             getattr(pipe, method)(*args)
         return pipe.execute()
+
+    def recheck_master(self) -> bool:
+        """See :func:`~jobbers_celery.store.connect.recheck_master` (Redis Sentinel)."""
+        return recheck_master()
 
     def now_ms(self) -> int:
         sec, usec = self.client.time()

@@ -101,3 +101,6 @@ class Memory:
 
     def epoch(self, task_id: str, max_age: float = 0.0) -> str:
         return self._epoch
+
+    def recheck_master(self) -> bool:
+        return False  # no Sentinel here: a refusal is final

@@ -87,10 +87,19 @@ class StartKeys:
 
 
 def start_keys(d: Delivery, opts: TaskOptions) -> StartKeys:
+    """Each key worked out on its own: a call that gives its concurrency key but not its
+    rate-limit key still counts under its fair share (its publish counted it there, and
+    its end releases it) while it starts only to fail."""
+    error: RateLimitKeyError | ConcurrencyKeyError | None = None
     try:
-        return StartKeys(rate_key(d, opts), fair_key(d, opts))
-    except KEY_ERRORS as exc:
-        return StartKeys(error=exc)
+        rate = rate_key(d, opts)
+    except RateLimitKeyError as exc:
+        rate, error = None, exc
+    try:
+        fair = fair_key(d, opts)
+    except ConcurrencyKeyError as exc:
+        fair, error = None, error or exc
+    return StartKeys(rate, fair, error)
 
 
 class Starter:
@@ -131,6 +140,15 @@ class Starter:
                 self.publisher.confirm([d.task_id])
             if back is not None:
                 res = self.once(d, opts, keys)
+        if not res.applied and self.store.recheck_master():
+            # Refused, so this delivery would be dropped: on Redis Sentinel the answer may
+            # have come from a master a failover just demoted (it takes writes until the
+            # sentinels reconfigure it), whose word would strand the record the new master
+            # holds as waiting. Asked once more, after every connection checked the master.
+            refused, res = res, self.once(d, opts, keys)
+            if res.applied:
+                log.info("%s[%s]: its start, refused as %s, applied once the master was "
+                         "checked again (a failover)", d.name, d.task_id, refused.previous)
         return res
 
     def once(self, d: Delivery, opts: TaskOptions, keys: StartKeys) -> StepResult:
@@ -152,7 +170,9 @@ class Starter:
         return self.recorder.start(
             d.task_id, d.name, worker=d.worker, wid=liveness.worker_id(),
             heartbeat_ms=hb_ms,
-            cap=None if keys.error else opts.max_concurrent,  # a keyless call only fails
+            # a call without its concurrency key only fails: outside any cap
+            cap=None if opts.concurrency_key is not None and keys.fair is None
+            else opts.max_concurrent,
             lease_cap_ms=self.lease_ms,
             defer_ms=round(random.uniform(*DEFER_RANGE_S) * 1000), fields=fields,
             rate=keys.rate,

@@ -58,3 +58,50 @@ def test_a_sentinel_store_keeps_its_tls_options():
     pool = redis_client(config).connection_pool
     assert pool.connection_class is MasterCheckedSSLConnection
     assert pool.connection_kwargs["ssl_ca_certs"] == "/ca.pem"
+
+
+def test_a_recheck_makes_each_sentinel_connection_ask_before_its_next_command(monkeypatch):
+    """``recheck_master``: a connection checked a moment ago asks the sentinels again before
+    its next command (and reconnects when the master moved), instead of waiting out
+    ``MASTER_CHECK_S``; without any Sentinel connection it says there is nothing to ask."""
+    import time
+
+    from redis.connection import Connection
+
+    from jobbers_celery.store import connect
+
+    monkeypatch.setattr(connect, "_sentinel_in_use", False)
+    assert connect.recheck_master() is False
+    asked: list[str] = []
+    sent: list[object] = []
+
+    class Pool:
+        master = ("m1", 6379)
+
+        def get_master_address(self) -> tuple[str, int]:
+            asked.append("sentinels")
+            return self.master
+
+    conn = MasterCheckedConnection.__new__(MasterCheckedConnection)
+    conn.connection_pool, conn.host, conn.port = Pool(), "m1", 6379
+    conn._sock = object()
+    conn._checked_at, conn._generation = time.monotonic(), connect._recheck_generation
+    moved: list[str] = []
+    monkeypatch.setattr(Connection, "send_packed_command",
+                        lambda self, command, check_health=True: sent.append(command))
+    monkeypatch.setattr(MasterCheckedConnection, "disconnect", lambda self: moved.append("off"))
+    monkeypatch.setattr(MasterCheckedConnection, "connect", lambda self: moved.append("on"))
+    conn.send_packed_command(b"PING")
+    assert asked == []  # checked a moment ago
+    monkeypatch.setattr(connect, "_sentinel_in_use", True)
+    assert connect.recheck_master() is True
+    conn.send_packed_command(b"PING")
+    assert asked == ["sentinels"]  # asked
+    assert moved == []  # the master had not moved
+    conn.send_packed_command(b"PING")
+    assert asked == ["sentinels"]  # once per recheck
+    Pool.master = ("m2", 6379)
+    connect.recheck_master()
+    conn.send_packed_command(b"PING")
+    assert moved == ["off", "on"]  # moved: reconnected before sending
+    assert sent == [b"PING"] * 4

@@ -145,9 +145,9 @@ def test_parse_field_reads_outside_input_without_raising(text) -> None:
 
 
 def test_a_default_no_key_can_be_made_of_is_left_out_of_an_all_argument_key() -> None:
-    """``on=None`` binds the arguments with their defaults; a sentinel default (not JSON)
-    is left out rather than failing the publish, and a call passing the same values by
-    name or by position still makes one key."""
+    """``on=None`` binds the arguments, those equal to their defaults left out: a sentinel
+    default (not JSON) does not fail the publish, and a call passing the same values by
+    name or by position, or leaving them to their defaults, makes one key."""
     sentinel = object()
 
     def run(account: int, since: str | None = None, client: object = sentinel) -> None:
