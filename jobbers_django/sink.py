@@ -85,6 +85,9 @@ class DjangoDeadLetterSink:
         row = self._with_fresh_connection(read)
         return to_dead_letter(row) if row is not None else None
 
+    #: Every instance of a process counts the same table: the size gauge counts it once.
+    size_scope = "jobbers_django.FailureGroup"
+
     def size(self) -> int:
         """Entries still dead (for the DLQ size gauge): a sum over the groups, cheap."""
         from django.db.models import Sum

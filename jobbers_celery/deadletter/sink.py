@@ -57,7 +57,9 @@ class SizedDeadLetterSink(DeadLetterSink, Protocol):
     the ``dead_letter_queue_size`` gauge is not reported).
 
     Called only by the one process that reports the cluster-wide gauges, once per metric
-    collection: it should be one cheap query.
+    collection: it should be one cheap query. A process with several installed instances
+    adds their sinks' sizes up; sinks of one queue (one database table) say so with an
+    equal ``size_scope`` attribute (any hashable), and count once.
     """
 
     def size(self) -> int:

@@ -393,18 +393,24 @@ def _observe_states(options: CallbackOptions) -> Sequence[Observation]:
 
 
 def _observe_dead_letters(options: CallbackOptions) -> Sequence[Observation]:
-    """Entries summed over the sinks this process reports for (as ``tasks_in_state``)."""
+    """Entries summed over the sinks this process reports for (as ``tasks_in_state``),
+    each queue once: sinks that name the same queue (``size_scope``, e.g. one database
+    table for every instance of a Django process) count once."""
     assert _otel is not None
-    sizes = []
+    sizes: dict[object, int] = {}
     for jobbers in _reporting():
-        size = getattr(jobbers.sink, "size", None)
+        sink = jobbers.sink
+        size = getattr(sink, "size", None)
         if not callable(size):
             continue
+        scope = getattr(sink, "size_scope", None) or id(sink)
+        if scope in sizes:
+            continue
         try:
-            sizes.append(int(size()))
+            sizes[scope] = int(size())
         except Exception:
             log.debug("could not read the dead-letter queue size", exc_info=True)
-    return [_otel.Observation(sum(sizes))] if sizes else []
+    return [_otel.Observation(sum(sizes.values()))] if sizes else []
 
 
 def _observe_cleaner(options: CallbackOptions) -> Sequence[Observation]:

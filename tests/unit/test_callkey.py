@@ -9,14 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import hashlib
-import json
 import uuid
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
+from kombu.utils import json as kombu_json
 
 from jobbers_celery.core import callkey, keydigest
 from jobbers_celery.core.errors import InvalidTaskOption
@@ -167,9 +167,13 @@ def test_a_digest_is_64_hex_and_equal_for_equal_canonical_values(value: Any) -> 
     digest = canonical_digest(value, "k", KeyError_, 1 << 20)
     assert len(digest) == 64
     assert set(digest) <= set("0123456789abcdef")
-    # the same value through JSON (what a worker decodes, the types aside) keeps its digest
-    assert canonical_digest(json.loads(canonical_json(value)), "k", KeyError_,
-                            1 << 20) == digest
+    # the same value as a worker gets it (kombu's JSON serializer, as Celery's message
+    # carries it) keeps its digest: the publisher and the worker make one key
+    try:
+        carried = kombu_json.loads(kombu_json.dumps(value))
+    except TypeError:  # a type kombu's JSON does not carry (a set): never in a message
+        assume(False)
+    assert canonical_digest(carried, "k", KeyError_, 1 << 20) == digest
 
 
 @given(JSON, JSON)

@@ -239,6 +239,16 @@ def test_instances_on_two_stores_report_their_sum(reader):
     assert age == pytest.approx(9.0, abs=0.5)  # the oldest pass
 
 
+def test_sinks_of_one_queue_count_once(reader):
+    """Two instances whose sinks count one table (Django's, ``size_scope``): its size once."""
+    class TableSink(SizedSink):
+        size_scope = "one table"
+
+    first, second = Source(holder=True, sink=TableSink()), Source(holder=True, sink=TableSink())
+    metrics.watch(lambda: [first, second])
+    assert collect(reader)["dead_letter_queue_size"] == [({}, 7)]
+
+
 def test_a_forked_child_asks_for_the_lease_with_its_own_token(reader, monkeypatch):
     jobbers = Source(holder=True, sink=PlainSink())
     metrics.watch(lambda: [jobbers])
