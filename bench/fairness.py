@@ -13,6 +13,12 @@ Variants, interleaved round by round (A B, B A, ...):
 - ``plain``: ``fair.plain``, no cap (what a queue does without fair shares);
 - ``fair``: ``fair.keyed``, ``max_concurrent=--cap`` per tenant (``concurrency_key``).
 
+With ``--group`` the large tenant's backlog is published as one ``group`` (its members
+batched, see jobbers_celery/lifecycle/bulk.py), the usual shape of an import, instead of one
+``delay()`` each; the small tenant's tasks are still published one by one. Each round also
+reads how many messages the broker holds once the backlog is published (before any worker
+runs): a fair publish holds a key's tasks past ``--cap`` back in the store.
+
 The CPU of every process of the round is counted: the two publishers (their own), the
 workers and their pool processes (``/proc``) and the redis-server (``INFO cpu``).
 
@@ -26,6 +32,7 @@ on one shard, at most one more on the sharded layout.
 
     .venv/bin/python bench/fairness.py                     # 2 rounds, 5,000 + 10 tasks
     .venv/bin/python bench/fairness.py --rounds 1 --large 2000 --shards --json out.json
+    .venv/bin/python bench/fairness.py --group --cost-rounds 0   # the backlog as one group
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from _common import (
     BENCH_DIR,
@@ -70,15 +77,22 @@ TASKS = {"plain": "fair.plain", "fair": "fair.keyed"}
 
 
 # ---------------------------------------------------------------------- child processes
-def publish(variant: str, url: str, tenant: str, count: int, ms: float) -> dict[str, Any]:
-    """``count`` tasks of ``tenant`` from a fresh process: their ids, the time it took and
-    this process's CPU."""
+def publish(variant: str, url: str, tenant: str, count: int, ms: float,
+            as_group: bool = False) -> dict[str, Any]:
+    """``count`` tasks of ``tenant`` from a fresh process (``as_group``: as one ``group``):
+    their ids, the time it took and this process's CPU."""
     os.environ["BENCH_URL"] = url
     import fairness_app
+    from celery import group
+    from celery.result import GroupResult
 
     task = fairness_app.app.tasks[TASKS[variant]]
     started = time.perf_counter()
-    ids = [task.delay(tenant, ms).id for _ in range(count)]
+    if as_group:
+        sent = group(task.s(tenant, ms) for _ in range(count)).apply_async()
+        ids = [r.id for r in cast("GroupResult", sent).results or ()]
+    else:
+        ids = [task.delay(tenant, ms).id for _ in range(count)]
     return {"ids": ids, "took_s": time.perf_counter() - started, "cpu_s": time.process_time()}
 
 
@@ -147,15 +161,16 @@ def wait_round(variant: str, url: str, args: argparse.Namespace, tmp: Path) -> d
     client = redis.Redis.from_url(url, decode_responses=True)
     env = {"BENCH_URL": url, "BENCH_CAP": str(args.cap)}
 
-    def publisher(tenant: str, count: int) -> dict[str, Any]:
+    def publisher(tenant: str, count: int, as_group: bool = False) -> dict[str, Any]:
         out = subprocess.run(
             [sys.executable, __file__, "--publish", variant, url, "--tenant", tenant,
-             "--count", str(count), "--ms", str(args.ms)],
+             "--count", str(count), "--ms", str(args.ms), *(["--group"] if as_group else [])],
             capture_output=True, text=True, env=subprocess_env(**env), check=True,
             timeout=1800, cwd=BENCH_DIR)
         return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
-    big = publisher("big", args.large)
+    big = publisher("big", args.large, args.group)
+    queued = int(client.llen("celery"))  # the broker's backlog, before any worker runs
     reader = Celery("fairness_reader", broker=url, backend=url, set_as_current=False)
     reader.conf.update(jobbers_redis_url=url)
     jobbers = install(reader)
@@ -193,7 +208,7 @@ def wait_round(variant: str, url: str, args: argparse.Namespace, tmp: Path) -> d
     finally:
         for w in workers:
             w.stop()
-    return {"waits": waits, "round_s": took, "publish_big_s": big["took_s"],
+    return {"waits": waits, "round_s": took, "publish_big_s": big["took_s"], "queued": queued,
             "big_completed": counts.get(TaskState.COMPLETED, 0) - args.small,
             "big_parked": sum(h.parked for h in held),
             "cpu": {"publishers": big["cpu_s"] + small["cpu_s"], "workers": worker_cpu,
@@ -210,6 +225,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--large", type=int, default=5000, help="the large tenant's tasks")
+    ap.add_argument("--group", action="store_true",
+                    help="publish the large tenant's tasks as one group")
     ap.add_argument("--small", type=int, default=10, help="the small tenant's tasks")
     ap.add_argument("--ms", type=float, default=20.0, help="each task's run time, ms")
     ap.add_argument("--cap", type=int, default=2, help="max_concurrent per tenant")
@@ -229,10 +246,12 @@ def main() -> int:
     common_options(ap)
     args = ap.parse_args()
     if args.publish:
-        print(json.dumps(publish(*args.publish, args.tenant, args.count, args.ms)))
+        variant, url = args.publish
+        print(json.dumps(publish(variant, url, args.tenant, args.count, args.ms, args.group)))
         return 0
     if args.cost:
-        print(json.dumps(cost(*args.cost, args.cost_tasks, args.warmup)))
+        variant, url = args.cost
+        print(json.dumps(cost(variant, url, args.cost_tasks, args.warmup)))
         return 0
     server = PrivateRedis(args.redis_server)
     waits: list[dict[str, dict[str, Any]]] = []
@@ -251,7 +270,8 @@ def main() -> int:
                     w = got[variant]["waits"]
                     print(f"  round {i + 1} {variant}: small tenant publish-to-start "
                           f"{min(w):.2f}-{max(w):.2f} s, all done {got[variant]['round_s']:.1f}"
-                          " s after its publish", flush=True)
+                          f" s after its publish; broker held {got[variant]['queued']}",
+                          flush=True)
                 waits.append(got)
         for i in range(args.cost_rounds):
             got = {}
@@ -277,7 +297,8 @@ def report(args: argparse.Namespace, waits: list[dict[str, dict[str, Any]]],
            costs: list[dict[str, dict[str, Any]]], cost_variants: list[str]) -> int:
     out: dict[str, Any] = {"code": code_version(), "args": vars(args), "wait": {}, "cost": {}}
     slots = args.workers * args.concurrency
-    banner(86, f"fair shares: {args.large} tasks of a large tenant, then {args.small} of a "
+    banner(86, f"fair shares: {args.large} tasks of a large tenant"
+               f"{' (one group)' if args.group else ''}, then {args.small} of a "
                f"small one ({args.ms:g} ms each), {args.workers} prefork workers x "
                f"{args.concurrency}, cap {args.cap} per tenant; {args.rounds} rounds, "
                "fresh processes", f"code: {out['code']}")
@@ -291,7 +312,8 @@ def report(args: argparse.Namespace, waits: list[dict[str, dict[str, Any]]],
         print(f"  {v:5}  small tenant publish-to-start: worst {worst.cell('.2f')} s, "
               f"median {Spread.of(all_waits).median:.2f} s; large tenant done meanwhile "
               f"{Spread.of([r[v]['big_completed'] for r in waits]).cell('.0f')}, parked "
-              f"{Spread.of([r[v]['big_parked'] for r in waits]).cell('.0f')}")
+              f"{Spread.of([r[v]['big_parked'] for r in waits]).cell('.0f')}; broker held "
+              f"{Spread.of([r[v]['queued'] for r in waits]).cell('.0f')} after its publish")
         print("         CPU s: " + ", ".join(f"{k} {s.cell('.1f')}" for k, s in cpu.items()))
     # the stated bound (docs/howto/fair-shares.md): the j-th task of a key (0-based, in
     # publish order) waits at most (K x cap / S + 1) x T + floor(j / cap) x (T + P):
@@ -312,7 +334,7 @@ def report(args: argparse.Namespace, waits: list[dict[str, dict[str, Any]]],
           f"{plain_firsts.cell('.2f')} s; bound (2 keys x cap {args.cap} / {slots} slots + 1)"
           f" x {t:.2f} s = {first:.2f} s, its j-th task + floor(j/{args.cap}) x {t + p:.2f} s; "
           f"worst wait / bound {worst_ratio:.2f}: {verdict(ok)}")
-    for v in cost_variants:
+    for v in cost_variants if costs else []:  # --cost-rounds 0: the wait only
         base = "plain16" if v.endswith("16") else "plain"
         us = Spread.of([r[v]["us"] for r in costs])
         ratio = Spread.of([r[v]["us"] / r[base]["us"] for r in costs])

@@ -15,6 +15,9 @@ stamped as a single publish stamps them, and the messages published, in order. S
 
 - a member's message never reaches the broker before its step's reply was read;
 - a step refused (a duplicate id) stamps its headers as a refused single publish does;
+- a member under fair shares (:func:`fair_member`) whose step parked it (its key had no
+  room) sends no message, as a single publish parked: the release pass publishes it from
+  its record (its canvas options with it) once its key has room;
 - a batch whose write failed (the store unreachable) lets its messages go unrecorded, as a
   single publish whose step failed does: the worker records the submission at the start;
 - a cut's messages go to the broker through one :data:`Sender` call (the worker layer's
@@ -33,17 +36,20 @@ by their bytes too, which keeps that last batch small.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from typing import Any, Protocol
 
+from jobbers_celery.core.fairshare import FairKey
 from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.core.states import TaskState
 from jobbers_celery.core.unique import duplicate_of
 from jobbers_celery.lifecycle import payload as pl
 from jobbers_celery.store import SentSteps, StepStore, Submission
 
 __all__ = ["CUT_BYTES", "Message", "PublishBatch", "Recording", "SendStopped", "Sender",
-           "current", "enter", "leave", "stamp_published"]
+           "current", "enter", "fair_member", "leave", "member_fair", "stamp_published"]
 
 log = escaped_logger("jobbers.lifecycle")
 
@@ -123,7 +129,8 @@ class _Segment:
     def finish(self, send: Sender) -> None:
         """Read the replies, stamp the headers, publish the messages in order."""
         made: dict[int, tuple[Recording, str]] = {}  # id(headers) -> a record this batch made
-        dup: set[int] = set()  # id(headers) of members a unique task's copy holds: not sent
+        dup: set[int] = set()  # id(headers) of members a unique task's copy holds, or
+        # parked under fair shares (their key had no room): no message is sent
         for items, sent in self.sent:
             results = ([sent] * len(items) if isinstance(sent, Exception)
                        else sent.results())
@@ -132,8 +139,9 @@ class _Segment:
                 if isinstance(result, Exception):
                     failed.append((sub.task_id, result))
                     continue
-                if duplicate_of(result.why) is not None:
-                    dup.add(id(headers))
+                if duplicate_of(result.why) is not None or (
+                        sub.fair is not None and result.state is TaskState.SCHEDULED):
+                    dup.add(id(headers))  # parked: published once its key has room
                     continue
                 stamp_published(headers, result.now_ms, result.epoch)
                 if result.applied and result.previous == "missing":
@@ -253,3 +261,25 @@ def enter(producer: Any) -> Token[PublishBatch | None]:
 
 def leave(token: Token[PublishBatch | None]) -> None:
     _current.reset(token)
+
+
+#: The fair-shares key of the member being published through a batch (:func:`fair_member`),
+#: read by the recorder as it holds the member's step.
+_fair: ContextVar[FairKey | None] = ContextVar("jobbers_member_fair", default=None)
+
+
+@contextmanager
+def fair_member(key: FairKey | None) -> Iterator[None]:
+    """Around the publish of a batch's member whose task has a ``concurrency_key``
+    (``key``: its call's): its step is held with it, so that the step parks it when its key
+    has no room (no message is sent; published once released, as a single publish parked).
+    """
+    token = _fair.set(key)
+    try:
+        yield
+    finally:
+        _fair.reset(token)
+
+
+def member_fair() -> FairKey | None:
+    return _fair.get()

@@ -24,7 +24,7 @@ from jobbers_celery.core.unique import HEADER_UNIQUE, HeldElsewhere, duplicate_o
 from jobbers_celery.core.workflow import HEADER_WORKFLOW
 from jobbers_celery.lifecycle import bodyjson
 from jobbers_celery.lifecycle import payload as pl
-from jobbers_celery.lifecycle.bulk import PublishBatch, stamp_published
+from jobbers_celery.lifecycle.bulk import PublishBatch, member_fair, stamp_published
 from jobbers_celery.lifecycle.publisher import internal_publish_ms, publishing_unrecorded
 from jobbers_celery.store import StepResult, StepStore, Submission
 from jobbers_celery.telemetry import tracing
@@ -166,8 +166,10 @@ class SubmitRecorder:
             fields["retries"] = str(headers["retries"])
         elif len(msg) > self.payload_warn_bytes > 0:  # first publish only
             _warn_large_payload(name, task_id, len(msg), self.payload_warn_bytes)
-        if batch is not None:  # the same step, written with the batch's others
-            batch.add(self, Submission(task_id, name, create, fields), headers)
+        if batch is not None:  # the same step, written with the batch's others (a member
+            # under fair shares: parked by it when its key has no room)
+            batch.add(self, Submission(task_id, name, create, fields, fair=member_fair()),
+                      headers)
             return
         result = self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
                                    fields=fields, reason="published", name=name)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from jobbers_celery.core.fairshare import FairKey
 from jobbers_celery.core.states import TaskState
 
 __all__ = ["Alive", "CancelOutcome", "Claimed", "CleanerScan", "Giver", "Halt", "Heartbeat",
@@ -40,7 +41,9 @@ class StepResult:
 @dataclass(frozen=True, slots=True)
 class Submission:
     """One publish's ``submit`` step in a batch (:meth:`StepStore.submit_many`): the
-    arguments the recorder gives :meth:`StepStore.submit` for a single publish."""
+    arguments the recorder gives :meth:`StepStore.submit` for a single publish. ``fair``: a
+    group's member under fair shares, parked by its step when its key has no room (its
+    result's ``state`` is then ``scheduled``: no message goes)."""
 
     task_id: str
     name: str
@@ -48,6 +51,7 @@ class Submission:
     fields: dict[str, str]
     reason: str = "published"
     sources: tuple[TaskState, ...] = (TaskState.UNSUBMITTED,)
+    fair: FairKey | None = None
 
 
 class SentSteps:

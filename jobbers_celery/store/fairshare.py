@@ -16,8 +16,8 @@ from typing import Any
 from jobbers_celery.core.fairshare import DIGEST_LEN, FairHeld, FairKey, Released
 from jobbers_celery.store.sharded import Sharded
 
-__all__ = ["ON_THE_WAY_MS", "PARK_BACKSTOP_MS", "admit", "held", "publish_spec", "release",
-           "spec", "take", "unreleased"]
+__all__ = ["ON_THE_WAY_MS", "PARK_BACKSTOP_MS", "admit", "admit_many", "held", "publish_spec",
+           "release", "spec", "take", "unreleased", "withdraw", "withdraw_many"]
 
 #: A parked task's ``run_at``: a backstop only (the release pass makes it due when its key
 #: has room); should its entry in the key's list be lost, it is published then, and parked
@@ -59,23 +59,64 @@ def admit(s: Sharded, name: str, task_id: str, key: FairKey) -> tuple[bool, bool
     return bool(got & 1), not got & 2
 
 
+def admit_many(s: Sharded, calls: Sequence[tuple[str, str, FairKey]]
+               ) -> list[tuple[bool, bool]]:
+    """:func:`admit` of a bulk publish's fair members (``(name, task id, key)``), in order,
+    in one round trip (``EVALSHA`` of the same script, pipelined: each call sees the ones
+    before it). On Redis Cluster, or for a call the pipeline got an error for (the script
+    not loaded yet: it did not run; a script Redis < 7 must load without its shebang), one
+    :func:`admit` at a time. Raises if the store cannot be reached: the caller's publish
+    then goes out unrecorded, as a failed step's does."""
+    if not calls:
+        return []
+    if s._cluster or len(calls) == 1:
+        return [admit(s, name, task_id, key) for name, task_id, key in calls]
+    pipe = s.client.pipeline(transaction=False)
+    sha = s._scripts["fair"].sha
+    for name, task_id, key in calls:
+        keys, args = _fair_args(s, "admit", name, task_id, key, ON_THE_WAY_MS)
+        pipe.evalsha(sha, len(keys), *keys, *args)
+    replies = pipe.execute(raise_on_error=False)
+    out = []
+    for (name, task_id, key), got in zip(calls, replies, strict=True):
+        if isinstance(got, Exception):
+            out.append(admit(s, name, task_id, key))
+        else:
+            out.append((bool(int(got) & 1), not int(got) & 2))
+    return out
+
+
 def withdraw(s: Sharded, name: str, task_id: str, key: FairKey) -> None:
     """A publish :func:`admit` counted whose step was refused (a unique duplicate, an id
     recorded already) or failed: it is neither on its way nor parked (it held one of its
     key's places for ``ON_THE_WAY_MS``, or headed its parked tasks)."""
+    withdraw_many(s, [(name, task_id, key)])
+
+
+def withdraw_many(s: Sharded, calls: Sequence[tuple[str, str, FairKey]]) -> None:
+    """:func:`withdraw` of many publishes (``(name, task id, key)``) in one round trip."""
+    if not calls:
+        return
     pipe = s.client.pipeline(transaction=False)
-    pipe.zrem(s.keys.fair_released(name, key.digest), task_id)
-    pipe.zrem(s.keys.fair_parked(name, key.digest), task_id)
+    for name, task_id, key in calls:
+        pipe.zrem(s.keys.fair_released(name, key.digest), task_id)
+        pipe.zrem(s.keys.fair_parked(name, key.digest), task_id)
     pipe.execute()
 
 
-def _fair_call(s: Sharded, mode: str, name: str, task_id: str, key: FairKey, ms: int) -> int:
+def _fair_args(s: Sharded, mode: str, name: str, task_id: str, key: FairKey, ms: int
+               ) -> tuple[list[str], list[str | int]]:
+    """The keys and arguments of a ``fair.lua`` call about one task."""
     k = s.keys
-    return int(s._scripts["fair"](
-        keys=[k.concurrency(name), k.fair_running(name, key.digest),
-              k.fair_parked(name, key.digest), k.fair_released(name, key.digest),
-              k.fair_index, k.fair_caps],
-        args=[mode, int(ms), key.cap, task_id, member(name, key.digest)]))
+    return ([k.concurrency(name), k.fair_running(name, key.digest),
+             k.fair_parked(name, key.digest), k.fair_released(name, key.digest),
+             k.fair_index, k.fair_caps],
+            [mode, int(ms), key.cap, task_id, member(name, key.digest)])
+
+
+def _fair_call(s: Sharded, mode: str, name: str, task_id: str, key: FairKey, ms: int) -> int:
+    keys, args = _fair_args(s, mode, name, task_id, key, ms)
+    return int(s._scripts["fair"](keys=keys, args=args))
 
 
 def take(s: Sharded, name: str, task_id: str, key: FairKey, lease_ms: int) -> int:

@@ -12,9 +12,15 @@ from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, cast
 
+from jobbers_celery.core.fairshare import FairKey
+from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.core.states import TaskState
+from jobbers_celery.store import fairshare
 from jobbers_celery.store.base import SentSteps, StepResult, Submission
 from jobbers_celery.store.parts import StepStore
 from jobbers_celery.store.sharded import Sharded
+
+log = escaped_logger("jobbers.store")
 
 #: A batched call: its keys, its arguments, what turns its reply into the result.
 Call = tuple[list[str], list[str], Callable[[Sequence[Any]], StepResult]]
@@ -41,16 +47,43 @@ def submit_many(s: StepStore, items: Sequence[Submission]) -> SentSteps:
     :meth:`submit` as a single publish builds it (same spec, keys and script: whatever a
     publish's step records, a batched one records), sent in one write without waiting for
     the replies; :meth:`SentSteps.results` reads them. Raises if a step cannot be built
-    (the store's layout unreadable): nothing was sent."""
+    (the store's layout unreadable): nothing was sent.
+
+    A member under fair shares (``fair``) is parked by its step when its key has no room,
+    as a single publish is: on one shard each step decides in its own script (the steps
+    run in order, each sees the places the ones before it took); on several, the members'
+    ``admit`` calls go first in the global slot, in one round trip for the batch
+    (:func:`~jobbers_celery.store.fairshare.admit_many`), and a member counted there whose
+    step then did not apply is withdrawn once the replies are read."""
+    sharded = cast("Sharded", s)
+    split = bool(sharded.sharded) and any(item.fair is not None and item.name
+                                          for item in items)
+    admitted: dict[int, tuple[bool, bool]] = {}
+    if split:
+        fair_at = [i for i, item in enumerate(items) if item.fair is not None and item.name]
+        got = fairshare.admit_many(sharded, [(items[i].name, items[i].task_id,
+                                              cast("FairKey", items[i].fair))
+                                             for i in fair_at])
+        admitted = dict(zip(fair_at, got, strict=True))
     calls: list[Call] = []
     token = BATCH.set(calls)
     try:
-        for item in items:
-            s.submit(item.task_id, sources=item.sources, create=item.create,
-                     fields=item.fields, reason=item.reason, name=item.name)
+        for i, item in enumerate(items):
+            if i in admitted:  # sharded: decided in the global slot above
+                later = None if admitted[i][0] else (fairshare.PARK_BACKSTOP_MS,
+                                                     cast("FairKey", item.fair).parked_reason)
+                s.submit(item.task_id, sources=item.sources, create=item.create,
+                         fields=item.fields, reason=item.reason, name=item.name, later=later)
+            else:
+                s.submit(item.task_id, sources=item.sources, create=item.create,
+                         fields=item.fields, reason=item.reason, name=item.name,
+                         fair=item.fair)
+    except Exception as exc:
+        # nothing is sent: the places admit counted are given back
+        _withdraw_unapplied(sharded, items, admitted, [exc] * len(items))
+        raise
     finally:
         BATCH.reset(token)
-    sharded = cast("Sharded", s)
     read = sharded._transition.send_many([(keys, args) for keys, args, _ in calls if keys])
 
     def results() -> list[StepResult | Exception]:
@@ -65,6 +98,30 @@ def submit_many(s: StepStore, items: Sequence[Submission]) -> SentSteps:
                 out.append(finish(reply))
             except Exception as exc:  # noqa: BLE001 - a reply it cannot read: a failed step
                 out.append(exc)
+        _withdraw_unapplied(sharded, items, admitted, out)
         return out
 
     return SentSteps(results)
+
+
+def _withdraw_unapplied(s: Sharded, items: Sequence[Submission],
+                        admitted: dict[int, tuple[bool, bool]],
+                        results: list[StepResult | Exception]) -> None:
+    """Sharded: the members ``admit`` counted whose step did not apply (refused, or
+    failed) stop holding a place of their key, as a single publish's
+    (:func:`~jobbers_celery.store.steps.submit`), and so do those it ended ``cancelled``
+    (a member published into a cancelled workflow). Never raises: a place not given back
+    expires (``ON_THE_WAY_MS``)."""
+    def kept(result: StepResult | Exception) -> bool:
+        return isinstance(result, StepResult) and result.applied \
+            and result.state is not TaskState.CANCELLED
+
+    gone = [(items[i].name, items[i].task_id, cast("FairKey", items[i].fair))
+            for i, (_, counted) in admitted.items() if counted and not kept(results[i])]
+    if not gone:
+        return
+    try:
+        fairshare.withdraw_many(s, gone)
+    except Exception:
+        log.warning("could not withdraw %d fair-share place(s) of a bulk publish's refused "
+                    "steps: they expire on their own", len(gone), exc_info=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from jobbers_celery.core.fairshare import FairKey
 from jobbers_celery.core.ratelimit import RateKey
 from jobbers_celery.core.states import TERMINAL, TaskState, allowed_from
 from jobbers_celery.core.unique import UniqueInfo
@@ -40,20 +41,25 @@ class MemorySteps(MemorySeries):
                name: str | None = None, create: dict[str, str] | None = None,
                fields: dict[str, str] | None = None, delete: Sequence[str] = (),
                lease_ms: int | None = None, ret: Sequence[str] = (),
-               later: tuple[int, str] | None = None, need: str | None = None) -> StepResult:
+               later: tuple[int, str] | None = None, fair: FairKey | None = None,
+               need: str | None = None) -> StepResult:
+        """``fair``: parked by the store's fair part
+        (:class:`~jobbers_celery.testing.fairshare.MemoryFairShares`, which extends this)."""
         return self.step(task_id, S.SUBMITTED, sources=sources, create=create,
                          set_fields=fields, delete=delete, lease_ms=lease_ms, reason=reason,
                          ret=ret, name=name, later=later, need=need)
 
     def submit_many(self, items: Sequence[Submission]) -> SentSteps:
         """Each item's ``submit`` at once (as Redis applies them on receipt), the results
-        handed back when asked."""
+        handed back when asked; a member under fair shares (``fair``) as a single
+        publish's (the store's fair part parks it)."""
         results: list[StepResult | Exception] = []
         for item in items:
             try:
                 results.append(self.submit(item.task_id, sources=item.sources,
                                            create=item.create, fields=item.fields,
-                                           reason=item.reason, name=item.name))
+                                           reason=item.reason, name=item.name,
+                                           fair=item.fair))
             except Exception as exc:  # noqa: BLE001 - as the Redis store hands one back
                 results.append(exc)
         return SentSteps(lambda: results)

@@ -4,7 +4,8 @@ published once the attempt is over).
 
 A delay, a first publish's ``countdown``/``eta`` or a retry's backoff, waits in the store
 (:mod:`~jobbers_celery.worker.delays`), never in an ETA message at the broker; a fair-share
-task whose key has no room is parked there too.
+task whose key has no room is parked there too, and so is a group's member, by the group's
+bulk publish (:func:`fair_member_key`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from celery.utils import uuid
 from celery.utils.saferepr import saferepr
 
 from jobbers_celery.core import softlimit
+from jobbers_celery.core.fairshare import ConcurrencyKeyError, FairKey
+from jobbers_celery.core.options import TaskOptions
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.jobbers import Jobbers
-from jobbers_celery.lifecycle import payload
-from jobbers_celery.lifecycle.publisher import publishing_unrecorded
+from jobbers_celery.lifecycle import bulk, payload
+from jobbers_celery.lifecycle.publisher import internal_publish_ms, publishing_unrecorded
 from jobbers_celery.lifecycle.recorder import error_fields
 from jobbers_celery.telemetry import tracing
 from jobbers_celery.worker import heartbeat as hb
@@ -36,6 +39,32 @@ _DONE = hb.DONE
 _RETRY_SIG = "jobbers_retry_sig"  # an immediate retry's message, sent by publish_retry
 #: Characters of args/kwargs an error message quotes (Celery's argsrepr limit).
 _REPR_MAX = 1024
+
+
+def fair_member_key(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
+                    producer: Any) -> FairKey | None:
+    """The fair-shares key of a ``concurrency_key`` task published as a group's member
+    (``group_id``: a ``group``'s or a chord header's) through the group's bulk publish
+    (``producer`` has ``jobbers_batch``: its step is held with the others, see
+    :mod:`jobbers_celery.worker.bulk`), whose step then parks it when its key has no room,
+    as a single publish is parked (:func:`~jobbers_celery.worker.start.fair_publish_key`):
+    else the broker would get all of a large tenant's group, and a small tenant's task
+    published after it wait for every one to be pulled. ``None``: another publish, a
+    chain's member, a retry, a republish, a delivery put back, a call whose arguments give
+    no key (its start refuses it)."""
+    opts: TaskOptions | None = getattr(task, "jobbers_options", None)
+    if opts is None or opts.concurrency_key is None or not opts.max_concurrent:
+        return None
+    if getattr(producer, "jobbers_batch", None) is None or not options.get("group_id") \
+            or options.get("chain") or options.get("retries") \
+            or internal_publish_ms() is not None or publishing_unrecorded():
+        return None
+    try:
+        digest = opts.concurrency_key.digest(getattr(task, "run", None), args or (),
+                                             kwargs or {})
+    except ConcurrencyKeyError:
+        return None
+    return FairKey(digest, opts.max_concurrent)
 
 
 class PublishMixin(TaskBase):
@@ -77,6 +106,12 @@ class PublishMixin(TaskBase):
         if self.app.conf.task_send_sent_event and "argsrepr" not in options \
                 and "kwargsrepr" not in options:
             self._redacted_reprs(args, kwargs, options)
+        member = None if fair is not None or delay > 0 else fair_member_key(
+            self, args, kwargs, options, producer)
+        if member is not None:  # a group's member: parked by its batched step if no room
+            with bulk.fair_member(member):
+                return super().apply_async(args, kwargs, task_id, producer, link,
+                                           link_error, shadow, **options)
         return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow,
                                    **options)
 

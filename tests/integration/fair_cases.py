@@ -125,3 +125,43 @@ def case_a_refused_publish_holds_no_place_of_its_key(store: Any) -> None:
     assert not submit("u1", field).applied  # the same id again: refused, keeps its place
     assert publish(store, "u3", A) is S.SUBMITTED  # u1 and u3: the key's 2 places
     assert publish(store, "u4", A) is S.SCHEDULED  # parked
+
+
+def case_a_bulk_publish_parks_its_members_past_the_room(store: Any) -> None:
+    """A group's members in one batch (``submit_many``, as a bulk publish writes them),
+    under fair shares: each step sees the places the ones before it in the batch took, so a
+    key's first ``cap`` members go and the rest are parked, another key's members have their
+    own room; released first in first out in the batch's order (not the ids' order: a batch
+    parks many in one millisecond); a refused member (its id recorded already) holds no
+    place of its key."""
+    from jobbers_celery.store import Submission
+
+    def member(task_id: str, key: FairKey) -> Submission:
+        return Submission(task_id, NAME, {"name": NAME, "queue": "q", "msg": "{}"},
+                          {"msg": "{}"}, fair=key)
+
+    publish(store, "d0")  # recorded before, outside fair shares
+    c = FairKey(key_digest("tenant-c"), 1)
+    ids = ["z0", "y1", "h0", "x2", "w3", "h1", "v4", "h2", "u5", "d0"]
+    keys = [A, A, B, A, A, B, A, B, A, c]
+    results = store.submit_many([member(i, k) for i, k in zip(ids, keys, strict=True)]).results()
+    assert [r.state for r in results[:-1]] == [
+        S.SUBMITTED, S.SUBMITTED, S.SUBMITTED, S.SCHEDULED, S.SCHEDULED, S.SUBMITTED,
+        S.SCHEDULED, S.SCHEDULED, S.SCHEDULED]
+    assert not results[-1].applied  # d0: recorded already, refused
+    assert reasons(store, "x2")[-1] == A.parked_reason
+    (late,) = store.submit_many([member("c1", c)]).results()
+    assert late.state is S.SUBMITTED  # the refused d0 took none of c's one place
+    assert start(store, "z0", A) is S.STARTED
+    assert start(store, "y1", A) is S.STARTED
+    complete(store, "z0")
+    assert release(store) == ["x2"]
+    complete(store, "y1")
+    assert start(store, "x2", A) is S.STARTED
+    assert release(store) == ["w3"]
+    complete(store, "x2")
+    assert start(store, "w3", A) is S.STARTED
+    assert release(store) == ["v4"]
+    held = {h.digest: h for h in store.fair_held()}
+    assert held[A.digest].parked == 1  # u5
+    assert held[B.digest].parked == 1  # h2

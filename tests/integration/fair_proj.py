@@ -1,7 +1,8 @@
 """The Celery app of the fair-share tests (``celery -A tests.integration.fair_proj``):
 ``fair.work`` runs at most 2 at once per tenant (``concurrency_key="tenant"``) and counts, in
 Redis, how many of each tenant's bodies run at once (``<key>:<tenant>:now``, the most seen
-in ``<key>:<tenant>:max``). ``FAIR_SHARDS``: the store's shards (1 unless given)."""
+in ``<key>:<tenant>:max``); ``fair.item`` (the same key) and ``fair.gather`` make a chord.
+``FAIR_SHARDS``: the store's shards (1 unless given)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,17 @@ def work(key: str, tenant: str, seconds: float) -> int:
         r.decr(f"{key}:{tenant}:now")
         r.rpush(f"{key}:done", tenant)
     return now
+
+
+@app.task(base=JobbersTask, name="fair.item", shared=False, max_concurrent=2,
+          concurrency_key="tenant")
+def item(key: str, tenant: str, n: int) -> int:
+    """A keyed chord member: returns ``n``."""
+    _redis().rpush(f"{key}:items", n)
+    return n
+
+
+@app.task(base=JobbersTask, name="fair.gather", shared=False)
+def gather(values: list[int], key: str) -> None:
+    """A chord's callback: its results, sorted, in ``<key>:gathered``."""
+    _redis().rpush(f"{key}:gathered", *sorted(values))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import chord, group
 
 from jobbers_celery import TaskState, get_jobbers
 from tests.conftest import ROOT, Worker, start_worker, subprocess_env, wait_for
@@ -130,6 +131,71 @@ def test_sharded_layout_keeps_the_cap_per_key_and_releases_in_order(fair, worker
     reasons = [t.reason for t in jobbers.history(parked[-1])]
     assert "released: its key has room (fair share)" in reasons
     assert jobbers.store.fair_held() == []
+
+
+def _queued(client: Any) -> int:
+    """Messages waiting at the broker (the default queue; not those a worker pulled)."""
+    return int(client.llen("celery"))
+
+
+@pytest.mark.parametrize(("fair", "workers"), [(1, 1), (4, 4)], indirect=True,
+                         ids=["one-shard", "four-shards"])
+def test_a_large_tenants_group_is_held_back_at_publish(fair, workers):
+    """A large tenant's 300 members published as one group, then a small tenant's task: the
+    broker never holds more than the key's cap of the group's messages (the rest are parked
+    by the group's publish, not as each is pulled), the small task starts within the page's
+    bound, not after the group drains, and every member completes once, its group's result
+    too."""
+    jobbers, client = fair.jobbers, fair.jobbers.store.client
+    key = f"fair-{uuid.uuid4().hex[:8]}"
+    n, seconds = (300, 0.02) if not jobbers.store.sharded else (40, 0.02)
+    published = time.monotonic()
+    big = group(fair.work.s(key, "big", seconds) for _ in range(n)).apply_async()
+    queued = [_queued(client)]
+    small = fair.work.delay(key, "small", 0.0).id
+
+    def ran(count: int) -> bool:
+        queued.append(_queued(client))
+        return int(client.llen(f"{key}:done")) >= count
+
+    wait_for(lambda: ran(1) and jobbers.get(small).state is S.COMPLETED, timeout=30,
+             interval=0.01, message="the small tenant's task")
+    record = jobbers.get(small)
+    wait = (record.started_at - record.submitted_at).total_seconds()
+    big_left = n - int(client.llen(f"{key}:done")) + 1
+    wait_for(lambda: ran(n + 1), timeout=60, interval=0.05, message="every member to run")
+    took = time.monotonic() - published
+    results = big.get(timeout=30)
+    ids = [r.id for r in big.results]
+    parked = [i for i in ids if _parked(jobbers, i)]
+    print(f"\ngroup of {n}: broker held at most {max(queued)} message(s); small tenant's "
+          f"publish-to-start {wait:.3f}s with {big_left} of the group not run; "
+          f"{len(parked)} parked; all done in {took:.1f}s")
+    assert max(queued) <= 2 + 1  # the key's cap, and the small task's own message
+    assert wait < 5
+    assert big_left >= n // 2
+    assert len(results) == n
+    assert len(parked) >= n - 4
+    for task_id in ids:
+        record = jobbers.get(task_id)
+        assert (record.state, record.attempt) == (S.COMPLETED, 1), record
+    assert int(client.get(f"{key}:big:max")) == 2
+    assert jobbers.store.fair_held() == []
+
+
+def test_a_chord_whose_header_is_a_keyed_group_gets_every_result(fair, workers):
+    jobbers, client = fair.jobbers, fair.jobbers.store.client
+    key = f"fair-{uuid.uuid4().hex[:8]}"
+    body = chord(fair.item.s(key, "c", i) for i in range(12))(fair.gather.s(key))
+    queued = _queued(client)
+    wait_for(lambda: client.llen(f"{key}:gathered"), timeout=30, interval=0.05,
+             message="the chord's callback")
+    assert [int(v) for v in client.lrange(f"{key}:gathered", 0, -1)] == list(range(12))
+    assert int(client.llen(f"{key}:items")) == 12  # each member ran once
+    assert queued <= 2
+    header = [r.id for r in body.parent.results]
+    assert sum(1 for i in header if _parked(jobbers, i)) >= 8
+    assert body.get(timeout=10) is None
 
 
 def _bodies(marks: Path) -> list[tuple[float, float | None]]:

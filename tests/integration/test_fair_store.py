@@ -23,6 +23,7 @@ CASES = [
     fair_cases.case_start_parks_an_unthrottled_publish_past_the_cap,
     fair_cases.case_a_cancelled_parked_task_is_skipped,
     fair_cases.case_a_refused_publish_holds_no_place_of_its_key,
+    fair_cases.case_a_bulk_publish_parks_its_members_past_the_room,
 ]
 
 

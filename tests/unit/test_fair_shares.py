@@ -113,6 +113,7 @@ def test_the_parked_reason_names_the_key_by_its_digest_only() -> None:
     fair_cases.case_start_parks_an_unthrottled_publish_past_the_cap,
     fair_cases.case_a_cancelled_parked_task_is_skipped,
     fair_cases.case_a_refused_publish_holds_no_place_of_its_key,
+    fair_cases.case_a_bulk_publish_parks_its_members_past_the_room,
 ])
 def test_the_in_memory_kit_keeps_the_rules(case: Any) -> None:
     case(InMemoryStore())

@@ -408,9 +408,15 @@ local function fair_touch(f, key)
   redis.call('PEXPIRE', key, tonumber(f.ttl_ms) or 604800000)
 end
 
--- park task `id` in its key's list (FIFO by `score`)
+-- park task `id` in its key's list (FIFO by `score`). One parked now goes after every task
+-- parked before it, in the same millisecond too (a bulk publish parks a group's members in
+-- one): the release order is the publish order, not the ids' order.
 local function fair_park(f, id, cap, score, now)
-  redis.call('ZADD', f.p, 'NX', score, id)
+  if score >= now and not redis.call('ZSCORE', f.p, id) then
+    local last = tonumber(redis.call('ZRANGE', f.p, -1, -1, 'WITHSCORES')[2] or '')
+    if last and last >= score then score = last + 0.001 end
+  end
+  redis.call('ZADD', f.p, 'NX', string.format('%.3f', score), id)
   fair_touch(f, f.p)
   redis.call('ZREM', f.r, id)
   redis.call('ZADD', f.i, 'NX', now, f.m)

@@ -65,6 +65,10 @@ if spec.wf and out[1] == 1 then
       reason = spec.wf.reason, ttl = spec.ttl, split = spec.split})
     if x[1] == 1 then
       out[5] = x[5]
+      if spec.fairpub then  -- a group's member under fair shares: neither on its way nor parked
+        redis.call('ZREM', spec.fairpub.r, spec.id)
+        redis.call('ZREM', spec.fairpub.p, spec.id)
+      end
       -- split: a unique member's lock, for the caller to free (the publish freed nothing)
       if spec.split and x[6] ~= '' then out[6 + #(spec.ret or {})] = x[6] end
     end
