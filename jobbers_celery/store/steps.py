@@ -532,8 +532,9 @@ def _step_result(
         epoch=epoch,
     )
     if not applied:
-        log.log(
-            logging.DEBUG if expect_refusal else logging.WARNING,
+        log.log(  # a step refused for lack of a field it needs: its caller takes it elsewhere
+            logging.DEBUG if expect_refusal or (result.why or "").startswith("no_")
+            else logging.WARNING,
             "refused transition %s -> %s of task %s (%s, attempt %s, fence %s)",
             result.previous, to.value, task_id, result.why, result.attempt, fence,
         )

@@ -174,7 +174,9 @@ class MemorySteps(MemorySeries):
                 return refuse("other_worker")
             if gone_fence and (rec or {}).get("gone") != str(attempt):
                 return refuse("not_given_back")
-            if need is not None and need in ret and not (rec or {}).get(need):
+            if need is not None and need not in ret:
+                raise ValueError("need: a field of ret")
+            if need is not None and (rec or {}).get(need) is None:
                 return StepResult(applied=False, previous=cur.value if exists else "missing",
                                   now_ms=now, attempt=attempt, why=f"no_{need}")
             held = self.unique_locks.take(self._records, task_id, rec, cur, to, create, now)
