@@ -14,7 +14,6 @@ import redis
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.search import MAX_INDEXED_PATHS
 from jobbers_celery.core.states import RESUBMITTABLE, TERMINAL, TaskState
-from jobbers_celery.core.unique import duplicate_of
 from jobbers_celery.store import prechecks, reads, steps
 from jobbers_celery.store.base import (
     CleanerScan,
@@ -154,7 +153,11 @@ def stall(
 
 
 def _stall(s: Sharded, shard: int, items: Sequence[tuple[str, str, str, str]], lost_ms: int,
-           lease_ms: int, forget: Sequence[str]) -> StallVerdict:
+           lease_ms: int, forget: Sequence[str],
+           locks: Mapping[str, str] | None = None) -> StallVerdict:
+    """One ``stall.lua`` call on ``shard``'s ``items``; ``locks``: the second call of the
+    sharded layout's unique recoveries (id -> ``held`` or ``duplicate:<id>``, see
+    :func:`_recover_unique`)."""
     S = TaskState
     keys, states = s._shared_keys((S.STARTED, S.STALLED, S.SUBMITTED), shard=shard)
     k = s.shards.keys[shard]
@@ -165,8 +168,11 @@ def _stall(s: Sharded, shard: int, items: Sequence[tuple[str, str, str, str]], l
         keys += [k.task(task_id), k.worker_tasks(wid), conc, k.halts(wid)]
     keys += [k.worker_tasks(wid) for wid in forget]
     keys += [k.halts(wid) for wid in forget]
+    given = locks or {}
     spec: dict[str, Any] = {
-        "items": [{"id": i, "kind": kind, "wid": wid} for i, kind, wid, _ in items],
+        "items": [{"id": i, "kind": kind, "wid": wid, **({"lock": given[i]} if i in given
+                                                          else {})}
+                  for i, kind, wid, _ in items],
         "lost_ms": int(lost_ms),
         "lease_ms": int(lease_ms),
         "ttl": s.retention_s + EXPIRY_SLACK_S,
@@ -176,38 +182,95 @@ def _stall(s: Sharded, shard: int, items: Sequence[tuple[str, str, str, str]], l
         spec["split"] = True
     out: dict[str, Any] = json.loads(
         s._scripts["stall"](keys=keys, args=[states, to_json(spec)]))
-    recovered, dead = as_ids(out["recovered"]), as_ids(out["dead"])
-    if split:
+    verdict = StallVerdict(recovered=as_ids(out["recovered"]), dead=as_ids(out["dead"]),
+                           stalled=int(out["stalled"]), kept=int(out["kept"]))
+    if split:  # the verdicts applied: what follows them cannot undo them (free_applied)
         s._release_leases((str(i), str(n)) for i, n in as_ids(out.get("freed")))
         for task_id, uq in as_ids(out.get("unlock")):
-            prechecks.free_unique(s, str(task_id), str(uq))
-        for item in as_ids(out.get("again")):
-            (recovered if _recover_unique(s, item, lease_ms) else dead).append(item)
-    return StallVerdict(recovered=recovered, dead=dead, stalled=int(out["stalled"]),
-                        kept=int(out["kept"]))
+            prechecks.free_applied(s, str(task_id), str(uq))
+        again = as_ids(out.get("again"))
+        if again:
+            part = _recover_unique(s, shard, items, again, lost_ms, lease_ms, forget)
+            verdict = StallVerdict(recovered=verdict.recovered + part.recovered,
+                                   dead=verdict.dead + part.dead,
+                                   stalled=verdict.stalled + part.stalled,
+                                   kept=verdict.kept + part.kept)
+    return verdict
 
 
-def _recover_unique(s: Sharded, item: dict[str, Any], lease_ms: int) -> bool:
-    """The stall recovery of a unique task in the sharded layout, which ``stall.lua``
-    only stalled: its resubmit step, which takes its lock again in the global slot first
-    (as the step does on one shard: a recovered copy holds its key while it waits and
-    runs). Refused when another copy holds the lock (``item``'s reason then says so, and
-    it goes with the dead), when the task left ``stalled`` meanwhile (not dead-lettered),
-    or when the store could not be reached (dead-lettered)."""
+def _recover_unique(s: Sharded, shard: int, items: Sequence[tuple[str, str, str, str]],
+                    again: list[dict[str, Any]], lost_ms: int, lease_ms: int,
+                    forget: Sequence[str]) -> StallVerdict:
+    """The stall verdicts of unique tasks with a recovery left (sharded layout), which
+    ``stall.lua`` left started (``again``): their locks taken in the global slot, then the
+    verdict and the recovery in one ``stall.lua`` call, told who holds each lock (as the
+    recovery's own take does on one shard: a recovered copy holds its key while it waits
+    and runs; another copy holding it refuses the recovery, and the task is dead-lettered).
+    A task whose lock cannot be taken is left started, judged again on a later pass."""
+    by_id = {item[0]: item for item in items}
+    info = {str(i["id"]): i for i in again}
+    locks: dict[str, str] = {}
+    fresh: set[str] = set()  # the locks taken now, given back if not recovered
+    for task_id, item in info.items():
+        try:
+            holder, took = prechecks.take_unique(s, task_id, str(item["uq"]))
+        except redis.RedisError as exc:
+            log.warning("stalled task %s is judged again on a later pass (its unique lock "
+                        "could not be taken): %s", task_id, exc)
+            continue
+        locks[task_id] = f"duplicate:{holder}" if holder else "held"
+        if took:
+            fresh.add(task_id)
+    left = len(info) - len(locks)
+    if not locks:
+        return StallVerdict([], [], 0, left)
     try:
-        res = steps.step(s, str(item["id"]), TaskState.SUBMITTED,
-                         sources=(TaskState.STALLED,), lease_ms=lease_ms,
-                         set_fields={"stalls": str(item["stalls"])},
-                         reason=str(item["recovery"]), expect_refusal=True)
-    except redis.RedisError as exc:  # it stays stalled: dead-lettered as if out of recoveries
-        log.warning("stalled task %s could not be resubmitted: %s", item["id"], exc)
-        item["reason"] = f"{item['reason']}; not resubmitted: {type(exc).__name__}"
-        return False
-    if not res.applied:
-        item["reason"] = f"{item['reason']}; not resubmitted: {res.why}"
-        if duplicate_of(res.why) is None:  # resubmitted or removed meanwhile: not ours
-            item["dlq"] = ""
-    return res.applied
+        part = _stall(s, shard, [by_id[i] for i in locks], lost_ms, lease_ms, forget, locks)
+    except redis.RedisError as exc:  # the reply lost: the script may have applied
+        part = _read_back(s, info, locks, exc)
+    done = {str(i["id"]) for i in part.recovered}
+    for task_id in done:
+        if locks[task_id] == "held" and task_id not in fresh:
+            prechecks.renew_unique(s, task_id, str(info[task_id]["uq"]))
+    for task_id in fresh - done:
+        prechecks.free_applied(s, task_id, str(info[task_id]["uq"]))
+    return StallVerdict(part.recovered, part.dead, part.stalled, part.kept + left)
+
+
+def _read_back(s: Sharded, info: Mapping[str, dict[str, Any]], locks: Mapping[str, str],
+               exc: Exception) -> StallVerdict:
+    """The outcome of unique recoveries whose ``stall.lua`` reply was lost, read from their
+    records: resubmitted (``submitted``, its stalls counted), stalled (the recovery refused:
+    dead-lettered) or still started (not judged: a later pass does). A store that does not
+    answer leaves them unknown (logged): one the script stalled and did not resubmit stays
+    ``stalled``, not dead-lettered, as after a lost reply of any stall verdict."""
+    ids = list(locks)
+    try:
+        got = reads.fields(s, ids, ("state", "attempt", "stalls"))
+    except redis.RedisError as again:
+        log.error("the stall verdicts of %s are unknown (the reply was lost: %s; the "
+                  "records could not be read: %s)", ", ".join(ids), exc, again)
+        return StallVerdict([], [], 0, 0)
+    recovered: list[dict[str, Any]] = []
+    dead: list[dict[str, Any]] = []
+    kept = 0
+    for task_id, (state, attempt, stalls) in zip(ids, got, strict=True):
+        item = info[task_id]
+        same = attempt == str(item["attempt"])
+        if state == TaskState.SUBMITTED and same and stalls == str(item["stalls"]):
+            recovered.append({key: item[key] for key in
+                              ("id", "msg", "retries", "name", "queue", "now", "started")})
+        elif state == TaskState.STALLED and same:
+            lock = locks[task_id]
+            why = lock if lock != "held" else "its reply was lost"
+            dead.append({**item, "reason": f"{item['reason']}; not resubmitted: {why}"})
+            if lock == "held" and str(item["uq"]).startswith("e:"):
+                prechecks.free_applied(s, task_id, str(item["uq"]))
+        elif state == TaskState.STARTED and same:
+            kept += 1
+    log.warning("stall verdicts read back after a lost reply (%s): %d resubmitted, %d "
+                "dead-lettered, %d judged again later", exc, len(recovered), len(dead), kept)
+    return StallVerdict(recovered, dead, len(recovered) + len(dead), kept)
 
 
 def tidy_cancelling(s: Sharded, ids: Sequence[str]) -> None:

@@ -16,7 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+import redis
+
 from jobbers_celery.core.fairshare import DIGEST_LEN, FairKey
+from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.ratelimit import RateKey
 from jobbers_celery.core.states import TaskState
 from jobbers_celery.core.unique import parse_field
@@ -25,6 +28,8 @@ from jobbers_celery.store.base import StepResult
 from jobbers_celery.store.keys import Keys
 from jobbers_celery.store.sharded import Sharded
 from jobbers_celery.store.unique import HOLDING
+
+log = escaped_logger("jobbers.store")
 
 #: How long after its take (sharded layout) a lock whose holder has no record yet still
 #: counts as held: its publish's step follows the take at once; a publisher that died in
@@ -59,24 +64,23 @@ def lock_of(s: Sharded, sk: Keys, task_id: str, spec: dict[str, Any],
 
 def resubmits(spec: dict[str, Any]) -> bool:
     """Whether the step ``spec`` may bring a finished record back to ``submitted`` (a
-    resubmit, a stall recovery): its lock is taken again with a fresh expiry."""
+    resubmit, a stall recovery): its lock is taken again, and once it applied gets a fresh
+    expiry (:func:`renew_unique`)."""
     return spec["to"] == "submitted" and bool(UQ_AGAIN & set(spec["from"]))
 
 
-def take_unique(s: Sharded, task_id: str, uq: str, again: bool = False
-                ) -> tuple[str | None, bool]:
+def take_unique(s: Sharded, task_id: str, uq: str) -> tuple[str | None, bool]:
     """Take the unique lock ``uq`` (a record's field, see core/unique.py) for ``task_id``
     in the global slot (sharded layout): (``None``, whether this call took it: ``False``
     when ``task_id`` held it already, so a refused step leaves it), else (the id of the
     live copy holding it, ``False``). A holder whose record is gone or past the lock's
-    point is taken over. ``again`` (a resubmit): a lock still naming ``task_id`` gets its
-    expiry anew, as the step's own take does on one shard."""
+    point is taken over. A lock held already keeps its expiry: a resubmit renews it only
+    once its step applied (:func:`renew_unique`)."""
     parts = uq.split(":")
     if len(parts) != 3:
         return None, False
     lock, ms = s.keys.unique(parts[2]), parts[1]
-    holder, pttl = s._scripts["uniq"](keys=[lock],
-                                      args=["again" if again else "take", task_id, ms])
+    holder, pttl = s._scripts["uniq"](keys=[lock], args=["take", task_id, ms])
     if not holder:
         return None, not int(pttl)
     holder = str(holder)
@@ -90,6 +94,19 @@ def take_unique(s: Sharded, task_id: str, uq: str, again: bool = False
     return (str(again) or None), not again
 
 
+def renew_unique(s: Sharded, task_id: str, uq: str) -> None:
+    """After a resubmit (a stall recovery too) applied while ``task_id`` held its lock
+    already: the lock's expiry anew (a window starts again), as the step's own take sets
+    it on one shard. Lost if the store went away (logged): the lock keeps its expiry."""
+    parts = uq.split(":")
+    if len(parts) != 3:
+        return
+    try:
+        s._scripts["uniq"](keys=[s.keys.unique(parts[2])], args=["renew", task_id, parts[1]])
+    except redis.RedisError as exc:
+        log.warning("the unique lock of %s keeps its expiry (not renewed): %s", task_id, exc)
+
+
 def duplicate(task_id: str, holder: str) -> StepResult:
     """The refusal of a publish whose unique lock another copy holds (sharded layout)."""
     return StepResult(applied=False, previous="missing", now_ms=int(time.time() * 1000),
@@ -98,12 +115,13 @@ def duplicate(task_id: str, holder: str) -> StepResult:
 
 def release_freed(s: Sharded, task_id: str, slot: Any) -> None:
     """Free in the global slot what a step out of its point freed (sharded layout): the
-    ended attempt's ``max_concurrent`` lease (its name), and a unique lock (``[name, uq]``)."""
+    ended attempt's ``max_concurrent`` lease (its name), and a unique lock (``[name, uq]``).
+    The step applied: a store gone meanwhile loses the frees, never its outcome."""
     name, uq = (str(slot[0]), str(slot[1])) if isinstance(slot, list) else (str(slot), "")
     if name:
         s._release_leases([(task_id, name)])
     if uq:
-        free_unique(s, task_id, uq)
+        free_applied(s, task_id, uq)
 
 
 def free_unique(s: Sharded, task_id: str, uq: str) -> None:
@@ -112,6 +130,19 @@ def free_unique(s: Sharded, task_id: str, uq: str) -> None:
     parts = uq.split(":")
     if len(parts) == 3:
         s._scripts["uniq"](keys=[s.keys.unique(parts[2])], args=["free", task_id])
+
+
+def free_applied(s: Sharded, task_id: str, uq: str) -> None:
+    """:func:`free_unique` after a step that applied (an end, a cancel, a stall verdict):
+    a store that went away meanwhile (a failover of the global slot's master) is logged,
+    not raised, so that the caller still reports what applied. The key left names a copy
+    past its point, which every reader counts as free; it goes at its expiry or at the
+    next publish of its key."""
+    try:
+        free_unique(s, task_id, uq)
+    except redis.RedisError as exc:
+        log.warning("could not delete the unique lock of %s (it counts as free, and "
+                    "expires): %s", task_id, exc)
 
 
 def rated(s: Sharded, spec: dict[str, Any], name: str, rate: RateKey,

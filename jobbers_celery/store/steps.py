@@ -401,11 +401,14 @@ def _run(s: Sharded, task_id: str, to: TaskState, states: frozenset[TaskState] |
     uq = prechecks.lock_of(s, sk, task_id, spec, create) if split else None
     took_lock = False
     if uq:  # sharded: the unique lock first, in the global slot (uniq.lua)
-        holder, took_lock = prechecks.take_unique(s, task_id, uq,
-                                                  again=prechecks.resubmits(spec))
+        holder, took_lock = prechecks.take_unique(s, task_id, uq)
         if holder:
             return stepbatch.given(prechecks.duplicate(task_id, holder))
         spec["uq_held"] = True
+    # a resubmit of a task holding its lock already: a fresh expiry once the step applied
+    # (one more call; a lock this call took has its fresh expiry)
+    renew = (task_id, uq) if uq and not took_lock and prechecks.resubmits(spec) else None
+    unique = (task_id, uq) if uq and took_lock else None
     if create is not None:
         keys += [sk.name_index(name or ""), sk.epoch]
         if create.get("wf"):  # a canvas member: its workflow's keys, in its own shard
@@ -439,12 +442,12 @@ def _run(s: Sharded, task_id: str, to: TaskState, states: frozenset[TaskState] |
                                  "be batched")
             batch.append((keys, args, functools.partial(
                 _finish, s, task_id, to, ret, fence, expect_refusal, split,
-                unique=(task_id, uq) if uq and took_lock else None)))
+                unique=unique, renew=renew)))
             return stepbatch.BATCHED
         return _finish(s, task_id, to, ret, fence, expect_refusal, split,
                        s._transition(keys, args), fresh=fresh, name=name,
                        registered=(wid, shard) if spec.get("reg") else None,
-                       unique=(task_id, uq) if uq and took_lock else None)
+                       unique=unique, renew=renew)
     if split and result.applied:
         prechecks.release_freed(s, task_id, raw[5 + len(ret)])
     if fresh and result.state is not TaskState.STARTED:
@@ -472,10 +475,13 @@ def _transition_args(layout: str, spec: dict[str, Any]) -> list[str]:
 def _finish(s: Sharded, task_id: str, to: TaskState, ret: Sequence[str], fence: int | None,
             expect_refusal: bool, split: bool, raw: Sequence[Any], *, fresh: bool = False,
             name: str | None = None, registered: tuple[str | None, int] | None = None,
-            unique: tuple[str, str] | None = None) -> StepResult:
+            unique: tuple[str, str] | None = None,
+            renew: tuple[str, str] | None = None) -> StepResult:
     """The result of a ``transition.lua`` reply ``raw``, and what follows it: the global
     lease a step out of ``started`` freed (sharded layout), the lease this call took for a
-    start that did not happen (``fresh``), the worker's registration in the shard."""
+    start that did not happen (``fresh``), the worker's registration in the shard, the
+    unique lock this call took for a step refused (``unique``: given back) and the lock a
+    resubmit that applied held already (``renew``: its expiry anew)."""
     result = _step_result(task_id, to, raw, ret, fence, expect_refusal, split)
     if split and result.applied:
         prechecks.release_freed(s, task_id, raw[5 + len(ret)])
@@ -485,6 +491,8 @@ def _finish(s: Sharded, task_id: str, to: TaskState, ret: Sequence[str], fence: 
         s._registered.add((os.getpid(), str(registered[0]), registered[1]))
     if unique is not None and not result.applied:
         prechecks.free_unique(s, *unique)
+    if renew is not None and result.applied:
+        prechecks.renew_unique(s, *renew)
     return result
 
 

@@ -4,11 +4,18 @@ and a manual resubmit take the lock again, with a fresh expiry (on several shard
 is in the global slot, out of the steps' reach: ``uniq.lua``, then the step); a stall
 verdict, a cancel, a purge of a waiting copy and a member published into a cancelled
 workflow delete the lock key (not only count it free); a recovery another copy's lock
-refuses leaves the task stalled and dead-letters it. Each case takes an empty store."""
+refuses leaves the task stalled and dead-letters it; a refused resubmit leaves the lock's
+expiry as it was; the store going away around the global slot's calls (a delete, a take, a
+lost reply) loses no verdict: what applied is reported, what did not is judged again. Each
+case takes an empty store."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+import redis
 
 from jobbers_celery.core.states import RESUBMITTABLE, TaskState
 from jobbers_celery.core.unique import Unique, Until, field_value, key_digest
@@ -188,6 +195,153 @@ def case_a_member_of_a_cancelled_workflow_frees_its_lock(store: RedisStore) -> N
     assert publish(store, "b", field).applied
 
 
+@contextmanager
+def failing_uniq(store: RedisStore, ops: tuple[str, ...],
+                 error: Callable[[], BaseException] = lambda: redis.ConnectionError("failover")
+                 ) -> Iterator[None]:
+    """Sharded: the global slot's lock calls ``ops`` (uniq.lua's first argument) raise
+    ``error`` (its master failing over; the cleaner's process dying) while inside."""
+    real = store._scripts["uniq"]
+
+    def call(keys: list[str], args: list[Any]) -> Any:
+        if args[0] in ops:
+            raise error()
+        return real(keys=keys, args=args)
+
+    store._scripts["uniq"] = cast(Any, call)
+    try:
+        yield
+    finally:
+        store._scripts["uniq"] = real
+
+
+def case_a_verdict_or_cancel_stands_when_the_lock_delete_fails(store: RedisStore) -> None:
+    """The stall verdict applied (its step ran in the task's shard): the lock key's delete
+    in the global slot failing after it (a failover there) loses the delete only, never
+    the verdict; a cancel of a waiting copy is reported cancelled, and a purge goes on."""
+    field = uq()
+    assert publish(store, "a", field).applied
+    start(store, "a", srec=0)
+    with failing_uniq(store, ("free",)):
+        verdict = stall(store, "a")
+    assert [i["id"] for i in verdict.dead] == ["a"]
+    assert state_of(store, "a") is S.STALLED
+    assert store.unique_holder(digest(field)) is None  # a stale key counts as free
+    assert publish(store, "b", field).applied
+    with failing_uniq(store, ("free",)):
+        assert store.cancel("b", "not wanted").outcome == "cancelled"
+    assert publish(store, "c", field).applied
+    assert publish(store, "d", uq(key="other")).applied
+    with failing_uniq(store, ("free",)):
+        _, cancelled, _ = store.purge(NAME, None, None)
+    assert sorted(cancelled) == ["c", "d"]
+    assert publish(store, "e", field).applied
+
+
+def case_a_refused_resubmit_keeps_the_lock_expiry(store: RedisStore) -> None:
+    """A resubmit refused (the copy still runs: ``state``; its payload dropped:
+    ``no_msg``) leaves the lock's expiry as it was: a window is not made longer by a
+    resubmit that did not happen (as on one Redis, where the step takes the lock after its
+    checks). One that applies renews it."""
+    a, field = "a", uq(Until.WINDOW)
+    assert publish(store, a, field).applied
+    start(store, a)
+    assert store.client.pexpire(lock(store, field), 5_000)
+
+    def resubmit() -> Any:
+        return store.submit(a, sources=RESUBMITTABLE, lease_ms=30_000, reason="resubmitted",
+                            ret=("msg",), need="msg")
+
+    assert resubmit().why == "state"
+    assert 0 < int(store.client.pttl(lock(store, field))) <= 5_000
+    assert store.step(a, S.FAILED, fence=1, wid=WID, name=NAME, reason="boom").applied
+    store.client.hdel(store.keys_of(a).task(a), "msg")
+    assert resubmit().why == "no_msg"
+    assert 0 < int(store.client.pttl(lock(store, field))) <= 5_000
+    store.client.hset(store.keys_of(a).task(a), "msg", "{}")
+    assert resubmit().applied
+    assert fresh(store, field)
+
+
+def case_a_recovery_whose_lock_take_fails_is_judged_again(store: RedisStore) -> None:
+    """Sharded, the recovery's lock is taken in the global slot before the script that
+    stalls and resubmits the task: a take that fails (a failover there) or a cleaner that
+    dies before that script leaves the task started, and the next pass recovers it (not
+    stalled for good, never resubmitted nor dead-lettered)."""
+    for n, error in enumerate((lambda: redis.ConnectionError("failover"),
+                               lambda: KeyboardInterrupt())):
+        a, field = f"a{n}", uq(key=str(n))
+        assert publish(store, a, field).applied
+        start(store, a)
+        with failing_uniq(store, ("take", "swap", "again"), error):  # again: its old name
+            try:
+                verdict = store.stall([(a, "gone", WID, NAME)], 60_000, 30_000)
+            except KeyboardInterrupt:  # the cleaner died
+                verdict = None
+        if state_of(store, a) is S.STARTED:  # sharded: the next pass judges it
+            assert verdict is None or (verdict.stalled, verdict.dead) == (0, [])
+            verdict = stall(store, a)
+        assert verdict is not None
+        assert [i["id"] for i in verdict.recovered] == [a]
+        assert verdict.dead == []
+        assert state_of(store, a) is S.SUBMITTED
+        assert store.unique_holder(digest(field)) == a
+        assert fresh(store, field)
+        no_stray_locks(store, field)
+
+
+@contextmanager
+def lost_reply_after_the_verdict(store: RedisStore, task_id: str) -> Iterator[list[int]]:
+    """Any call after the first stall verdict's script that leaves ``task_id`` out of
+    started (the recovery, on the sharded layout) runs, then raises as if its reply was
+    lost (once). Yields the number of replies lost."""
+    calls, lost = [0], [0]
+    real_stall, real_transition = store._scripts["stall"], store._transition
+
+    def after(real: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        out = real(*args, **kwargs)
+        if calls[0] > 1 and not lost[0] and state_of(store, task_id) is not S.STARTED:
+            lost[0] += 1
+            raise redis.ConnectionError("reply lost")
+        return out
+
+    store._scripts["stall"] = cast(Any, lambda **kw: after(real_stall, **kw))
+    store._transition = cast(Any, lambda *a: after(real_transition, *a))
+    try:
+        yield lost
+    finally:
+        store._scripts["stall"] = real_stall
+        store._transition = real_transition
+
+
+def case_a_lost_reply_of_a_recovery_is_read_back(store: RedisStore) -> None:
+    """The reply of the call that resubmits a stalled unique copy is lost (sharded): the
+    store applied it (the record is submitted with a publish lease), so the task is
+    counted recovered, not dead-lettered (it would run and sit in the DLQ too); a recovery
+    that was refused (another copy took the lock) is read back as dead-lettered."""
+    field = uq()
+    assert publish(store, "a", field).applied
+    start(store, "a")
+    with lost_reply_after_the_verdict(store, "a") as lost:
+        verdict = stall(store, "a")
+    assert lost[0] == (1 if store.sharded else 0)
+    assert [i["id"] for i in verdict.recovered] == ["a"]
+    assert verdict.dead == []
+    assert state_of(store, "a") is S.SUBMITTED
+    assert store.unique_holder(digest(field)) == "a"
+    start(store, "a", srec=2)
+    store.client.delete(lock(store, field))  # expired
+    assert publish(store, "b", field).applied
+    with lost_reply_after_the_verdict(store, "a"):
+        verdict = stall(store, "a")
+    assert verdict.recovered == []
+    assert [i["id"] for i in verdict.dead] == ["a"]
+    assert verdict.dead[0]["reason"].endswith("not resubmitted: duplicate:b")
+    assert state_of(store, "a") is S.STALLED
+    assert store.unique_holder(digest(field)) == "b"
+
+
 CASES = [
     case_a_stall_recovery_holds_the_lock_until_the_recovered_copy_ends,
     case_a_manual_resubmit_takes_the_lock_again_with_a_fresh_expiry,
@@ -195,4 +349,8 @@ CASES = [
     case_a_recovery_another_copy_holds_the_lock_of_is_refused,
     case_a_cancel_or_purge_of_a_waiting_copy_deletes_its_lock,
     case_a_member_of_a_cancelled_workflow_frees_its_lock,
+    case_a_verdict_or_cancel_stands_when_the_lock_delete_fails,
+    case_a_refused_resubmit_keeps_the_lock_expiry,
+    case_a_recovery_whose_lock_take_fails_is_judged_again,
+    case_a_lost_reply_of_a_recovery_is_read_back,
 ]

@@ -18,17 +18,21 @@
 -- hashes, in the same order.
 -- A unique task's recovery takes its lock again (_lib.lua's step, in the same script). In
 -- the sharded layout its lock is in the global slot, out of this script's reach: such a
--- task is only stalled here and returned in `again`; the caller takes the lock (uniq.lua)
--- and then resubmits it (store/housekeeping.py), or dead-letters it if another copy holds
--- the lock. A recovery refused (another copy holds the lock) leaves the task stalled and
--- returns it with the dead, its reason saying why.
--- ARGV[1] states order, ARGV[2] JSON {items = {{id, kind, wid}}, lost_ms, lease_ms, ttl,
--- forget = {wid...}, split?} (split: the sharded layout, see _lib.lua's step)
+-- task, judged stalled with a recovery left, is left as it is (started) and returned in
+-- `again`; the caller takes the lock (uniq.lua) and calls again with each such item's
+-- `lock`: 'held' (the recovery step runs, told the lock is held) or 'duplicate:<id>'
+-- (another copy holds it: the recovery is refused). The verdict and the recovery are thus
+-- one script, as on one Redis: a caller that dies or fails before its second call leaves
+-- the task started, judged again on a later pass. A recovery refused leaves the task
+-- stalled and returns it with the dead, its reason saying why.
+-- ARGV[1] states order, ARGV[2] JSON {items = {{id, kind, wid, lock?}}, lost_ms, lease_ms,
+-- ttl, forget = {wid...}, split?} (split: the sharded layout, see _lib.lua's step)
 -- Returns JSON {recovered = {{id, msg, retries, name, queue, now, started}}, dead = {{id,
 -- attempt, now, reason, started, fields...}}, stalled = n, kept = n, freed = {{id, name}},
--- unlock = {{id, uq}}, again = {{the fields of both, uq, stalls, recovery}}}; started is
--- when the stalled attempt started (ms); freed: the concurrency leases the caller releases,
--- unlock: the unique locks it frees (the dead's), again: see above (split only).
+-- unlock = {{id, uq}}, again = {{the fields of both, uq, stalls}}}; started is when the
+-- stalled attempt started (ms); freed: the concurrency leases the caller releases, unlock:
+-- the unique locks it frees (the dead's), again: see above (split only; stalls: the
+-- record's count once recovered).
 local ctx, k = context()
 local req = cjson.decode(ARGV[2])
 local clock, workers = KEYS[k], ctx.workers
@@ -94,51 +98,56 @@ for i, item in ipairs(req.items) do
   end
   if reason then
     local attempt = tonumber(f.attempt or '0') or 0
-    local r = step(ctx, task, {id = item.id, to = 'stalled', from = {'started'},
-      fence = attempt, ttl = req.ttl, reason = reason, worker = f.worker, split = req.split,
-      set = {err = cjson.encode({type = 'Stalled', message = reason}),
-             -- the store's own mark that this attempt never ran there (a take-back's proof)
-             gone = item.kind == 'gone' and tostring(attempt) or nil}})
-    if r[1] == 1 then
-      stalled = stalled + 1
-      -- split: r[6] names the lease to release, or is {that name, the lock to free}
-      local lease, lock = r[6], nil
-      if type(lease) == 'table' then lease, lock = lease[1], lease[2] end
-      if req.split and lease ~= '' then freed[#freed + 1] = {item.id, lease} end
-      if item.kind ~= 'gone' then
-        redis.call('HSET', halts, item.id, now .. '|' .. attempt)
-      end
-      local started = f.retry_at or f.start_at or ''
-      local done = tonumber(f.stalls or '0') or 0
-      local allowed = tonumber(f.srec or '0') or 0
-      local info = {id = item.id, attempt = attempt, now = now, reason = reason,
-        msg = f.msg or '', ver = f.ver or '', queue = f.queue or '',
-        retries = f.retries or '0', ckpt = f.ckpt or '', dlq = f.dlq or '',
-        name = f.name or '', worker = f.worker or '', started = started}
-      local refused = nil
-      if done < allowed then
-        local why = 'stall recovery ' .. (done + 1) .. ' of ' .. allowed
-        if req.split and f.uq then
-          info.uq, info.stalls, info.recovery = f.uq, tostring(done + 1), why
-          again[#again + 1] = info
-        else
-          local back = step(ctx, task, {id = item.id, to = 'submitted', from = {'stalled'},
-            lease_ms = req.lease_ms, set = {stalls = tostring(done + 1)}, reason = why})
-          if back[1] == 1 then
-            recovered[#recovered + 1] = {id = item.id, msg = f.msg or '',
-              retries = f.retries or '0', name = f.name or '', queue = f.queue or '',
-              now = now, started = started}
+    local started = f.retry_at or f.start_at or ''
+    local done = tonumber(f.stalls or '0') or 0
+    local allowed = tonumber(f.srec or '0') or 0
+    local info = {id = item.id, attempt = attempt, now = now, reason = reason,
+      msg = f.msg or '', ver = f.ver or '', queue = f.queue or '',
+      retries = f.retries or '0', ckpt = f.ckpt or '', dlq = f.dlq or '',
+      name = f.name or '', worker = f.worker or '', started = started}
+    if req.split and f.uq and done < allowed and not item.lock then
+      info.uq, info.stalls = f.uq, tostring(done + 1)  -- its lock first (see above)
+      again[#again + 1] = info
+    else
+      local r = step(ctx, task, {id = item.id, to = 'stalled', from = {'started'},
+        fence = attempt, ttl = req.ttl, reason = reason, worker = f.worker, split = req.split,
+        set = {err = cjson.encode({type = 'Stalled', message = reason}),
+               -- the store's own mark that this attempt never ran there (a take-back's proof)
+               gone = item.kind == 'gone' and tostring(attempt) or nil}})
+      if r[1] == 1 then
+        stalled = stalled + 1
+        -- split: r[6] names the lease to release, or is {that name, the lock to free}
+        local lease, lock = r[6], nil
+        if type(lease) == 'table' then lease, lock = lease[1], lease[2] end
+        if req.split and lease ~= '' then freed[#freed + 1] = {item.id, lease} end
+        if item.kind ~= 'gone' then
+          redis.call('HSET', halts, item.id, now .. '|' .. attempt)
+        end
+        local refused = nil
+        if done < allowed then
+          if item.lock and item.lock ~= 'held' then
+            refused = item.lock  -- sharded: another copy holds the lock
           else
-            refused = back[5]
+            local back = step(ctx, task, {id = item.id, to = 'submitted', from = {'stalled'},
+              lease_ms = req.lease_ms, set = {stalls = tostring(done + 1)},
+              reason = 'stall recovery ' .. (done + 1) .. ' of ' .. allowed,
+              uq_held = item.lock == 'held' or nil})
+            if back[1] == 1 then
+              recovered[#recovered + 1] = {id = item.id, msg = f.msg or '',
+                retries = f.retries or '0', name = f.name or '', queue = f.queue or '',
+                now = now, started = started}
+            else
+              refused = back[5]
+            end
           end
         end
-      end
-      if done >= allowed or refused then
-        if refused then info.reason = reason .. '; not resubmitted: ' .. refused end
-        dead[#dead + 1] = info
-        -- an until=end lock (until=start: freed at the start already)
-        if req.split and lock and string.sub(lock, 1, 1) == 'e' then
-          unlock[#unlock + 1] = {item.id, lock}
+        if done >= allowed or refused then
+          if refused then info.reason = reason .. '; not resubmitted: ' .. refused end
+          dead[#dead + 1] = info
+          -- an until=end lock (until=start: freed at the start already)
+          if req.split and lock and string.sub(lock, 1, 1) == 'e' then
+            unlock[#unlock + 1] = {item.id, lock}
+          end
         end
       end
     end
