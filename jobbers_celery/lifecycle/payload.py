@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from jobbers_celery.core.codec import ENCRYPTED, CannotOpen, PayloadCodec
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.storable import storable_value
+from jobbers_celery.core.unique import HEADER_UNIQUE
 from jobbers_celery.core.workflow import HEADER_WORKFLOW, bounded_id, links, workflow_key
 from jobbers_celery.deadletter.errors import describe_exception, describe_traceback
 from jobbers_celery.deadletter.payloadjson import dumps, loads, seal_arguments, sealed_arguments
@@ -76,6 +77,10 @@ def _clean(options: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if k in _OPTIONS and v not in (None, [], {})}
 
 
+#: The jobbers headers a recorded payload keeps (the others are made anew by each publish).
+_KEPT = frozenset({HEADER_WORKFLOW, HEADER_UNIQUE})
+
+
 def from_publish(
     headers: Mapping[str, Any],
     body: Any,
@@ -89,9 +94,10 @@ def from_publish(
     args, kwargs, embed = body
     embed = embed or {}
     hard, soft = (headers.get("timelimit") or (None, None))[:2]
-    user_headers = {  # and the workflow key: a republish stays in its workflow
+    user_headers = {  # and the workflow key (a republish stays in its workflow) and the
+        # unique lock (a record made again from its dead letter takes it again)
         k: v for k, v in headers.items()
-        if k not in _PROTOCOL_HEADERS and (not k.startswith("jobbers_") or k == HEADER_WORKFLOW)
+        if k not in _PROTOCOL_HEADERS and (not k.startswith("jobbers_") or k in _KEPT)
     }
     options: dict[str, Any] = {
         "headers": user_headers,

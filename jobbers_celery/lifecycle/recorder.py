@@ -30,6 +30,7 @@ from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.ratelimit import RateKey
 from jobbers_celery.core.records import DeadLetter
 from jobbers_celery.core.states import RESUBMITTABLE, TERMINAL, TaskState
+from jobbers_celery.core.unique import HEADER_UNIQUE, parse_field
 from jobbers_celery.core.workflow import links_of_options
 from jobbers_celery.deadletter.dispatcher import DeadLetterDispatcher
 from jobbers_celery.deadletter.entry import DEAD_LETTER_FIELDS, dead_letter_entry
@@ -463,6 +464,9 @@ class Recorder(SubmitRecorder):
                   "dlq": "1", "attempt": str(entry.attempt),
                   # a record made again is a member of its workflow again
                   **links_of_options(entry.task_id, data["options"])}
+        uq = (data["options"].get("headers") or {}).get(HEADER_UNIQUE)
+        if parse_field(uq) is not None:  # a unique task's record made again: takes its lock
+            create["uq"] = str(uq)
         if version is not None:
             fields["ver"] = str(version)
         elif entry.version is not None:

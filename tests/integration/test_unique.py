@@ -247,3 +247,30 @@ def test_a_delayed_first_publish_takes_the_lock_at_the_publish(up: Any) -> None:
     assert up.jobbers.get(later.id).state is S.SCHEDULED
     assert up.until_end.delay(k).id == later.id
     assert up.until_end.apply_async((k,), countdown=5).id == later.id
+
+
+def test_a_record_made_again_from_its_dead_letter_takes_the_lock_again(up: Any) -> None:
+    """A dead-lettered copy whose record expired is made again by a DLQ resubmit: its
+    recorded payload kept the lock's header, so the record made again holds the lock, and a
+    new publish of the key is answered with it (before, it took no lock)."""
+    from jobbers_celery import DeadLetter
+    from jobbers_celery.core.records import from_ms
+
+    jobbers, store = up.jobbers, up.jobbers.store
+    k = key()
+    first = up.until_end.delay(k)
+    raw = store.get_raw(first.id)
+    data = json.loads(raw["msg"])
+    assert data["options"]["headers"]["jobbers_unique"] == raw["uq"]
+    assert jobbers.cancel(first.id)
+    entry = DeadLetter(
+        task_id=first.id, name="uq.end", version=None, queue="celery", reason="failed",
+        args=data["args"], kwargs=data["kwargs"], exception_type="ValueError",
+        exception_message="x", traceback=None, attempt=1, retry_attempt=0, worker=None,
+        failed_at=from_ms(1_700_000_000_000), options=data["options"])
+    store.client.delete(store.keys_of(first.id).task(first.id))  # its record expired
+    assert jobbers.resubmit_dead_letters([entry]) == [first.id]
+    assert jobbers.get(first.id).state is S.SUBMITTED
+    assert up.until_end.delay(k).id == first.id  # the record made again holds the lock
+    assert jobbers.cancel(first.id)
+    assert up.until_end.delay(k).id != first.id
