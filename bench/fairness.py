@@ -303,7 +303,7 @@ def report(args: argparse.Namespace, waits: list[dict[str, dict[str, Any]]],
                f"{args.concurrency}, cap {args.cap} per tenant; {args.rounds} rounds, "
                "fresh processes", f"code: {out['code']}")
     ok = True
-    for v in ("plain", "fair"):
+    for v in ("plain", "fair") if waits else ():  # --rounds 0: the cost only
         all_waits = [x for r in waits for x in r[v]["waits"]]
         worst = Spread.of([max(r[v]["waits"]) for r in waits])
         cpu = {k: Spread.of([r[v]["cpu"][k] for r in waits]) for k in waits[0][v]["cpu"]}
@@ -327,13 +327,14 @@ def report(args: argparse.Namespace, waits: list[dict[str, dict[str, Any]]],
         for j, w in enumerate(r["fair"]["waits"]):
             worst_ratio = max(worst_ratio, w / (first + (j // args.cap) * (t + p)))
     ok = worst_ratio <= 1.0
-    firsts = Spread.of([r["fair"]["waits"][0] for r in waits])
-    plain_firsts = Spread.of([r["plain"]["waits"][0] for r in waits])
-    out["bound"] = {"first_s": first, "worst_ratio": worst_ratio}
-    print(f"  small tenant's first task: fair {firsts.cell('.2f')} s, plain "
-          f"{plain_firsts.cell('.2f')} s; bound (2 keys x cap {args.cap} / {slots} slots + 1)"
-          f" x {t:.2f} s = {first:.2f} s, its j-th task + floor(j/{args.cap}) x {t + p:.2f} s; "
-          f"worst wait / bound {worst_ratio:.2f}: {verdict(ok)}")
+    if waits:
+        firsts = Spread.of([r["fair"]["waits"][0] for r in waits])
+        plain_firsts = Spread.of([r["plain"]["waits"][0] for r in waits])
+        out["bound"] = {"first_s": first, "worst_ratio": worst_ratio}
+        print(f"  small tenant's first task: fair {firsts.cell('.2f')} s, plain "
+              f"{plain_firsts.cell('.2f')} s; bound (2 keys x cap {args.cap} / {slots} slots "
+              f"+ 1) x {t:.2f} s = {first:.2f} s, its j-th task + floor(j/{args.cap}) x "
+              f"{t + p:.2f} s; worst wait / bound {worst_ratio:.2f}: {verdict(ok)}")
     for v in cost_variants if costs else []:  # --cost-rounds 0: the wait only
         base = "plain16" if v.endswith("16") else "plain"
         us = Spread.of([r[v]["us"] for r in costs])
