@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from jobbers_celery.lifecycle.recorder import Recorder
     from jobbers_celery.store import TaskStore
 
-__all__ = ["DEFER_RANGE_S", "KEY_ERRORS", "StartKeys", "Starter", "fair_key", "fair_publish_key",
+__all__ = ["DEFER_RANGE_S", "KEY_ERRORS", "StartKeys", "Starter", "call_fair_key", "fair_key",
+           "fair_publish_key",
            "release_after_end", "start_keys"]
 
 log = escaped_logger("jobbers.task")
@@ -217,18 +218,12 @@ class Starter:
             d.retries, workflow=canvas)
 
 
-def fair_publish_key(task: Any, args: Any, kwargs: Any, options: dict[str, Any]
-                     ) -> FairKey | None:
-    """The key of a publish of a ``concurrency_key`` task (``None``: none, or a publish
-    that goes out as Celery's: a canvas member, a message put back, a key its arguments do
-    not give, which its start then refuses)."""
+def call_fair_key(task: Any, args: Any, kwargs: Any) -> FairKey | None:
+    """The key a call of ``task`` with ``args``/``kwargs`` counts under (``None``: not a
+    ``concurrency_key`` task, or arguments that give no key, which its start fails)."""
     opts: TaskOptions | None = getattr(task, "jobbers_options", None)
     if opts is None or opts.concurrency_key is None or not opts.max_concurrent:
         return None
-    if options.get("chain") or options.get("chord") or options.get("group_id") \
-            or options.get("link") or options.get("link_error") or options.get("producer") \
-            or options.get("retries") or internal_publish_ms() is not None:
-        return None  # a canvas member, a retry, a republish: the usual way (parked at start)
     try:
         digest = opts.concurrency_key.digest(getattr(task, "run", None), args or (),
                                              kwargs or {})
@@ -237,19 +232,26 @@ def fair_publish_key(task: Any, args: Any, kwargs: Any, options: dict[str, Any]
     return FairKey(digest, opts.max_concurrent)
 
 
+def fair_publish_key(task: Any, args: Any, kwargs: Any, options: dict[str, Any]
+                     ) -> FairKey | None:
+    """The key of a publish of a ``concurrency_key`` task (``None``: none, or a publish
+    that goes out as Celery's: a canvas member, a message put back, a key its arguments do
+    not give, which its start then refuses)."""
+    if options.get("chain") or options.get("chord") or options.get("group_id") \
+            or options.get("link") or options.get("link_error") or options.get("producer") \
+            or options.get("retries") or internal_publish_ms() is not None:
+        return None  # a canvas member, a retry, a republish: the usual way (parked at start)
+    return call_fair_key(task, args, kwargs)
+
+
 def release_after_end(task: Any, run: Any) -> None:
     """After an attempt of a ``concurrency_key`` task that started here (``run``) ended:
     publish its key's next parked task now, if its key has room (one store call when
     none is parked), rather than at the next scheduler pass."""
-    opts: TaskOptions | None = getattr(task, "jobbers_options", None)
-    if run is None or opts is None or opts.concurrency_key is None or not opts.max_concurrent:
-        return
-    req = task.request
-    try:
-        digest = opts.concurrency_key.digest(getattr(task, "run", None), req.args or (),
-                                             req.kwargs or {})
-    except ConcurrencyKeyError:
+    key = None if run is None else call_fair_key(task, task.request.args,
+                                                   task.request.kwargs)
+    if key is None:
         return
     jobbers = task._parts().jobbers
-    release_and_publish(jobbers.store, jobbers.publisher, [(task.name, digest)],
+    release_and_publish(jobbers.store, jobbers.publisher, [(task.name, key.digest)],
                         int(jobbers.config.publish_lease * 1000), getattr(run, "worker", None))

@@ -18,8 +18,7 @@ from celery.utils import uuid
 from celery.utils.saferepr import saferepr
 
 from jobbers_celery.core import softlimit
-from jobbers_celery.core.fairshare import ConcurrencyKeyError, FairKey
-from jobbers_celery.core.options import TaskOptions
+from jobbers_celery.core.fairshare import FairKey
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.lifecycle import bulk, payload
@@ -30,7 +29,7 @@ from jobbers_celery.worker import heartbeat as hb
 from jobbers_celery.worker import taskrepr
 from jobbers_celery.worker import unique as unique_publish
 from jobbers_celery.worker.delays import retry_delay, seconds_until
-from jobbers_celery.worker.start import fair_publish_key, release_after_end
+from jobbers_celery.worker.start import call_fair_key, fair_publish_key, release_after_end
 from jobbers_celery.worker.taskbase import RUN, Revoked, S, TaskBase
 
 log = escaped_logger("jobbers.task")
@@ -52,19 +51,11 @@ def fair_member_key(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
     published after it wait for every one to be pulled. ``None``: another publish, a
     chain's member, a retry, a republish, a delivery put back, a call whose arguments give
     no key (its start refuses it)."""
-    opts: TaskOptions | None = getattr(task, "jobbers_options", None)
-    if opts is None or opts.concurrency_key is None or not opts.max_concurrent:
-        return None
     if getattr(producer, "jobbers_batch", None) is None or not options.get("group_id") \
             or options.get("chain") or options.get("retries") \
             or internal_publish_ms() is not None or publishing_unrecorded():
         return None
-    try:
-        digest = opts.concurrency_key.digest(getattr(task, "run", None), args or (),
-                                             kwargs or {})
-    except ConcurrencyKeyError:
-        return None
-    return FairKey(digest, opts.max_concurrent)
+    return call_fair_key(task, args, kwargs)
 
 
 class PublishMixin(TaskBase):
