@@ -86,6 +86,10 @@ def _mark_publishes(app: Celery) -> None:
             with publishing():
                 return _send_sharing(app, send_task, args, kwargs)
         except HeldElsewhere as held:  # a unique task's copy holds its lock: nothing sent
+            # in a canvas, its result is REVOKED so that nothing waits for it for ever
+            bulk_publish.revoke_in_canvas(app, kwargs.get("task_id"),
+                                          args[0] if args else kwargs.get("name"),
+                                          held.holder, kwargs)
             return app.AsyncResult(held.holder)
         finally:
             bulk.leave(batched)

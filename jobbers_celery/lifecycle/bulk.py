@@ -15,6 +15,9 @@ stamped as a single publish stamps them, and the messages published, in order. S
 
 - a member's message never reaches the broker before its step's reply was read;
 - a step refused (a duplicate id) stamps its headers as a refused single publish does;
+- a unique task's member whose key another copy holds (its step refused ``duplicate:<id>``)
+  sends no message; the batch's :data:`Refused` is told of it (the worker layer marks its
+  result REVOKED, so that the group's result and a chord's callback do not wait for it);
 - a member under fair shares (:func:`fair_member`) whose step parked it (its key had no
   room) sends no message, as a single publish parked: the release pass publishes it from
   its record (its canvas options with it) once its key has room;
@@ -48,8 +51,8 @@ from jobbers_celery.core.unique import duplicate_of
 from jobbers_celery.lifecycle import payload as pl
 from jobbers_celery.store import SentSteps, StepStore, Submission
 
-__all__ = ["CUT_BYTES", "Message", "PublishBatch", "Recording", "SendStopped", "Sender",
-           "current", "enter", "fair_member", "leave", "member_fair", "stamp_published"]
+__all__ = ["CUT_BYTES", "Message", "PublishBatch", "Recording", "Refused", "SendStopped",
+           "Sender", "current", "enter", "fair_member", "leave", "member_fair", "stamp_published"]
 
 log = escaped_logger("jobbers.lifecycle")
 
@@ -75,6 +78,10 @@ class SendStopped(Exception):
 #: Publishes a cut's messages in order (the worker layer's: one kombu publish batch, see
 #: :mod:`jobbers_celery.worker.bulk`); raises :class:`SendStopped` at an error.
 Sender = Callable[[list[Message]], None]
+
+#: Told of a member not sent because a unique task's copy holds its key: (its message, the
+#: holder's id). Raises nothing: the worker layer's logs what fails.
+Refused = Callable[[Message, str], None]
 
 
 class Recording(Protocol):
@@ -126,11 +133,13 @@ class _Segment:
                 sent = exc
             self.sent.append((items, sent))
 
-    def finish(self, send: Sender) -> None:
-        """Read the replies, stamp the headers, publish the messages in order."""
+    def finish(self, send: Sender, refused: Refused | None = None) -> None:
+        """Read the replies, stamp the headers, publish the messages in order; ``refused``
+        is told of each member not sent because a unique task's copy holds its key."""
         made: dict[int, tuple[Recording, str]] = {}  # id(headers) -> a record this batch made
         dup: set[int] = set()  # id(headers) of members a unique task's copy holds, or
         # parked under fair shares (their key had no room): no message is sent
+        holders: dict[int, str] = {}  # id(headers) -> the holder's id, for those copies
         for items, sent in self.sent:
             results = ([sent] * len(items) if isinstance(sent, Exception)
                        else sent.results())
@@ -139,7 +148,10 @@ class _Segment:
                 if isinstance(result, Exception):
                     failed.append((sub.task_id, result))
                     continue
-                if duplicate_of(result.why) is not None or (
+                holder = duplicate_of(result.why)
+                if holder is not None:
+                    holders[id(headers)] = holder
+                if holder is not None or (
                         sub.fair is not None and result.state is TaskState.SCHEDULED):
                     dup.add(id(headers))  # parked: published once its key has room
                     continue
@@ -157,6 +169,11 @@ class _Segment:
                           ", ".join(task_id for task_id, _ in failed[:3]),
                           type(first).__name__, first)
         if dup:
+            if refused is not None and holders:
+                for message in self.messages:
+                    holder = holders.get(id(message[1].get("headers")))
+                    if holder is not None:
+                        refused(message, holder)
             self.messages = [m for m in self.messages if id(m[1].get("headers")) not in dup]
         try:
             send(self.messages)
@@ -173,12 +190,14 @@ class PublishBatch:
 
     ``send(messages)`` publishes the messages of one cut in order (a :data:`Sender`);
     ``size``: members whose steps go in one store call (fewer once their payloads reach
-    :data:`CUT_BYTES`). Not thread-safe: one publishing
+    :data:`CUT_BYTES`); ``refused``: told of each member a unique task's copy kept from
+    being sent (a :data:`Refused`). Not thread-safe: one publishing
     thread (it lives in that thread's context).
     """
 
-    def __init__(self, send: Sender, size: int) -> None:
+    def __init__(self, send: Sender, size: int, refused: Refused | None = None) -> None:
         self._send = send
+        self._refused = refused
         self.size = max(1, size)
         self._held: list[_Held] = []
         self._held_bytes = 0  # of the held steps' payloads
@@ -212,7 +231,7 @@ class PublishBatch:
         flight, self._flight = self._flight, None
         if flight is not None:
             try:
-                flight.finish(self._send)
+                flight.finish(self._send, self._refused)
             except BaseException:
                 self._stopped = True  # nothing after the failed message is published
                 raise
@@ -228,7 +247,7 @@ class PublishBatch:
         flight, self._flight = self._flight, None
         if flight is not None:
             try:
-                flight.finish(self._send)
+                flight.finish(self._send, self._refused)
             finally:
                 self._stopped = True
 

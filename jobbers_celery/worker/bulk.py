@@ -18,6 +18,14 @@ Not wrapped: an eager group (nothing is published), a group published inside an 
 (its members join the outer batch), a publish Celery retries for a worker's callback (its
 own per-message retry).
 
+A unique task's member whose key another copy holds is not sent (see
+:mod:`jobbers_celery.lifecycle.bulk`): :func:`revoke_duplicate` stores its result REVOKED at
+once, as Celery stores a member revoked before it ran, so that the ``GroupResult`` does not
+wait for it for ever (``get()`` raises ``TaskRevokedError``, or returns it with
+``propagate=False``), a chord's header member counts its part (the chord's callback fails
+with ``ChordError``) and the links of a chain it starts are REVOKED too. It gets no jobbers
+record (its step was refused).
+
 What differs from Celery: ``after_task_publish`` is sent when the message is held, before it
 reaches the broker (at the next cut, at most ``jobbers_publish_batch`` members later, or when
 ``apply_async`` returns); a cut's messages go in one kombu publish batch (``Producer.batch``,
@@ -30,16 +38,20 @@ failed; the members published before it are the same.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from celery import canvas
+from celery.app.task import Context
 from kombu.exceptions import BatchPublishError  # type: ignore[attr-defined]  # kombu 5.7; stubs older
+from kombu.utils import json as kombu_json
 
 from jobbers_celery.core.printable import escaped_logger
+from jobbers_celery.core.unique import DuplicateTask
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.lifecycle import bodyjson, bulk
 
-__all__ = ["BufferingProducer", "install"]
+__all__ = ["BufferingProducer", "install", "revoke_duplicate", "revoke_in_canvas"]
 
 log = escaped_logger("jobbers.lifecycle")
 
@@ -93,7 +105,8 @@ def install() -> None:
         if size <= 1 or app.conf.task_always_eager or _celery_retries_each():
             return original(self, args, kwargs, add_to_parent, producer, **options)
         with app.producer_or_acquire(producer) as real:
-            batch = bulk.PublishBatch(functools.partial(_send, real), size)
+            batch = bulk.PublishBatch(functools.partial(_send, real), size,
+                                      functools.partial(_refused, app))
             try:
                 result = original(self, args, kwargs, add_to_parent,
                                   BufferingProducer(real, batch), **options)
@@ -146,3 +159,95 @@ def _send_each(producer: Any, messages: list[bulk.Message]) -> None:
             producer.publish(body, **kwargs)
         except BaseException as exc:
             raise bulk.SendStopped(i, exc) from exc
+
+
+def revoke_duplicate(app: Any, task_id: str, name: str, holder: str, *, chord: Any = None,
+                     group_id: str | None = None, group_index: int | None = None,
+                     chain: Any = None) -> None:
+    """Store REVOKED for the publish of ``name`` as ``task_id`` that was not sent because
+    ``holder`` holds its unique key, when it belongs to a canvas, as Celery's worker stores
+    a task revoked before it ran: the reason names the holder, a chord's header member
+    counts its part (``chord``, ``group_id``, ``group_index``: its callback fails with
+    ``ChordError`` once every part returned), and each link of the ``chain`` it starts that
+    has an id is REVOKED too (a link in a chord's header counts its part), as Celery's
+    ``mark_as_failure`` does for a failed link's chain. A backend error is logged, never
+    raised: nothing was sent either way."""
+    reason = str(DuplicateTask(name, holder))
+    request = Context(id=task_id, task=name, group=group_id, group_index=group_index,
+                      chord=chord, delivery_info={})
+    try:
+        _backend(app, name).mark_as_revoked(task_id, reason, request=request)
+        for link in chain if isinstance(chain, list | tuple) else ():
+            later = _link_request(link)
+            if later is not None:
+                _backend(app, link.get("task")).mark_as_revoked(later.id, reason,
+                                                               request=later)
+    except Exception:
+        log.warning("%s[%s] was not sent (a copy holds its unique key: %s), and its result "
+                    "could not be stored REVOKED: whatever waits for it waits on",
+                    name, task_id, holder, exc_info=True)
+
+
+def revoke_in_canvas(app: Any, task_id: Any, name: Any, holder: str,
+                     options: Mapping[str, Any]) -> None:
+    """A single publish (not a group's batch) of ``name`` as ``task_id`` not sent because
+    ``holder`` holds its unique key: :func:`revoke_duplicate` when ``options`` (its
+    ``send_task``/``apply_async`` options) put it in a canvas (a chain's link, a chord's
+    header member, a group's member published through a producer of its own or delayed);
+    a lone publish stores nothing (its caller gets the holder's result)."""
+    chain, chord, group_id = options.get("chain"), options.get("chord"), \
+        options.get("group_id")
+    if not (chain or chord or group_id) or not isinstance(task_id, str) or \
+            not isinstance(name, str):
+        return
+    index = options.get("group_index")
+    revoke_duplicate(app, task_id, name, holder, chord=chord,
+                     group_id=group_id if isinstance(group_id, str) else None,
+                     group_index=index if isinstance(index, int) else None, chain=chain)
+
+
+def _backend(app: Any, name: Any) -> Any:
+    task = app.tasks.get(name) if isinstance(name, str) else None
+    return task.backend if task is not None else app.backend
+
+
+def _link_request(link: Any) -> Context | None:
+    """A chain link's request (a signature, or its dict in a message), as Celery's
+    ``mark_as_failure`` builds it: ``None`` for a link that is not a plain task's (a group
+    or a chord in the chain: their members are not marked) or has no id."""
+    if not isinstance(link, dict) or link.get("subtask_type"):
+        return None
+    options = link.get("options")
+    options = options if isinstance(options, dict) else {}
+    task_id = options.get("task_id")
+    if not isinstance(task_id, str) or not task_id:
+        return None
+    request = Context(link)
+    request.update(options)
+    request.id, request.group = task_id, options.get("group_id")
+    request.delivery_info = {}
+    return request
+
+
+def _refused(app: Any, message: bulk.Message, holder: str) -> None:
+    """A member the batch did not send (see :func:`revoke_duplicate`), read from its
+    message: protocol 2 headers (``id``, ``task``, ``group``, ``group_index``) and the
+    body's embed (``chord``, ``chain``); the body is the text :mod:`bodyjson` encoded, or
+    the arguments kombu encodes later."""
+    body, kwargs = message
+    headers = kwargs.get("headers") or {}
+    task_id, name = headers.get("id"), headers.get("task")
+    if not isinstance(task_id, str) or not isinstance(name, str):
+        return  # protocol 1: its body holds these, not read
+    if isinstance(body, str | bytes) and kwargs.get("content_type") == bodyjson.CONTENT_TYPE:
+        try:
+            body = kombu_json.loads(body)
+        except ValueError:
+            body = None
+    embed = body[2] if isinstance(body, list | tuple) and len(body) == 3 else None
+    embed = embed if isinstance(embed, dict) else {}
+    index = headers.get("group_index")
+    revoke_duplicate(app, task_id, name, holder, chord=embed.get("chord"),
+                     group_id=headers.get("group"),
+                     group_index=index if isinstance(index, int) else None,
+                     chain=embed.get("chain"))

@@ -26,6 +26,7 @@ from jobbers_celery.core.workflow import HEADER_WORKFLOW, WORKFLOW_CANCELLED
 from jobbers_celery.lifecycle import payload, results
 from jobbers_celery.store import UNREACHABLE, StepResult
 from jobbers_celery.telemetry import tracing
+from jobbers_celery.worker import bulk
 
 if TYPE_CHECKING:
     from celery.canvas import Signature
@@ -106,6 +107,7 @@ class Delays:
             return None
         holder = duplicate_of(res.why)
         if holder is not None:  # a unique task's copy holds its lock: nothing recorded
+            bulk.revoke_in_canvas(task.app, task_id, task.name, holder, opts)  # a canvas's
             return task.AsyncResult(holder)
         if res.applied and res.state is S.CANCELLED:  # its workflow was cancelled
             results.mark_revoked(task.app.backend, task_id, WORKFLOW_CANCELLED)

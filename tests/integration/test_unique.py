@@ -6,13 +6,17 @@ with real prefork workers and several publishing processes:
 - the lock's points: ``until=end`` keeps it while the copy runs and frees it when it ends,
   ``until=start`` frees it when the copy starts, a window outlives its task until its ttl;
   a cancel and a stall (the worker killed, the cleaner's verdict) free it;
-- ``raise_duplicate``: :class:`DuplicateTask` names the holder, and nothing is sent.
+- ``raise_duplicate``: :class:`DuplicateTask` names the holder, and nothing is sent;
+- a duplicate in a canvas is not sent and its result is REVOKED at once, naming the holder,
+  as Celery stores a member revoked before it ran: a group's result completes, a chord's
+  callback fails with ``ChordError``, a chain's last link is REVOKED; nothing hangs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +28,9 @@ from typing import Any
 
 import pytest
 import redis
-from celery import group
+from celery import chord, group
+from celery import states as celery_states
+from celery.exceptions import ChordError, TaskRevokedError
 
 from jobbers_celery import TaskState
 from jobbers_celery.core.unique import DuplicateTask
@@ -224,6 +230,64 @@ def test_a_group_sends_no_member_whose_key_a_copy_holds(up: Any) -> None:
     assert up.jobbers.get(members[1]) is not None
     assert up.jobbers.store.unique_of(members[1]).holder == members[1]
     assert up.jobbers.unique_holder("uq.end", [held]) == first.id
+    # neither duplicate waits for ever: REVOKED at once, naming the copy holding its key
+    for member, holder in ((members[0], first.id), (members[2], members[1])):
+        revoked = up.app.AsyncResult(member)
+        assert revoked.state == celery_states.REVOKED
+        assert holder in str(revoked.result)
+        assert up.jobbers.get(member) is None  # and no record
+
+
+def test_a_group_with_a_duplicate_member_completes(up: Any, workers: Any) -> None:
+    """As a group whose member was revoked before it ran: ``get`` raises
+    ``TaskRevokedError``, or returns it among the others' results (``propagate=False``)."""
+    held, free = key(), key()
+    first = up.until_end.delay(held)
+    result = group(up.until_end.s(held), up.until_end.s(free)).apply_async()
+    workers()
+    values = result.get(propagate=False, timeout=30)
+    assert isinstance(values[0], TaskRevokedError)
+    assert first.id in str(values[0])
+    assert values[1] == free
+    with pytest.raises(TaskRevokedError):
+        result.get(timeout=30)
+    assert first.get(timeout=30) == held
+
+
+def test_a_chord_whose_header_holds_a_duplicate_fails_its_callback(up: Any,
+                                                                   workers: Any) -> None:
+    """As a chord whose header member was revoked: the member's part is counted at the
+    publish, and the callback fails with ``ChordError`` once the others returned."""
+    held, a, b = key(), key(), key()
+    first = up.until_end.delay(held)
+    callback = chord([up.until_end.s(a), up.until_end.s(held), up.until_end.s(b)],
+                     up.count.s()).apply_async()
+    header: Any = callback.parent
+    duplicate = header.results[1].id
+    assert up.app.AsyncResult(duplicate).state == celery_states.REVOKED
+    workers()
+    error = callback.get(timeout=30, propagate=False)  # the callback's own outcome
+    assert isinstance(error, ChordError)
+    assert re.match(rf"Dependency {duplicate} raised TaskRevokedError\(.*{first.id}", str(error))
+    assert callback.state == celery_states.FAILURE
+    with pytest.raises(TaskRevokedError):  # Celery raises the header's error first
+        callback.get(timeout=30)
+    assert [r.get(timeout=30) for r in (header.results[0], header.results[2])] == [a, b]
+    assert first.get(timeout=30) == held
+
+
+def test_a_chain_whose_first_link_is_a_duplicate_is_revoked(up: Any) -> None:
+    """Its first link is not sent, so neither is the rest: every link with an id of its own
+    is REVOKED at once (no worker needed), so ``get`` raises instead of waiting."""
+    held = key()
+    first = up.until_end.delay(held)
+    before = broker_messages(up._client, "uq.end")
+    last = (up.until_end.s(held) | up.count.s() | up.count.s()).apply_async()
+    assert broker_messages(up._client, "uq.end") == before
+    with pytest.raises(TaskRevokedError, match=first.id):
+        last.get(timeout=10)
+    assert last.parent.state == celery_states.REVOKED
+    assert last.parent.parent.state == celery_states.REVOKED
 
 
 def test_the_cli_shows_the_key_and_its_holder(up: Any) -> None:

@@ -61,3 +61,9 @@ def window(key: str) -> str:
           shared=False)
 def raising(account: str, payload: str = "") -> str:
     return _body(account)
+
+
+@app.task(base=JobbersTask, name="uq.count", shared=False)
+def count(values: list[str]) -> int:
+    """A chord's callback, or a chain's later link: not unique."""
+    return len(values) if isinstance(values, list) else 1
