@@ -54,16 +54,23 @@ def submit_many(s: StepStore, items: Sequence[Submission]) -> SentSteps:
     run in order, each sees the places the ones before it took); on several, the members'
     ``admit`` calls go first in the global slot, in one round trip for the batch
     (:func:`~jobbers_celery.store.fairshare.admit_many`), and a member counted there whose
-    step then did not apply is withdrawn once the replies are read."""
+    step then did not apply is withdrawn once the replies are read; if ``admit_many``
+    raises (the ones before the error may have run), every fair member is."""
     sharded = cast("Sharded", s)
     split = bool(sharded.sharded) and any(item.fair is not None and item.name
                                           for item in items)
     admitted: dict[int, tuple[bool, bool]] = {}
     if split:
         fair_at = [i for i, item in enumerate(items) if item.fair is not None and item.name]
-        got = fairshare.admit_many(sharded, [(items[i].name, items[i].task_id,
-                                              cast("FairKey", items[i].fair))
-                                             for i in fair_at])
+        fair = [(items[i].name, items[i].task_id, cast("FairKey", items[i].fair))
+                for i in fair_at]
+        try:
+            got = fairshare.admit_many(sharded, fair)
+        except Exception:
+            # the admits before the error may have run (a lost reply): every member is
+            # withdrawn, a ZREM of one never admitted doing nothing
+            _withdraw(sharded, fair)
+            raise
         admitted = dict(zip(fair_at, got, strict=True))
     calls: list[Call] = []
     token = BATCH.set(calls)
@@ -116,12 +123,16 @@ def _withdraw_unapplied(s: Sharded, items: Sequence[Submission],
         return isinstance(result, StepResult) and result.applied \
             and result.state is not TaskState.CANCELLED
 
-    gone = [(items[i].name, items[i].task_id, cast("FairKey", items[i].fair))
-            for i, (_, counted) in admitted.items() if counted and not kept(results[i])]
+    _withdraw(s, [(items[i].name, items[i].task_id, cast("FairKey", items[i].fair))
+                  for i, (_, counted) in admitted.items() if counted and not kept(results[i])])
+
+
+def _withdraw(s: Sharded, gone: Sequence[tuple[str, str, FairKey]]) -> None:
+    """:func:`~jobbers_celery.store.fairshare.withdraw_many`, logged instead of raised."""
     if not gone:
         return
     try:
         fairshare.withdraw_many(s, gone)
     except Exception:
-        log.warning("could not withdraw %d fair-share place(s) of a bulk publish's refused "
+        log.warning("could not withdraw %d fair-share place(s) of a bulk publish's unapplied "
                     "steps: they expire on their own", len(gone), exc_info=True)

@@ -57,3 +57,35 @@ def test_a_parked_task_whose_entry_was_lost_comes_back_at_its_backstop(
     assert [h.parked for h in store.fair_held()] == [1]
     fair_cases.complete(store, "l0")
     assert fair_cases.release(store) == ["l2"]
+
+
+def test_a_bulk_publish_whose_admits_fail_holds_no_place(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sharded: the batch's admits ran in the global slot but their reply was lost (the
+    connection dropped): the publish fails and every member is withdrawn, so no phantom
+    holds a place of its key or heads its parked tasks (found by review)."""
+    from jobbers_celery.store import Submission
+
+    real = fairshare.admit_many
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise redis.ConnectionError("reply lost")
+
+    monkeypatch.setattr(fairshare, "admit_many", lost)
+    A = fair_cases.A
+    members = [Submission(f"m{i}", fair_cases.NAME,
+                          {"name": fair_cases.NAME, "queue": "q", "msg": "{}"},
+                          {"msg": "{}"}, fair=A) for i in range(3)]
+    if store.sharded:
+        with pytest.raises(redis.ConnectionError):
+            store.submit_many(members)
+    else:  # one shard: decided in the steps, no admit
+        store.submit_many(members).results()
+        return
+    monkeypatch.setattr(fairshare, "admit_many", real)
+    for key in (store.keys.fair_released(fair_cases.NAME, A.digest),
+                store.keys.fair_parked(fair_cases.NAME, A.digest)):
+        assert store.client.zcard(key) == 0, key
+    assert [fair_cases.publish(store, f"n{i}", A) for i in range(3)] == [
+        TaskState.SUBMITTED, TaskState.SUBMITTED, TaskState.SCHEDULED]
