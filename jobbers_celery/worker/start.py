@@ -21,7 +21,7 @@ from jobbers_celery.core.fairshare import ConcurrencyKeyError, FairKey
 from jobbers_celery.core.options import DeadLetterPolicy, TaskOptions
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.ratelimit import RateKey, RateLimitKeyError
-from jobbers_celery.core.states import TaskState
+from jobbers_celery.core.states import TERMINAL, TaskState
 from jobbers_celery.core.workflow import HEADER_WORKFLOW
 from jobbers_celery.lifecycle import liveness
 from jobbers_celery.lifecycle import payload as pl
@@ -67,6 +67,10 @@ def fair_key(d: Delivery, opts: TaskOptions) -> FairKey | None:
     req = d.request
     return FairKey(key.digest(d.run, req.args or (), req.kwargs or {}), opts.max_concurrent)
 
+
+#: What a refused start may have been told by a master a failover just demoted (Sentinel):
+#: the task ended there, or it has no record there (published to the new master).
+_STALE_MAY_SAY = frozenset({"missing", *(state.value for state in TERMINAL)})
 
 #: The errors of a call whose arguments give no key for a flow control it needs.
 KEY_ERRORS = (RateLimitKeyError, ConcurrencyKeyError)
@@ -124,6 +128,16 @@ class Starter:
         given)."""
         keys = start_keys(d, opts) if keys is None else keys
         res = self.once(d, opts, keys)
+        if not res.applied and res.previous in _STALE_MAY_SAY and self.store.recheck_master():
+            # Refused as ended or unknown, so this delivery would be dropped or recorded
+            # late: on Redis Sentinel the answer may have come from a master a failover just
+            # demoted (it takes writes until the sentinels reconfigure it), whose word would
+            # strand the record the new master holds as waiting. Asked once more, after
+            # every connection of this process checked the master.
+            refused, res = res, self.once(d, opts, keys)
+            if res.applied:
+                log.info("%s[%s]: its start, refused as %s, applied once the master was "
+                         "checked again (a failover)", d.name, d.task_id, refused.previous)
         if not res.applied and res.previous == "missing" and self._record_was_removed(d):
             log.warning("not running %s[%s]: its record was removed (purged, or older than "
                         "jobbers_retention) after it was published", d.name, d.task_id)
@@ -141,15 +155,6 @@ class Starter:
                 self.publisher.confirm([d.task_id])
             if back is not None:
                 res = self.once(d, opts, keys)
-        if not res.applied and self.store.recheck_master():
-            # Refused, so this delivery would be dropped: on Redis Sentinel the answer may
-            # have come from a master a failover just demoted (it takes writes until the
-            # sentinels reconfigure it), whose word would strand the record the new master
-            # holds as waiting. Asked once more, after every connection checked the master.
-            refused, res = res, self.once(d, opts, keys)
-            if res.applied:
-                log.info("%s[%s]: its start, refused as %s, applied once the master was "
-                         "checked again (a failover)", d.name, d.task_id, refused.previous)
         return res
 
     def once(self, d: Delivery, opts: TaskOptions, keys: StartKeys) -> StepResult:

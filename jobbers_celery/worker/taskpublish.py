@@ -19,6 +19,7 @@ from celery.utils.saferepr import saferepr
 
 from jobbers_celery.core import softlimit
 from jobbers_celery.core.fairshare import FairKey
+from jobbers_celery.core.options import TaskOptions
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.lifecycle import bulk, payload
@@ -51,6 +52,9 @@ def fair_member_key(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
     published after it wait for every one to be pulled. ``None``: another publish, a
     chain's member, a retry, a republish, a delivery put back, a call whose arguments give
     no key (its start refuses it)."""
+    opts: TaskOptions | None = getattr(task, "jobbers_options", None)
+    if opts is None or opts.concurrency_key is None:  # most tasks: one attribute read
+        return None
     if getattr(producer, "jobbers_batch", None) is None or not options.get("group_id") \
             or options.get("chain") or options.get("retries") \
             or internal_publish_ms() is not None or publishing_unrecorded():

@@ -60,6 +60,22 @@ def test_a_refused_start_is_asked_again_after_a_master_check_on_sentinel(
     assert (res, n, rechecks) == (want, starts, 1)
 
 
+def test_a_start_refused_as_running_elsewhere_is_not_asked_again() -> None:
+    """A duplicate delivery of a task another worker runs (``started``) is routine: no
+    master check for it."""
+    running = StepResult(applied=False, previous="started", now_ms=0, attempt=1, why="state")
+    res, n, rechecks = _start(True, [running])
+    assert (res, n, rechecks) == (running, 1, 0)
+
+
+def test_a_start_refused_as_missing_is_asked_again_before_it_is_recorded_late() -> None:
+    """``missing`` from a demoted master (the task was published to the new one) is asked
+    again before the delivery is judged removed or recorded late there."""
+    missing = StepResult(applied=False, previous="missing", now_ms=0, attempt=0, why="missing")
+    res, n, rechecks = _start(True, [missing, STARTED])
+    assert (res, n, rechecks) == (STARTED, 2, 1)
+
+
 def test_an_applied_start_asks_nothing_more() -> None:
     res, n, rechecks = _start(True, [STARTED])
     assert (res.applied, n, rechecks) == (True, 1, 0)
