@@ -226,23 +226,28 @@ def _recover_unique(s: Sharded, shard: int, items: Sequence[tuple[str, str, str,
         return StallVerdict([], [], 0, left)
     try:
         part = _stall(s, shard, [by_id[i] for i in locks], lost_ms, lease_ms, forget, locks)
+        done = {str(i["id"]) for i in part.recovered}
+        not_recovered = set(locks) - done
     except redis.RedisError as exc:  # the reply lost: the script may have applied
-        part = _read_back(s, info, locks, exc)
-    done = {str(i["id"]) for i in part.recovered}
+        part, not_recovered = _read_back(s, info, locks, exc)
+        done = {str(i["id"]) for i in part.recovered}
     for task_id in done:
         if locks[task_id] == "held" and task_id not in fresh:
             prechecks.renew_unique(s, task_id, str(info[task_id]["uq"]))
-    for task_id in fresh - done:
+    # a lock whose recovery's outcome is unknown is kept: if it applied, the resubmitted
+    # copy needs it; if not, the holder-record check and its expiry free it
+    for task_id in fresh & not_recovered:
         prechecks.free_applied(s, task_id, str(info[task_id]["uq"]))
     return StallVerdict(part.recovered, part.dead, part.stalled, part.kept + left)
 
 
 def _read_back(s: Sharded, info: Mapping[str, dict[str, Any]], locks: Mapping[str, str],
-               exc: Exception) -> StallVerdict:
+               exc: Exception) -> tuple[StallVerdict, set[str]]:
     """The outcome of unique recoveries whose ``stall.lua`` reply was lost, read from their
     records: resubmitted (``submitted``, its stalls counted), stalled (the recovery refused:
-    dead-lettered) or still started (not judged: a later pass does). A store that does not
-    answer leaves them unknown (logged): one the script stalled and did not resubmit stays
+    dead-lettered) or still started (not judged: a later pass does); and the ids known not
+    recovered (stalled or started). A store that does not answer leaves them unknown
+    (logged; none known not recovered): one the script stalled and did not resubmit stays
     ``stalled``, not dead-lettered, as after a lost reply of any stall verdict."""
     ids = list(locks)
     try:
@@ -250,8 +255,9 @@ def _read_back(s: Sharded, info: Mapping[str, dict[str, Any]], locks: Mapping[st
     except redis.RedisError as again:
         log.error("the stall verdicts of %s are unknown (the reply was lost: %s; the "
                   "records could not be read: %s)", ", ".join(ids), exc, again)
-        return StallVerdict([], [], 0, 0)
+        return StallVerdict([], [], 0, 0), set()
     recovered: list[dict[str, Any]] = []
+    not_recovered: set[str] = set()
     dead: list[dict[str, Any]] = []
     kept = 0
     for task_id, (state, attempt, stalls) in zip(ids, got, strict=True):
@@ -264,13 +270,15 @@ def _read_back(s: Sharded, info: Mapping[str, dict[str, Any]], locks: Mapping[st
             lock = locks[task_id]
             why = lock if lock != "held" else "its reply was lost"
             dead.append({**item, "reason": f"{item['reason']}; not resubmitted: {why}"})
+            not_recovered.add(task_id)
             if lock == "held" and str(item["uq"]).startswith("e:"):
                 prechecks.free_applied(s, task_id, str(item["uq"]))
         elif state == TaskState.STARTED and same:
             kept += 1
+            not_recovered.add(task_id)
     log.warning("stall verdicts read back after a lost reply (%s): %d resubmitted, %d "
                 "dead-lettered, %d judged again later", exc, len(recovered), len(dead), kept)
-    return StallVerdict(recovered, dead, len(recovered) + len(dead), kept)
+    return StallVerdict(recovered, dead, len(recovered) + len(dead), kept), not_recovered
 
 
 def tidy_cancelling(s: Sharded, ids: Sequence[str]) -> None:

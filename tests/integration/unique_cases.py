@@ -342,6 +342,37 @@ def case_a_lost_reply_of_a_recovery_is_read_back(store: RedisStore) -> None:
     assert store.unique_holder(digest(field)) == "b"
 
 
+def case_a_recovery_whose_outcome_is_unknown_keeps_its_lock(store: RedisStore) -> None:
+    """The reply of the call that resubmits a stalled unique copy is lost and its record
+    cannot be read back (sharded): the lock just taken for it is kept, since the script
+    did apply (the copy is submitted and is published again); deleting it would let a new
+    publish of its key in while the copy runs (found by review)."""
+    from jobbers_celery.store import reads
+
+    field = uq()
+    assert publish(store, "a", field).applied
+    start(store, "a")
+    store.client.delete(lock(store, field))  # expired: the recovery takes it anew
+    real_fields = reads.fields
+    with lost_reply_after_the_verdict(store, "a") as lost:
+        def unreadable(*args: Any, **kwargs: Any) -> Any:
+            if lost[0]:
+                raise redis.ConnectionError("store gone")
+            return real_fields(*args, **kwargs)
+
+        reads.fields = cast(Any, unreadable)
+        try:
+            verdict = store.stall([("a", "gone", WID, NAME)], 60_000, 30_000)
+        finally:
+            reads.fields = real_fields
+    assert lost[0] == (1 if store.sharded else 0)
+    assert verdict.dead == []
+    assert state_of(store, "a") is S.SUBMITTED
+    assert store.unique_holder(digest(field)) == "a"
+    assert publish(store, "b", field).why == "duplicate:a"
+    no_stray_locks(store, field)
+
+
 CASES = [
     case_a_stall_recovery_holds_the_lock_until_the_recovered_copy_ends,
     case_a_manual_resubmit_takes_the_lock_again_with_a_fresh_expiry,
@@ -353,4 +384,5 @@ CASES = [
     case_a_refused_resubmit_keeps_the_lock_expiry,
     case_a_recovery_whose_lock_take_fails_is_judged_again,
     case_a_lost_reply_of_a_recovery_is_read_back,
+    case_a_recovery_whose_outcome_is_unknown_keeps_its_lock,
 ]
