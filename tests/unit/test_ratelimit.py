@@ -285,7 +285,7 @@ def test_a_start_works_out_its_key_once() -> None:
             rates.append(rate)
             return results.pop(0)
 
-    starter = Starter(store=SimpleNamespace(epoch=lambda _id: None),  # type: ignore[arg-type]
+    starter = Starter(store=SimpleNamespace(epoch=lambda _id: None, recheck_master=lambda: False),  # type: ignore[arg-type]
                       recorder=Recorder(), publisher=None, handover=None,  # type: ignore[arg-type]
                       lost_after=10.0)
     starter._record_late_submit = lambda d, opts: None  # type: ignore[method-assign]
