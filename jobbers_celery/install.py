@@ -22,7 +22,7 @@ from jobbers_celery.lifecycle import bodyjson, bulk, publisher
 from jobbers_celery.lifecycle.recorder import publishing
 from jobbers_celery.telemetry import metrics
 from jobbers_celery.worker import bulk as bulk_publish
-from jobbers_celery.worker import canvas, logfilter, periodic, signals
+from jobbers_celery.worker import canvas, logfilter, periodic, signals, taskrepr
 from jobbers_celery.worker.pause import PauseStep, SourceStep
 from jobbers_celery.worker.refusals import RefusalStep, connect_refusals
 from jobbers_celery.worker.runtime import ShutdownStep, WorkerStep
@@ -83,6 +83,11 @@ def _mark_publishes(app: Celery) -> None:
         token = publisher.mark_publishing(app)  # no context manager: on every publish
         batched = bulk.enter(kwargs.get("producer"))  # held by a group's bulk publish?
         try:
+            if "argsrepr" not in kwargs and "kwargsrepr" not in kwargs \
+                    and app.conf.task_protocol == 2:
+                kwargs.update(taskrepr.celery_reprs(  # Celery's text, made cheaply
+                    app, args[1] if len(args) > 1 else kwargs.get("args"),
+                    args[2] if len(args) > 2 else kwargs.get("kwargs")))
             with publishing():
                 return _send_sharing(app, send_task, args, kwargs)
         except HeldElsewhere as held:  # a unique task's copy holds its lock: nothing sent

@@ -31,12 +31,13 @@ from typing import Any
 from celery import Celery, Task
 from celery.utils.saferepr import saferepr
 
+from jobbers_celery.core import reprcut
 from jobbers_celery.core.config import JobbersConfig
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.redaction import REDACTED, Parameters, Redactor, parameters, redactor
 
-__all__ = ["redact_exception", "redact_headers", "redactor_of", "sent_reprs", "task_parameters",
-           "worker_reprs"]
+__all__ = ["celery_reprs", "redact_exception", "redact_headers", "redactor_of", "sent_reprs",
+           "task_parameters", "worker_reprs"]
 
 log = escaped_logger("jobbers.redaction")
 
@@ -170,6 +171,24 @@ def worker_reprs(app: Celery, task: Task[Any, Any] | None, args: Any, kwargs: An
         limit=2 * max(amqp.argsrepr_maxsize, amqp.kwargsrepr_maxsize))
     return (saferepr(shown_args, amqp.argsrepr_maxsize, maxlevels=levels),
             saferepr(shown_kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels))
+
+
+def celery_reprs(app: Celery, args: Any, kwargs: Any) -> dict[str, str]:
+    """The ``argsrepr``/``kwargsrepr`` Celery would make of a publish's large arguments
+    (the same text, see :mod:`jobbers_celery.core.reprcut`), made from the part its cut can
+    show, to pass to ``send_task``: Celery's own walks every element. Empty for small
+    arguments (Celery's is as cheap) and for what the copy cannot promise."""
+    found: dict[str, str] = {}
+    levels = app.conf.task_repr_maxlevels
+    amqp = app.amqp
+    for header, value, size in (("argsrepr", args, amqp.argsrepr_maxsize),
+                                ("kwargsrepr", kwargs, amqp.kwargsrepr_maxsize)):
+        if not reprcut.is_large(value):
+            continue
+        part = reprcut.shown_part(value, size, levels)
+        if part is not None:
+            found[header] = saferepr(part, size, maxlevels=levels)
+    return found
 
 
 def _is_celerys(given: str, real: Any, levels: int) -> bool:

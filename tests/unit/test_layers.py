@@ -25,7 +25,7 @@ NAME = "jobbers_celery"
 # their layer ("root" and "entry"); every other module's layer is its folder.
 FOLDERS: dict[str, list[str]] = {
     "core": ["backoff", "columns", "printable", "names", "errors", "softlimit", "errortext", "intake", "states",
-             "codec", "keydigest", "callkey", "unique", "ratelimit", "fairshare", "options", "credentials", "redaction", "records", "workflow", "search", "pauses", "destinations", "alertrules", "config", "storable",
+             "codec", "keydigest", "callkey", "unique", "ratelimit", "fairshare", "options", "credentials", "redaction", "reprcut", "records", "workflow", "search", "pauses", "destinations", "alertrules", "config", "storable",
              "timefmt", "periodic", "progress", "series"],
     "store": ["base", "keys", "connect", "fastcall", "scripts", "errors", "parts", "sharded", "unique", "ratelimits",
               "fairshare", "prechecks", "stepbatch", "steps", "running", "reads", "series", "workflows", "search", "housekeeping", "scheduling", "runs",
