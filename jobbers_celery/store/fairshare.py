@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import redis
+
 from jobbers_celery.core.fairshare import DIGEST_LEN, FairHeld, FairKey, Released
+from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.store.sharded import Sharded
 
 __all__ = ["ON_THE_WAY_MS", "PARK_BACKSTOP_MS", "admit", "admit_many", "held", "publish_spec",
@@ -29,6 +32,8 @@ PARK_BACKSTOP_MS = 900_000
 ON_THE_WAY_MS = 300_000
 #: Keys the release pass visits per scheduler pass (the least recently visited first).
 RELEASE_KEYS_PER_PASS = 200
+
+log = escaped_logger("jobbers.store")
 
 
 def member(name: str, digest: str) -> str:
@@ -104,25 +109,33 @@ def withdraw_many(s: Sharded, calls: Sequence[tuple[str, str, FairKey]]) -> None
     pipe.execute()
 
 
-def _fair_args(s: Sharded, mode: str, name: str, task_id: str, key: FairKey, ms: int
-               ) -> tuple[list[str], list[str | int]]:
+def _fair_args(s: Sharded, mode: str, name: str, task_id: str, key: FairKey, ms: int,
+               *more: str | bytes) -> tuple[list[str], list[str | int | bytes]]:
     """The keys and arguments of a ``fair.lua`` call about one task."""
     k = s.keys
     return ([k.concurrency(name), k.fair_running(name, key.digest),
              k.fair_parked(name, key.digest), k.fair_released(name, key.digest),
              k.fair_index, k.fair_caps],
-            [mode, int(ms), key.cap, task_id, member(name, key.digest)])
+            [mode, int(ms), key.cap, task_id, member(name, key.digest), *more])
 
 
-def _fair_call(s: Sharded, mode: str, name: str, task_id: str, key: FairKey, ms: int) -> int:
-    keys, args = _fair_args(s, mode, name, task_id, key, ms)
+def _fair_call(s: Sharded, mode: str, name: str, task_id: str, key: FairKey, ms: int,
+               *more: str | bytes) -> int:
+    keys, args = _fair_args(s, mode, name, task_id, key, ms, *more)
     return int(s._scripts["fair"](keys=keys, args=args))
 
 
 def take(s: Sharded, name: str, task_id: str, key: FairKey, lease_ms: int) -> int:
     """Sharded layout, before the start step: take a lease of ``key`` (1 taken now, 2 held
-    already), or park the task in the global slot (0: full)."""
-    return _fair_call(s, "take", name, task_id, key, lease_ms)
+    already), or park the task in the global slot (0: full). A task not parked yet is
+    parked at its place (``_lib.lua``'s ``fair_place``: the place the release pass took it
+    out of, else its submission), read from its record, in its own shard: one read and one
+    more call, only then (the key full, the task not in its list)."""
+    got = _fair_call(s, "take", name, task_id, key, lease_ms)
+    if got == 3:
+        fp, sub_at = s.client.hmget(s.keys_of(task_id).task(task_id), ["fp", "sub_at"])
+        got = _fair_call(s, "take", name, task_id, key, lease_ms, fp or "", sub_at or "")
+    return got
 
 
 def release(s: Sharded, limit: int = RELEASE_KEYS_PER_PASS,
@@ -130,7 +143,9 @@ def release(s: Sharded, limit: int = RELEASE_KEYS_PER_PASS,
     """The release pass: the parked tasks whose key has room now, for the caller to claim
     and publish as due (:func:`unreleased` for those it could not claim); over the keys
     with parked tasks (up to ``limit``, the least recently visited first), or over
-    ``keys`` (``(name, digest)``: the key of a task that just ended)."""
+    ``keys`` (``(name, digest)``: the key of a task that just ended). Each released task's
+    record is told the place it had (:func:`_remember_places`, one more call when some
+    task was released)."""
     k = s.keys
     if keys is None:
         members = [str(m) for m in s.client.zrange(k.fair_index, 0, limit - 1)]
@@ -144,12 +159,36 @@ def release(s: Sharded, limit: int = RELEASE_KEYS_PER_PASS,
         name, digest = m[DIGEST_LEN:], m[:DIGEST_LEN]
         script_keys += [k.concurrency(name), k.fair_running(name, digest),
                         k.fair_parked(name, digest), k.fair_released(name, digest)]
-    now, per = s._scripts["fair"](keys=script_keys, args=["release", ON_THE_WAY_MS, *members])
+    now, per, places = s._scripts["fair"](keys=script_keys,
+                                          args=["release", ON_THE_WAY_MS, *members])
     out: dict[str, tuple[str, str]] = {}
-    for m, ids in zip(members, per or (), strict=False):
-        for task_id in ids or ():
+    at: dict[str, str] = {}
+    for m, ids, scores in zip(members, per or (), places or (), strict=False):
+        for task_id, score in zip(ids or (), scores or (), strict=False):
             out[str(task_id)] = (m[DIGEST_LEN:], m[:DIGEST_LEN])
+            at[str(task_id)] = str(score)
+    _remember_places(s, at)
     return Released(out, int(now))
+
+
+def _remember_places(s: Sharded, places: dict[str, str]) -> None:
+    """Write on each released task's record the place it had in its key's list (field
+    ``fp``; ``fair.lua``'s ``place``, one call per shard), which it gets back if it is
+    parked again at its start. Lost if the store goes away meanwhile (logged, not raised:
+    the release applied and its tasks must still be published): such a task parked again
+    is placed by its submission."""
+    if not places:
+        return
+    script = s._scripts["fair"]
+    calls: list[tuple[Any, list[str], list[Any]]] = []
+    for shard, ids in s._by_shard(places).items():
+        sk = s.shards.keys[shard]
+        calls.append((script, [sk.task(i) for i in ids], ["place", *(places[i] for i in ids)]))
+    try:
+        s._fan(calls)
+    except redis.RedisError as exc:
+        log.warning("could not record the place of released tasks %s (parked again, they "
+                    "are placed by their submission): %s", ", ".join(places), exc)
 
 
 def unreleased(s: Sharded, ids: Sequence[tuple[str, str, str]]) -> None:
@@ -166,18 +205,20 @@ def unreleased(s: Sharded, ids: Sequence[tuple[str, str, str]]) -> None:
 
 def held(s: Sharded, limit: int = 100) -> list[FairHeld]:
     """The keys holding tasks back now, most parked first (up to ``limit`` keys; the index
-    lists only keys with parked tasks)."""
+    lists only keys with parked tasks). On their way: the entries that still count (an
+    expired one is pruned only by the next check of its key)."""
     k = s.keys
     members = [str(m) for m in s.client.zrange(k.fair_index, 0, 999)]
     members = [m for m in members if len(m) > DIGEST_LEN]
     if not members:
         return []
     caps = s.client.hmget(k.fair_caps, members)
+    now = s.now_ms()
     pipe = s.client.pipeline(transaction=False)
     for m in members:
         name, digest = m[DIGEST_LEN:], m[:DIGEST_LEN]
         pipe.zcard(k.fair_parked(name, digest))
-        pipe.zcard(k.fair_released(name, digest))
+        pipe.zcount(k.fair_released(name, digest), f"({now}", "+inf")
         pipe.zcard(k.fair_running(name, digest))
     counts = pipe.execute()
     out = [FairHeld(m[DIGEST_LEN:], m[:8], m[:DIGEST_LEN], int(cap or 1),

@@ -165,3 +165,56 @@ def case_a_bulk_publish_parks_its_members_past_the_room(store: Any) -> None:
     held = {h.digest: h for h in store.fair_held()}
     assert held[A.digest].parked == 1  # u5
     assert held[B.digest].parked == 1  # h2
+
+
+def _next_ms(store: Any) -> None:
+    """Wait until the store's clock is past the current millisecond: what happens next is
+    later, never tied with what happened before."""
+    from tests.conftest import wait_for
+
+    now = store.now_ms()
+    wait_for(lambda: store.now_ms() > now, timeout=5, message="the next millisecond")
+
+
+def case_a_task_parked_again_keeps_its_place(store: Any) -> None:
+    """A task released whose key is full again when it starts (its release stopped counting:
+    expired, its message late) is parked again at the place it first had: released before
+    a task parked after its first park, not behind it (one shard placed it by submission,
+    the sharded layout at the back, the kit appended it: found by review)."""
+    states = [publish(store, f"k{i}", A) for i in range(4)]
+    assert states == [S.SUBMITTED, S.SUBMITTED, S.SCHEDULED, S.SCHEDULED]
+    assert start(store, "k0", A) is S.STARTED
+    assert start(store, "k1", A) is S.STARTED
+    complete(store, "k0")
+    assert release(store) == ["k2"]
+    store.fair_unreleased([("k2", NAME, A.digest)])  # k2's release stops counting
+    assert release(store) == ["k3"]  # its room went to the next one
+    assert start(store, "k3", A) is S.STARTED
+    _next_ms(store)
+    assert publish(store, "k4", A) is S.SCHEDULED  # parked after k2 first was
+    assert start(store, "k2", A) is S.SCHEDULED  # k1 and k3 run: parked again
+    assert reasons(store, "k2")[-1] == A.parked_reason
+    assert store.get("k2").attempt == 0
+    complete(store, "k1")
+    assert release(store) == ["k2"]  # back at its place: ahead of k4
+    assert start(store, "k2", A) is S.STARTED
+    complete(store, "k3")
+    assert release(store) == ["k4"]
+
+
+def case_a_task_first_parked_at_its_start_is_placed_by_its_submission(store: Any) -> None:
+    """A task published without the key's check (by name, a canvas member) and parked at
+    its start goes ahead of the tasks parked since it was submitted, in every layout (the
+    sharded layout put it at the back: found by review)."""
+    publish(store, "s0")  # not held at its publish
+    _next_ms(store)
+    states = [publish(store, f"t{i}", A) for i in range(3)]
+    assert states == [S.SUBMITTED, S.SUBMITTED, S.SCHEDULED]
+    assert start(store, "t0", A) is S.STARTED
+    assert start(store, "t1", A) is S.STARTED
+    assert start(store, "s0", A) is S.SCHEDULED  # full: parked, by its submission
+    complete(store, "t0")
+    assert release(store) == ["s0"]
+    assert start(store, "s0", A) is S.STARTED
+    complete(store, "t1")
+    assert release(store) == ["t2"]

@@ -24,6 +24,8 @@ CASES = [
     fair_cases.case_a_cancelled_parked_task_is_skipped,
     fair_cases.case_a_refused_publish_holds_no_place_of_its_key,
     fair_cases.case_a_bulk_publish_parks_its_members_past_the_room,
+    fair_cases.case_a_task_parked_again_keeps_its_place,
+    fair_cases.case_a_task_first_parked_at_its_start_is_placed_by_its_submission,
 ]
 
 
@@ -89,3 +91,22 @@ def test_a_bulk_publish_whose_admits_fail_holds_no_place(
         assert store.client.zcard(key) == 0, key
     assert [fair_cases.publish(store, f"n{i}", A) for i in range(3)] == [
         TaskState.SUBMITTED, TaskState.SUBMITTED, TaskState.SCHEDULED]
+
+
+def test_a_release_whose_places_are_not_recorded_still_releases(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The release pass writes each released task's place on its record after the release
+    applied: a store gone meanwhile loses the places (logged), never the release, whose
+    tasks must still be published; such a task parked again is placed by its submission."""
+    A = fair_cases.A
+    assert [fair_cases.publish(store, f"g{i}", A) for i in range(3)] == [
+        TaskState.SUBMITTED, TaskState.SUBMITTED, TaskState.SCHEDULED]
+    fair_cases.start(store, "g0", A)
+    fair_cases.complete(store, "g0")
+
+    def gone(*args: Any, **kwargs: Any) -> Any:
+        raise redis.ConnectionError("gone")
+
+    monkeypatch.setattr(store, "_fan", gone)
+    assert fair_cases.release(store) == ["g2"]
+    assert store.client.hget(store.keys_of("g2").task("g2"), "fp") is None

@@ -114,6 +114,29 @@ def test_the_parked_reason_names_the_key_by_its_digest_only() -> None:
     fair_cases.case_a_cancelled_parked_task_is_skipped,
     fair_cases.case_a_refused_publish_holds_no_place_of_its_key,
     fair_cases.case_a_bulk_publish_parks_its_members_past_the_room,
+    fair_cases.case_a_task_parked_again_keeps_its_place,
+    fair_cases.case_a_task_first_parked_at_its_start_is_placed_by_its_submission,
 ])
 def test_the_in_memory_kit_keeps_the_rules(case: Any) -> None:
     case(InMemoryStore())
+
+
+def test_the_kits_on_their_way_entries_expire_on_its_clock() -> None:
+    """As in Redis, a publish let through (or a parked task released) whose task has not
+    started stops holding its key's room ``ON_THE_WAY_MS`` after it was sent (its message
+    lost); the kit's entries never expired (found by review)."""
+    from jobbers_celery.store.fairshare import ON_THE_WAY_MS
+
+    A, S, publish, release = fair_cases.A, fair_cases.S, fair_cases.publish, fair_cases.release
+    store = InMemoryStore()
+    assert [publish(store, f"e{i}", A) for i in range(4)] == [
+        S.SUBMITTED, S.SUBMITTED, S.SCHEDULED, S.SCHEDULED]
+    store.advance(ON_THE_WAY_MS / 1000 - 1)
+    assert release(store) == []  # e0 and e1 still on their way
+    assert [(h.parked, h.released) for h in store.fair_held()] == [(2, 2)]
+    store.advance(1)
+    assert [(h.parked, h.released) for h in store.fair_held()] == [(2, 0)]
+    assert release(store) == ["e2", "e3"]  # their room is back, first in first out
+    store.advance(ON_THE_WAY_MS / 1000)
+    assert publish(store, "e4", A) is S.SUBMITTED  # the released ones expired too
+    assert fair_cases.start(store, "e0", A) is S.STARTED  # a late message still runs

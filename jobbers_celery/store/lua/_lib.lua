@@ -374,9 +374,9 @@ end
 -- live, so an attempt that ended or whose worker died stops counting without a write of
 -- its own (pruned here, O(cap)). Past the cap a task is parked: scheduled with run_at =
 -- now + park_ms (a backstop only: the release pass, fair.lua, makes it due when its key
--- has room), entered in its key's first-in-first-out set f.p (scored by first submission,
--- so a task parked again keeps its place). A key with parked tasks starts only the ones
--- released (f.r, counted until they start or their release expires), oldest first.
+-- has room), entered in its key's first-in-first-out set f.p (scored by its place: see
+-- fair_place). A key with parked tasks starts only the ones released (f.r, counted until
+-- they start or their release expires), oldest first.
 
 -- the key's started tasks whose lease is live (others pruned)
 local function fair_running(conc, running, now)
@@ -421,6 +421,18 @@ local function fair_park(f, id, cap, score, now)
   redis.call('ZREM', f.r, id)
   redis.call('ZADD', f.i, 'NX', now, f.m)
   redis.call('HSET', f.caps, f.m, cap)
+end
+
+-- The place of a task parked at its start (every layout; the in-memory kit's _place too):
+-- the place it had in its key's list when the release pass last took it out (the record's
+-- field fp, written by store/fairshare.py's release), so that a task released and parked
+-- again (its key full again by the time it started: its release expired, or its message
+-- came back by its backstop) goes back ahead of the tasks parked after it, not behind
+-- them; else, never parked, its first submission (sub_at); else now. One parked at its
+-- publish is placed at now (its submission). A task still in the list keeps its score
+-- (fair_park: NX). fair.lua's take (sharded) is given the record's two fields.
+local function fair_place(fp, sub_at, now)
+  return tonumber(fp or '') or tonumber(sub_at or '') or now
 end
 
 -- the history reason of a parked task
@@ -526,7 +538,8 @@ local function step(ctx, task, spec)
       reason = 'max_concurrent=' .. spec.cap .. ' reached: deferred, no retry used'
       if spec.fair then
         if spec.cap_held == nil then  -- sharded: parked in the global slot by fair.lua
-          fair_park(spec.fair, spec.id, spec.cap, tonumber(got[7] or '') or now, now)
+          fair_park(spec.fair, spec.id, spec.cap,
+            fair_place(redis.call('HGET', task, 'fp'), got[7], now), now)
         end
         delay_ms = spec.fair.park_ms
         reason = fair_reason(spec.fair, spec.cap)
