@@ -37,6 +37,8 @@ ix         the argument-index digests it is entered under, space-separated (see
 ql         the running attempt's queue latency, ms (counted in the history when it ends)
 uq         a unique task's lock: ``<s|e|w>:<ttl ms>:<key digest>`` (until start, end or a
            window; see core/unique.py and ``Keys.unique``)
+fp         a fair-share task's place (score) in its key's parked list when the release
+           pass took it out: parked again at its start, it goes back there (fair.lua)
 hn, h<n>   history: count, and entry n (format in _lib.lua)
 =========  ==============================================================
 
@@ -231,7 +233,8 @@ class Keys:
 
     def fair_parked(self, name: str, digest: str) -> str:
         """Sorted set: the ``name`` tasks of key ``digest`` parked past its cap, scored by
-        first submission (first in, first out)."""
+        the time each was first parked (first in, first out; one parked again at its start
+        keeps its place, see ``fp``)."""
         return f"{self._ns}:fs:p:{digest}:{name}"
 
     def fair_released(self, name: str, digest: str) -> str:
