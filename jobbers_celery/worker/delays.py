@@ -57,7 +57,9 @@ class Delays:
         instead (the options are built as Celery's ``apply_async`` builds them).
         ``fair`` (fair shares, no delay): parked the same way when its key has no room,
         else published now from what was recorded, as the scheduler publishes a due task
-        (``None``: it goes out as Celery's publish)."""
+        (``None``: it goes out as Celery's publish); a first publish, a chain's link, or
+        a retry (``retries``), whose record, ``unsubmitted`` since its attempt ended,
+        takes the step and keeps its retry count."""
         check = getattr(task, "__header__", None) if task.typing else None
         if check is not None:
             check(*(args or ()), **(kwargs or {}))  # the TypeError apply_async raises
@@ -115,7 +117,10 @@ class Delays:
         if fair is not None and res.applied and res.state is S.SUBMITTED:
             if self.publisher is None:  # (a Delays built without one: none in a worker)
                 raise RuntimeError("a fair-share publish needs the publisher")
-            self.publisher.republish(task_id, task.name, data, 0, res.now_ms)
+            # a retry's message says its retry count, as its record does (a parked retry
+            # is released with the record's)
+            self.publisher.republish(task_id, task.name, data,
+                                     int(options.get("retries") or 0), res.now_ms)
             return task.AsyncResult(task_id)
         if fair is not None and not res.applied:
             return None  # not recorded here (an id already known): Celery's own publish

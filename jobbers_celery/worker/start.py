@@ -26,7 +26,7 @@ from jobbers_celery.core.workflow import HEADER_WORKFLOW
 from jobbers_celery.lifecycle import liveness
 from jobbers_celery.lifecycle import payload as pl
 from jobbers_celery.lifecycle.publisher import internal_publish_ms
-from jobbers_celery.lifecycle.scheduler import release_and_publish
+from jobbers_celery.lifecycle.scheduler import call_fair_key, release_and_publish
 from jobbers_celery.store import UNREACHABLE, StepResult
 from jobbers_celery.worker.outage import HEADER_GIVEN_BACK, Delivery, Handover
 
@@ -223,29 +223,26 @@ class Starter:
             d.retries, workflow=canvas)
 
 
-def call_fair_key(task: Any, args: Any, kwargs: Any) -> FairKey | None:
-    """The key a call of ``task`` with ``args``/``kwargs`` counts under (``None``: not a
-    ``concurrency_key`` task, or arguments that give no key, which its start fails)."""
-    opts: TaskOptions | None = getattr(task, "jobbers_options", None)
-    if opts is None or opts.concurrency_key is None or not opts.max_concurrent:
-        return None
-    try:
-        digest = opts.concurrency_key.digest(getattr(task, "run", None), args or (),
-                                             kwargs or {})
-    except ConcurrencyKeyError:
-        return None
-    return FairKey(digest, opts.max_concurrent)
-
-
 def fair_publish_key(task: Any, args: Any, kwargs: Any, options: dict[str, Any]
                      ) -> FairKey | None:
-    """The key of a publish of a ``concurrency_key`` task (``None``: none, or a publish
-    that goes out as Celery's: a canvas member, a message put back, a key its arguments do
-    not give, which its start then refuses)."""
-    if options.get("chain") or options.get("chord") or options.get("group_id") \
-            or options.get("link") or options.get("link_error") or options.get("producer") \
-            or options.get("retries") or internal_publish_ms() is not None:
-        return None  # a canvas member, a retry, a republish: the usual way (parked at start)
+    """The key of a publish of a ``concurrency_key`` task, which its publish parks when
+    the key has no room: a first publish, a chain's link (``chain`` in its options: the
+    first by the client, each next one by the worker as the link before it ends; the
+    chain's remaining links, and the group and chord of a chain's last link in a group
+    or a chord's header, go with it in its record), a running task's request published
+    again (its options, ``retries`` and ``chain`` among them: an immediate retry,
+    published once its attempt ended, or a resubmit at the worker's shutdown), of any
+    task, a canvas member's too (its record holds its group, chord and chain, as a
+    delayed retry's does). ``None``:
+    none, or a publish that goes out as Celery's: a group's or a chord header's member
+    (its group's bulk publish parks it, see
+    :func:`~jobbers_celery.worker.taskpublish.fair_member_key`), a republish, a key its
+    arguments do not give (its start then refuses it)."""
+    if internal_publish_ms() is not None:
+        return None  # a republish: its submission is recorded already
+    if not options.get("retries") and "chain" not in options \
+            and (options.get("chord") or options.get("group_id") or options.get("producer")):
+        return None  # a group's or a chord header's member: the group's bulk publish's
     return call_fair_key(task, args, kwargs)
 
 

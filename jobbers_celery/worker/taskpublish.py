@@ -4,8 +4,9 @@ published once the attempt is over).
 
 A delay, a first publish's ``countdown``/``eta`` or a retry's backoff, waits in the store
 (:mod:`~jobbers_celery.worker.delays`), never in an ETA message at the broker; a fair-share
-task whose key has no room is parked there too, and so is a group's member, by the group's
-bulk publish (:func:`fair_member_key`).
+task whose key has no room is parked there too (a first publish, a chain's link, a retry:
+:func:`~jobbers_celery.worker.start.fair_publish_key`), and so is a group's member, by the
+group's bulk publish (:func:`fair_member_key`).
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ def fair_member_key(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
     as a single publish is parked (:func:`~jobbers_celery.worker.start.fair_publish_key`):
     else the broker would get all of a large tenant's group, and a small tenant's task
     published after it wait for every one to be pulled. ``None``: another publish, a
-    chain's member, a retry, a republish, a delivery put back, a call whose arguments give
-    no key (its start refuses it)."""
+    chain's link (a chain that is a group's member too) or a retry (a single publish's
+    step parks those: ``fair_publish_key``), a republish, a delivery put back, a call
+    whose arguments give no key (its start refuses it)."""
     opts: TaskOptions | None = getattr(task, "jobbers_options", None)
     if opts is None or opts.concurrency_key is None:  # most tasks: one attribute read
         return None
@@ -60,6 +62,39 @@ def fair_member_key(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
             or internal_publish_ms() is not None or publishing_unrecorded():
         return None
     return call_fair_key(task, args, kwargs)
+
+
+#: ``send_task`` arguments a task's ``apply_async`` cannot be handed (Celery's
+#: ``apply_async`` passes its own, or they steer how the message is made).
+_NOT_APPLY = frozenset({"task_type", "result_cls", "connection", "router", "publisher",
+                        "route_name"})
+
+
+def fair_send_task(app: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``app.send_task(name, args, kwargs, **options)`` (``args``/``kwargs``: the call's) of
+    a task ``app`` has registered, a JobbersTask with a ``concurrency_key``, published by
+    name (not by its own ``apply_async``, whose ``send_task`` names it: ``task_type``):
+    that task's ``apply_async`` instead, so that its publish parks it when its key has no
+    room, as ``delay`` would. Returns its ``AsyncResult``, or ``None``: not such a
+    publish (a task not registered here, a republish, a message put back, arguments
+    ``apply_async`` cannot take): ``send_task`` as Celery's (parked at its start).
+
+    For the wrapper of ``app.send_task`` (``install``), before it sends."""
+    options = dict(kwargs)
+    name = args[0] if args else options.pop("name", None)
+    if not isinstance(name, str) or len(args) > 3 or _NOT_APPLY & options.keys() \
+            or internal_publish_ms() is not None or publishing_unrecorded():
+        return None
+    task = app.tasks.get(name)
+    opts: TaskOptions | None = getattr(task, "jobbers_options", None)
+    if opts is None or opts.concurrency_key is None or not isinstance(task, PublishMixin):
+        return None
+    call_args = args[1] if len(args) > 1 else options.pop("args", None)
+    call_kwargs = args[2] if len(args) > 2 else options.pop("kwargs", None)
+    return task.apply_async(call_args, call_kwargs, options.pop("task_id", None),
+                            options.pop("producer", None), options.pop("link", None),
+                            options.pop("link_error", None), options.pop("shadow", None),
+                            **options)
 
 
 class PublishMixin(TaskBase):

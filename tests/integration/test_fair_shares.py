@@ -183,6 +183,77 @@ def test_a_large_tenants_group_is_held_back_at_publish(fair, workers):
     assert jobbers.store.fair_held() == []
 
 
+def _parked_at_start(jobbers: Any, task_id: str) -> int:
+    """How many times ``task_id`` was parked by a worker's start step (which records its
+    worker; a publish's or the scheduler's park records none): its message had reached
+    the broker."""
+    return sum(1 for t in jobbers.history(task_id)
+               if (t.from_state, t.to_state) == (S.SUBMITTED, S.SCHEDULED)
+               and PARKED in (t.reason or "") and t.worker)
+
+
+def _parked_when_due(jobbers: Any, task_id: str) -> bool:
+    """Whether the scheduler parked ``task_id`` as it came due (``run_at reached``, then
+    parked by that publish's step, no worker)."""
+    moves = [(t.reason or "", t.worker) for t in jobbers.history(task_id)]
+    return any(reason == "run_at reached" and PARKED in after[0] and not after[1]
+               for (reason, _), after in pairwise(moves))
+
+
+@pytest.mark.parametrize(("fair", "workers"), [(1, 1), (4, 4)], indirect=True,
+                         ids=["one-shard", "four-shards"])
+def test_a_large_tenants_countdown_backlog_is_parked_when_it_comes_due(fair, workers):
+    """A large tenant's backlog published with a countdown (it waits in the store), all
+    coming due at once: the scheduler's publish of each parks it when its key has no room,
+    so the broker never holds more than the key's cap of them, none is parked at its start
+    (none reached the broker to be), and a small tenant's task published once they are due
+    starts within the page's bound, ``(K x max_concurrent / S + 1) x T``. Each is decided
+    once, by the scheduler holding the lease, though two or four workers' schedulers read
+    it due."""
+    jobbers, client = fair.jobbers, fair.jobbers.store.client
+    key = f"fair-{uuid.uuid4().hex[:8]}"
+    n, seconds = (200, 0.05) if not jobbers.store.sharded else (60, 0.05)
+    big = [fair.work.apply_async((key, "big", seconds), countdown=1.0).id for _ in range(n)]
+    queued = [_queued(client)]
+
+    def due_parked() -> int:
+        queued.append(_queued(client))
+        return sum(1 for i in big if _parked_when_due(jobbers, i))
+
+    wait_for(lambda: due_parked() >= n // 2, timeout=30, interval=0.02,
+             message="the big tenant's due tasks to be parked by the scheduler")
+    small = fair.work.delay(key, "small", 0.0).id
+    wait_for(lambda: queued.append(_queued(client)) or
+             jobbers.get(small).state is S.COMPLETED, timeout=30, interval=0.01,
+             message="the small tenant's task")
+    record = jobbers.get(small)
+    wait = (record.started_at - record.submitted_at).total_seconds()
+    big_left = n - int(client.llen(f"{key}:done")) + 1
+    wait_for(lambda: queued.append(_queued(client)) or
+             int(client.llen(f"{key}:done")) >= n + 1, timeout=90, interval=0.05,
+             message="every task of the backlog to run")
+    at_start = sum(_parked_at_start(jobbers, i) for i in big)
+    parked = sum(1 for i in big if _parked_when_due(jobbers, i))
+    # K = 2 keys, cap 2, S = 4 processes, T = the task's time plus 1 s of allowance for its
+    # overhead on a loaded test machine
+    bound = (2 * 2 / 4 + 1) * (seconds + 1.0)
+    print(f"\ncountdown backlog of {n}: broker held at most {max(queued)} message(s); "
+          f"{parked} parked when due, {at_start} at their start; small tenant's "
+          f"publish-to-start {wait:.3f}s (bound {bound:.2f}s) with {big_left} not run")
+    assert max(queued) <= 2 + 1  # the key's cap, and the small task's own message
+    assert at_start == 0
+    assert parked >= n - 4
+    decided = [sum(1 for t in jobbers.history(i) if t.reason == "run_at reached") for i in big]
+    assert decided == [1] * n  # one scheduler decides (the lease): never twice
+    assert wait <= bound
+    assert big_left >= n // 4
+    for task_id in big:
+        record = jobbers.get(task_id)
+        assert (record.state, record.attempt) == (S.COMPLETED, 1), record
+    assert int(client.get(f"{key}:big:max")) == 2
+    assert jobbers.store.fair_held() == []
+
+
 def test_a_chord_whose_header_is_a_keyed_group_gets_every_result(fair, workers):
     jobbers, client = fair.jobbers, fair.jobbers.store.client
     key = f"fair-{uuid.uuid4().hex[:8]}"
