@@ -93,6 +93,8 @@ class Recording(Protocol):
 
     def never_sent(self, task_id: str, exc: BaseException) -> object: ...
 
+    def never_released(self, task_id: str, exc: BaseException) -> object: ...
+
 
 #: A held step: its recorder, the step, the headers to stamp (the message's own dict).
 _Held = tuple[Recording, Submission, dict[str, Any]]
@@ -137,6 +139,8 @@ class _Segment:
         """Read the replies, stamp the headers, publish the messages in order; ``refused``
         is told of each member not sent because a unique task's copy holds its key."""
         made: dict[int, tuple[Recording, str]] = {}  # id(headers) -> a record this batch made
+        fair: dict[int, tuple[Recording, str, SentSteps]] = {}  # id(headers) -> a member
+        # under fair shares whose step applied (on its way, or parked)
         dup: set[int] = set()  # id(headers) of members a unique task's copy holds, or
         # parked under fair shares (their key had no room): no message is sent
         holders: dict[int, str] = {}  # id(headers) -> the holder's id, for those copies
@@ -151,6 +155,9 @@ class _Segment:
                 holder = duplicate_of(result.why)
                 if holder is not None:
                     holders[id(headers)] = holder
+                elif sub.fair is not None and result.applied \
+                        and not isinstance(sent, Exception):
+                    fair[id(headers)] = (recorder, sub.task_id, sent)
                 if holder is not None or (
                         sub.fair is not None and result.state is TaskState.SCHEDULED):
                     dup.add(id(headers))  # parked: published once its key has room
@@ -168,6 +175,7 @@ class _Segment:
                           "records each at its start", len(failed), len(items),
                           ", ".join(task_id for task_id, _ in failed[:3]),
                           type(first).__name__, first)
+        every = self.messages
         if dup:
             if refused is not None and holders:
                 for message in self.messages:
@@ -182,7 +190,40 @@ class _Segment:
                 record = made.get(id(later.get("headers")))
                 if record is not None:
                     record[0].never_sent(record[1], stop.error)
+            _unsent_fair(every, self.messages, stop, dup, fair)
             raise stop.error from None
+
+
+def _unsent_fair(every: list[Message], sendable: list[Message], stop: SendStopped,
+                 dup: set[int], fair: dict[int, tuple[Recording, str, SentSteps]]) -> None:
+    """After a message of the cut failed: the fair-share members that will never be sent
+    give their keys' places back at once (else each held one for ``ON_THE_WAY_MS``), and
+    the members parked after the failed message are cancelled, not released later: in
+    Celery, whose loop stops at the raise, they would never have been published, and the
+    caller, told the publish failed, may publish the group again. Never raises."""
+    if not fair:
+        return
+    failed = id(sendable[stop.index][1].get("headers")) if stop.index < len(sendable) else None
+    after = False
+    gone: dict[int, list[str]] = {}  # id(sent steps) -> ids
+    steps: dict[int, SentSteps] = {}
+    for _, message in every:
+        key = id(message.get("headers"))
+        after = after or key == failed
+        held = fair.get(key)
+        if held is None or not after:
+            continue
+        recorder, task_id, sent = held
+        if key in dup:
+            recorder.never_released(task_id, stop.error)  # parked: cancelled
+        gone.setdefault(id(sent), []).append(task_id)
+        steps[id(sent)] = sent
+    for ref, ids in gone.items():
+        try:
+            steps[ref].never_sent(ids)
+        except Exception:  # a place not given back expires
+            log.warning("could not give back the fair-share places of %d member(s) never "
+                        "sent", len(ids), exc_info=True)
 
 
 class PublishBatch:

@@ -206,6 +206,23 @@ class SubmitRecorder:
                         "be ended", task_id, what, exc_info=True)
             return None
 
+    def never_released(self, task_id: str, exc: BaseException) -> StepResult | None:
+        """``scheduled -> cancelled`` for a bulk publish's member parked under fair shares
+        after the member whose publish raised: as in Celery's loop, which stops at the
+        raise, it is never published (the release pass skips a cancelled one). Never
+        raises; ``None`` if the store could not be reached (it is released later)."""
+        what = errortext.cut_head(f"{type(exc).__name__}: {exc}", 300)
+        try:
+            return self.store.step(task_id, S.CANCELLED, sources=(S.SCHEDULED,),
+                                   set_fields=error_fields(exc),
+                                   reason=f"never sent: the bulk publish raised {what} "
+                                          "before its turn")
+        except Exception:
+            log.warning("the bulk publish of %s raised (%s), and its parked record could "
+                        "not be cancelled: it is released later", task_id, what,
+                        exc_info=True)
+            return None
+
     def publish_later(self, task_id: str, name: str, payload: dict[str, Any], *,
                       version: int | None, dead_letter: bool, delay_ms: int,
                       reason: str, workflow: Mapping[str, str] | None = None,

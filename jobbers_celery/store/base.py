@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -58,13 +58,24 @@ class SentSteps:
     """Steps sent to the store in one write whose replies are read later (a bulk publish
     goes on building its next members meanwhile): :meth:`results` reads them once, in the
     order sent. An entry is the step's result or the exception that stands for it (an error
-    reply, or a connection lost before its reply: the step may or may not have applied)."""
+    reply, or a connection lost before its reply: the step may or may not have applied).
+    ``unsent``: given the ids of members whose message never went (the publish stopped at
+    an error before them), gives back the places of their keys that fair shares counted
+    (a store without fair shares: ``None``)."""
 
-    __slots__ = ("_read", "_results")
+    __slots__ = ("_read", "_results", "_unsent")
 
-    def __init__(self, read: Callable[[], list[StepResult | Exception]]) -> None:
+    def __init__(self, read: Callable[[], list[StepResult | Exception]],
+                 unsent: Callable[[Collection[str]], None] | None = None) -> None:
         self._read: Callable[[], list[StepResult | Exception]] | None = read
         self._results: list[StepResult | Exception] = []
+        self._unsent = unsent
+
+    def never_sent(self, task_ids: Collection[str]) -> None:
+        """The members ``task_ids`` were never sent: their keys' places are given back at
+        once, not after ``ON_THE_WAY_MS``. Raises what the store raises."""
+        if self._unsent is not None and task_ids:
+            self._unsent(task_ids)
 
     def results(self) -> list[StepResult | Exception]:
         if self._read is not None:

@@ -8,7 +8,7 @@ replies are read later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextvars import ContextVar
 from typing import Any, cast
 
@@ -108,7 +108,12 @@ def submit_many(s: StepStore, items: Sequence[Submission]) -> SentSteps:
         _withdraw_unapplied(sharded, items, admitted, out)
         return out
 
-    return SentSteps(results)
+    def unsent(ids: Collection[str]) -> None:
+        fairshare.withdraw_many(sharded, [
+            (item.name, item.task_id, item.fair) for item in items
+            if item.fair is not None and item.name and item.task_id in ids])
+
+    return SentSteps(results, unsent)
 
 
 def _withdraw_unapplied(s: Sharded, items: Sequence[Submission],

@@ -4,13 +4,13 @@ and released tasks), on the in-memory records and the store's clock (``advance()
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from jobbers_celery.core.fairshare import FairHeld, FairKey, Released
 from jobbers_celery.core.ratelimit import RateKey
 from jobbers_celery.core.states import TaskState
 from jobbers_celery.store import fairshare as store_fairshare
-from jobbers_celery.store.base import StepResult
+from jobbers_celery.store.base import SentSteps, StepResult, Submission
 from jobbers_celery.store.fairshare import PARK_BACKSTOP_MS
 from jobbers_celery.testing.steps import MemorySteps
 
@@ -130,6 +130,23 @@ class MemoryFairShares(MemorySteps):
         return self.step(task_id, S.SCHEDULED, sources=(S.SUBMITTED,),
                          delay_ms=PARK_BACKSTOP_MS, name=name,
                          reason=fair.parked_reason)
+
+    def submit_many(self, items: Sequence[Submission]) -> SentSteps:
+        """As ``submit_many``; a member never sent gives its key's place back (``withdraw_many``
+        in Redis: neither on its way nor parked)."""
+        sent = super().submit_many(items)
+        fair = {item.task_id: (item.name, item.fair.digest) for item in items
+                if item.fair is not None and item.name}
+
+        def unsent(ids: Collection[str]) -> None:
+            with self._lock:
+                for task_id in ids:
+                    entry = self._fair().get(fair[task_id]) if task_id in fair else None
+                    if entry is not None:
+                        entry[0].pop(task_id, None)
+                        entry[1].pop(task_id, None)
+
+        return SentSteps(sent.results, unsent)
 
     def fair_release(self, limit: int = 200,
                      keys: Sequence[tuple[str, str]] | None = None) -> Released:
