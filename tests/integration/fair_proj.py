@@ -60,3 +60,11 @@ def item(key: str, tenant: str, n: int) -> int:
 def gather(values: list[int], key: str) -> None:
     """A chord's callback: its results, sorted, in ``<key>:gathered``."""
     _redis().rpush(f"{key}:gathered", *sorted(values))
+
+
+@app.task(base=JobbersTask, name="fair.link", shared=False, max_concurrent=2,
+          concurrency_key="tenant")
+def link(prev: int, key: str, tenant: str, seconds: float) -> int:
+    """A chain's link: ``fair.work``'s body, returns ``prev + 1``."""
+    work(key, tenant, seconds)
+    return prev + 1

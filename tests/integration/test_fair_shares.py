@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from celery import chord, group
+from celery import chain, chord, group
 
 from jobbers_celery import TaskState, get_jobbers
 from tests.conftest import ROOT, Worker, start_worker, subprocess_env, wait_for
@@ -248,6 +248,53 @@ def test_a_large_tenants_countdown_backlog_is_parked_when_it_comes_due(fair, wor
     assert wait <= bound
     assert big_left >= n // 4
     for task_id in big:
+        record = jobbers.get(task_id)
+        assert (record.state, record.attempt) == (S.COMPLETED, 1), record
+    assert int(client.get(f"{key}:big:max")) == 2
+    assert jobbers.store.fair_held() == []
+
+
+@pytest.mark.parametrize(("fair", "workers"), [(1, 1)], indirect=True, ids=["one-shard"])
+def test_a_large_tenants_chains_are_parked_link_by_link(fair, workers):
+    """A large tenant's 60 chains of 3 links published at once, then a small tenant's task:
+    each first link past the key's room is parked by the chain's publish, each next link by
+    the worker's publish as the link before it ends, none at its start; the broker never
+    holds more than the key's cap of them; the small task starts within the bound; every
+    chain runs all its links (the parked links carried the rest of their chain)."""
+    jobbers, client = fair.jobbers, fair.jobbers.store.client
+    key = f"fair-{uuid.uuid4().hex[:8]}"
+    n, seconds = 60, 0.02
+    chains = [chain(fair.link.s(0, key, "big", seconds),
+                    fair.link.s(key=key, tenant="big", seconds=seconds),
+                    fair.link.s(key=key, tenant="big", seconds=seconds)).apply_async()
+              for _ in range(n)]
+    queued = [_queued(client)]
+    small = fair.work.delay(key, "small", 0.0).id
+    wait_for(lambda: queued.append(_queued(client)) or
+             jobbers.get(small).state is S.COMPLETED, timeout=30, interval=0.01,
+             message="the small tenant's task")
+    record = jobbers.get(small)
+    wait = (record.started_at - record.submitted_at).total_seconds()
+    assert [c.get(timeout=120) for c in chains] == [3] * n
+    links = []
+    for last in chains:
+        node = last
+        while node is not None:
+            links.append(node.id)
+            node = node.parent
+    at_start = sum(_parked_at_start(jobbers, i) for i in links)
+    parked = sum(1 for i in links if any(
+        PARKED in (t.reason or "") and not t.worker for t in jobbers.history(i)))
+    bound = (2 * 2 / 4 + 1) * (seconds + 1.0)
+    print(f"\n{n} chains of 3: broker held at most {max(queued)} message(s); {parked} of "
+          f"{len(links)} links parked at their publish, {at_start} at their start; small "
+          f"tenant's publish-to-start {wait:.3f}s (bound {bound:.2f}s)")
+    assert len(links) == 3 * n
+    assert max(queued) <= 2 + 1
+    assert at_start == 0
+    assert parked >= 3 * n - 4
+    assert wait <= bound
+    for task_id in links:
         record = jobbers.get(task_id)
         assert (record.state, record.attempt) == (S.COMPLETED, 1), record
     assert int(client.get(f"{key}:big:max")) == 2
