@@ -22,7 +22,7 @@ from jobbers_celery.lifecycle import bodyjson, bulk, publisher
 from jobbers_celery.lifecycle.recorder import publishing
 from jobbers_celery.telemetry import metrics
 from jobbers_celery.worker import bulk as bulk_publish
-from jobbers_celery.worker import canvas, logfilter, periodic, signals, taskrepr
+from jobbers_celery.worker import canvas, logfilter, periodic, signals, taskpublish, taskrepr
 from jobbers_celery.worker.pause import PauseStep, SourceStep
 from jobbers_celery.worker.refusals import RefusalStep, connect_refusals
 from jobbers_celery.worker.runtime import ShutdownStep, WorkerStep
@@ -75,11 +75,17 @@ def _mark_publishes(app: Celery) -> None:
     ``before_task_publish`` names only the task and two apps of one process may register
     the same name: the sending app's store must record it. A publish that raises (an
     argument kombu cannot encode, a broker it cannot reach) ends the ``submitted`` record it
-    made, ``dropped`` at once (:func:`~jobbers_celery.lifecycle.recorder.publishing`)."""
+    made, ``dropped`` at once (:func:`~jobbers_celery.lifecycle.recorder.publishing`). A
+    fair-share task the app registers, sent by name, is published by its own
+    ``apply_async`` (:func:`~jobbers_celery.worker.taskpublish.fair_send_task`), which
+    parks it when its key has no room."""
     send_task = app.send_task
 
     @functools.wraps(send_task)
     def send_task_marked(*args: Any, **kwargs: Any) -> Any:
+        by_name = taskpublish.fair_send_task(app, args, kwargs)
+        if by_name is not None:  # a registered fair-share task sent by name: its apply_async
+            return by_name
         token = publisher.mark_publishing(app)  # no context manager: on every publish
         batched = bulk.enter(kwargs.get("producer"))  # held by a group's bulk publish?
         try:

@@ -195,8 +195,7 @@ def test_send_task_by_name_of_a_registered_keyed_task_is_its_apply_async(
     running = hold.delay("byname")
     wait_for(lambda: (r := jobbers.get(running.id)) is not None and r.state is S.STARTED,
              timeout=10, message="hold started")
-    sent = fair_send_task(app, ("fp.hold",), {"kwargs": {"tenant": "byname"}})
-    assert sent is not None
+    sent = app.send_task("fp.hold", kwargs={"tenant": "byname"})  # as a user types it
     assert _moves(jobbers, sent.id) == [("submitted", "published"),
                                          ("scheduled", _parked("byname"))]
     assert sent.id not in SENT
