@@ -83,9 +83,10 @@ def _mark_publishes(app: Celery) -> None:
 
     @functools.wraps(send_task)
     def send_task_marked(*args: Any, **kwargs: Any) -> Any:
-        by_name = taskpublish.fair_send_task(app, args, kwargs)
-        if by_name is not None:  # a registered fair-share task sent by name: its apply_async
-            return by_name
+        if "task_type" not in kwargs:  # by name (a task's apply_async names itself)
+            by_name = taskpublish.fair_send_task(app, args, kwargs)
+            if by_name is not None:  # a registered fair-share task: its apply_async
+                return by_name
         token = publisher.mark_publishing(app)  # no context manager: on every publish
         batched = bulk.enter(kwargs.get("producer"))  # held by a group's bulk publish?
         try:
