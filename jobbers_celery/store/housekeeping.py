@@ -213,7 +213,7 @@ def _recover_unique(s: Sharded, shard: int, items: Sequence[tuple[str, str, str,
     fresh: set[str] = set()  # the locks taken now, given back if not recovered
     for task_id, item in info.items():
         try:
-            holder, took = prechecks.take_unique(s, task_id, str(item["uq"]))
+            holder, took = _take_for_recovery(s, task_id, str(item["uq"]))
         except redis.RedisError as exc:
             log.warning("stalled task %s is judged again on a later pass (its unique lock "
                         "could not be taken): %s", task_id, exc)
@@ -239,6 +239,21 @@ def _recover_unique(s: Sharded, shard: int, items: Sequence[tuple[str, str, str,
     for task_id in fresh & not_recovered:
         prechecks.free_applied(s, task_id, str(info[task_id]["uq"]))
     return StallVerdict(part.recovered, part.dead, part.stalled, part.kept + left)
+
+
+def _take_for_recovery(s: Sharded, task_id: str, uq: str) -> tuple[str | None, bool]:
+    """:func:`prechecks.take_unique` for the recovery of a copy the first ``stall.lua``
+    call left started: no delete of its lock can be in flight (none of its steps reached
+    the lock's point), so a lock naming it already is held without counting it re-taken
+    (``uniq.lua``), and its delete at the recovered copy's point is not skipped. A lock
+    held by another copy (or naming one gone) goes through ``take_unique``."""
+    parts = uq.split(":")
+    if len(parts) == 3:
+        holder, pttl = s._scripts["uniq"](keys=[s.keys.unique(parts[2])],
+                                          args=["take", task_id, parts[1], "", "1"])
+        if not holder:
+            return None, not int(pttl)
+    return prechecks.take_unique(s, task_id, uq)
 
 
 def _read_back(s: Sharded, info: Mapping[str, dict[str, Any]], locks: Mapping[str, str],

@@ -1,15 +1,18 @@
 """The sharded layout frees a unique lock with a call after the step that reached the
 lock's point (``uniq.lua`` 'free', which deletes the key if it names that task id). A
-copy of the same id that takes the lock again between that step and that call (a DLQ or
-manual resubmit, another resubmit of it at once) loses it to the late delete: its record
-is back in ``submitted``, its lock key is gone, and a publish of another copy of its key is
-accepted, so two copies would run. The interleavings are forced here by running the other
-call from inside the first one's ``uniq.lua`` call.
+copy of the same id that took the lock again between that step and that call (a DLQ or
+manual resubmit, another resubmit of it at once) lost it to the late delete: its record
+back in ``submitted``, its lock key gone, a publish of another copy of its key accepted,
+so two copies would run. Now a take that finds the lock naming its task counts it
+re-taken, and the next delete by that task is skipped (``uniq.lua``): the resubmitted
+copy keeps the lock, and its own end deletes it. The interleavings are forced by running
+the other call from inside the first one's ``uniq.lua`` call, on 4 and 16 shards (one
+Redis is not concerned: there the step deletes the lock itself).
 
-Pending (xfail, strict): fencing the delete needs the step that reaches the lock's point to
-carry what the lock was taken with (a generation the take returns, kept in the record,
-returned by the step and matched by 'free'), in ``prechecks.py``, ``steps.py`` and
-``_lib.lua``. One Redis is not concerned: there the step deletes the lock itself.
+The price, also tested: a take that found the lock naming its task when no delete was in
+flight (a window's lock, which its end keeps) skips the delete at the copy's next point;
+the key left names a copy past its point, which counts as free (the next publish takes it
+over), as a key whose delete was lost does.
 """
 
 from __future__ import annotations
@@ -21,19 +24,12 @@ from typing import Any, cast
 import pytest
 
 from jobbers_celery.core.states import RESUBMITTABLE, TaskState
+from jobbers_celery.core.unique import Until
 from jobbers_celery.store import RedisStore
 from tests.integration.store_helpers import NAME
-from tests.integration.unique_cases import WID, digest, publish, start, state_of, uq
+from tests.integration.unique_cases import WID, digest, lock, publish, start, state_of, uq
 
-pytestmark = [
-    pytest.mark.redis,
-    pytest.mark.xfail(
-        strict=True,
-        raises=AssertionError,
-        reason="pending: uniq.lua 'free' compares the task id only, so a late delete "
-        "removes the lock a resubmit of the same id took meanwhile",
-    ),
-]
+pytestmark = [pytest.mark.redis]
 
 S = TaskState
 SHARDED = [4, 16]
@@ -92,6 +88,7 @@ def test_a_resubmit_between_an_end_and_its_lock_delete_keeps_the_lock(
     assert state_of(store, "a") is S.SUBMITTED  # resubmitted: it will run again
     assert store.unique_holder(digest(field)) == "a"
     assert publish(store, "b", field).why == "duplicate:a"
+    ends_and_deletes_its_lock(store, "a", field)
 
 
 @pytest.mark.parametrize("shards", SHARDED)
@@ -110,3 +107,31 @@ def test_two_resubmits_at_once_keep_the_lock(make_store: Any, shards: int) -> No
     assert state_of(store, "a") is S.SUBMITTED
     assert store.unique_holder(digest(field)) == "a"
     assert publish(store, "b", field).why == "duplicate:a"
+    ends_and_deletes_its_lock(store, "a", field)
+
+
+def ends_and_deletes_its_lock(store: RedisStore, task_id: str, field: str) -> None:
+    """The resubmitted copy runs (its second attempt) and completes: that end deletes the
+    lock key (the late delete was the one skipped), and another copy is accepted."""
+    start(store, task_id)
+    assert store.step(task_id, S.COMPLETED, fence=2, wid=WID, name=NAME).applied
+    assert store.client.exists(lock(store, field)) == 0
+    assert publish(store, "c", field).applied
+
+
+@pytest.mark.parametrize("shards", SHARDED)
+def test_a_skipped_delete_leaves_a_key_that_counts_as_free(make_store: Any, shards: int) -> None:
+    """A window's copy fails (its window goes on), is resubmitted (its take finds the lock
+    naming it: counted re-taken, though no delete was in flight), then cancelled: that
+    cancel's delete is the one skipped. The key left names a cancelled copy: free for
+    every reader, and the next publish takes it over."""
+    store = make_store(prefix=f"stalefree3{shards}", shards=shards)
+    field = uq(Until.WINDOW)
+    failed(store, "a", field)
+    assert store.unique_holder(digest(field)) == "a"  # the window outlives the copy
+    assert resubmit(store, "a").applied
+    assert store.cancel("a", "not wanted").outcome == "cancelled"
+    assert store.client.get(lock(store, field)) == "a"  # not deleted
+    assert store.unique_holder(digest(field)) is None
+    assert publish(store, "b", field).applied
+    assert store.unique_holder(digest(field)) == "b"
