@@ -213,7 +213,7 @@ def _recover_unique(s: Sharded, shard: int, items: Sequence[tuple[str, str, str,
     fresh: set[str] = set()  # the locks taken now, given back if not recovered
     for task_id, item in info.items():
         try:
-            holder, took = _take_for_recovery(s, task_id, str(item["uq"]))
+            holder, took = prechecks.take_unique(s, task_id, str(item["uq"]))
         except redis.RedisError as exc:
             log.warning("stalled task %s is judged again on a later pass (its unique lock "
                         "could not be taken): %s", task_id, exc)
@@ -233,7 +233,7 @@ def _recover_unique(s: Sharded, shard: int, items: Sequence[tuple[str, str, str,
         done = {str(i["id"]) for i in part.recovered}
     for task_id in done:
         if locks[task_id] == "held" and task_id not in fresh:
-            prechecks.renew_unique(s, task_id, str(info[task_id]["uq"]))
+            _renew_recovered(s, task_id, str(info[task_id]["uq"]))
     # a lock whose recovery's outcome is unknown is kept: if it applied, the resubmitted
     # copy needs it; if not, the holder-record check and its expiry free it
     for task_id in fresh & not_recovered:
@@ -241,19 +241,20 @@ def _recover_unique(s: Sharded, shard: int, items: Sequence[tuple[str, str, str,
     return StallVerdict(part.recovered, part.dead, part.stalled, part.kept + left)
 
 
-def _take_for_recovery(s: Sharded, task_id: str, uq: str) -> tuple[str | None, bool]:
-    """:func:`prechecks.take_unique` for the recovery of a copy the first ``stall.lua``
-    call left started: no delete of its lock can be in flight (none of its steps reached
-    the lock's point), so a lock naming it already is held without counting it re-taken
-    (``uniq.lua``), and its delete at the recovered copy's point is not skipped. A lock
-    held by another copy (or naming one gone) goes through ``take_unique``."""
+def _renew_recovered(s: Sharded, task_id: str, uq: str) -> None:
+    """:func:`prechecks.renew_unique` for a recovery that applied while its task held the
+    lock already: the copy was started, none of its steps reached the lock's point, so no
+    delete of its lock can be in flight, and the renewal does not count it re-taken
+    (``uniq.lua``): the recovered copy's point deletes the key. Lost if the store went away
+    (logged): the lock keeps its expiry."""
     parts = uq.split(":")
-    if len(parts) == 3:
-        holder, pttl = s._scripts["uniq"](keys=[s.keys.unique(parts[2])],
-                                          args=["take", task_id, parts[1], "", "1"])
-        if not holder:
-            return None, not int(pttl)
-    return prechecks.take_unique(s, task_id, uq)
+    if len(parts) != 3:
+        return
+    try:
+        s._scripts["uniq"](keys=[s.keys.unique(parts[2])],
+                           args=["renew", task_id, parts[1], "1"])
+    except redis.RedisError as exc:
+        log.warning("the unique lock of %s keeps its expiry (not renewed): %s", task_id, exc)
 
 
 def _read_back(s: Sharded, info: Mapping[str, dict[str, Any]], locks: Mapping[str, str],

@@ -3,16 +3,16 @@ lock's point (``uniq.lua`` 'free', which deletes the key if it names that task i
 copy of the same id that took the lock again between that step and that call (a DLQ or
 manual resubmit, another resubmit of it at once) lost it to the late delete: its record
 back in ``submitted``, its lock key gone, a publish of another copy of its key accepted,
-so two copies would run. Now a take that finds the lock naming its task counts it
-re-taken, and the next delete by that task is skipped (``uniq.lua``): the resubmitted
-copy keeps the lock, and its own end deletes it. The interleavings are forced by running
+so two copies would run. Now a resubmit that applied while its task held the lock
+already counts it re-taken (its renewal, ``uniq.lua``), and the next delete by that task
+is skipped: the resubmitted copy keeps the lock, and its own end deletes it. The interleavings are forced by running
 the other call from inside the first one's ``uniq.lua`` call, on 4 and 16 shards (one
 Redis is not concerned: there the step deletes the lock itself).
 
-The price, also tested: a take that found the lock naming its task when no delete was in
-flight (a window's lock, which its end keeps) skips the delete at the copy's next point;
-the key left names a copy past its point, which counts as free (the next publish takes it
-over), as a key whose delete was lost does.
+The price, also tested: a resubmit that found the lock naming its task when no delete was
+in flight (a window's lock, which its end keeps) skips the delete at the copy's next
+point; the key left names a copy past its point, which counts as free (the next publish
+takes it over), as a key whose delete was lost does.
 """
 
 from __future__ import annotations
@@ -121,8 +121,8 @@ def ends_and_deletes_its_lock(store: RedisStore, task_id: str, field: str) -> No
 
 @pytest.mark.parametrize("shards", SHARDED)
 def test_a_skipped_delete_leaves_a_key_that_counts_as_free(make_store: Any, shards: int) -> None:
-    """A window's copy fails (its window goes on), is resubmitted (its take finds the lock
-    naming it: counted re-taken, though no delete was in flight), then cancelled: that
+    """A window's copy fails (its window goes on), is resubmitted (the lock naming it
+    already: counted re-taken, though no delete was in flight), then cancelled: that
     cancel's delete is the one skipped. The key left names a cancelled copy: free for
     every reader, and the next publish takes it over."""
     store = make_store(prefix=f"stalefree3{shards}", shards=shards)
@@ -135,3 +135,19 @@ def test_a_skipped_delete_leaves_a_key_that_counts_as_free(make_store: Any, shar
     assert store.unique_holder(digest(field)) is None
     assert publish(store, "b", field).applied
     assert store.unique_holder(digest(field)) == "b"
+
+
+@pytest.mark.parametrize("shards", SHARDED)
+def test_a_republish_of_the_same_id_does_not_count(make_store: Any, shards: int) -> None:
+    """A copy re-queued (``started -> unsubmitted``, a retry at once or a shutdown's
+    resubmit) and published again under its id: its take finds the lock naming it, and
+    its step applies, but no delete can be in flight (it has not reached the lock's point):
+    nothing is counted, so the copy's end deletes the key."""
+    store = make_store(prefix=f"stalefree4{shards}", shards=shards)
+    field = uq()
+    assert publish(store, "a", field).applied
+    start(store, "a")
+    assert store.step("a", S.UNSUBMITTED, fence=1, wid=WID, name=NAME, reason="again").applied
+    assert publish(store, "a", field).applied
+    assert publish(store, "b", field).why == "duplicate:a"
+    ends_and_deletes_its_lock(store, "a", field)

@@ -6,21 +6,24 @@
 -- caller reads the holder's record (another slot) and takes the lock over with 'swap'.
 -- KEYS[1] the lock
 -- ARGV[1] 'take', 'swap', 'renew' or 'free'; ARGV[2] the task id; take, swap and renew:
--- ARGV[3] the expiry ms; swap: ARGV[4] the holder found gone; take: ARGV[5] '1' when no
--- delete of a lock the task holds can be in flight (the cleaner's recovery of a copy
--- still started: none of its steps reached the lock's point)
+-- ARGV[3] the expiry ms; swap: ARGV[4] the holder found gone; renew: ARGV[4] '1' when no
+-- delete of the lock can be in flight (the cleaner's recovery of a copy still started,
+-- none of whose steps reached the lock's point)
 -- 'renew' follows a resubmit (a stall recovery too) that applied while its task held the
 -- lock already: the lock gets its expiry again (one that lapsed meanwhile is taken again,
 -- never one another copy took), as _lib.lua's uq_take sets it on one shard. The take
 -- before the step leaves the expiry alone: a refused resubmit must not renew it.
--- The delete is a call after the step that reached the lock's point, and compares the id
--- only: a copy of the same id that took the lock again in between (a resubmit finding it
--- held already) would lose it to that late delete. So a take that finds the lock naming
--- its task counts one in KEYS[1]..':retaken' (same slot, the lock's expiry), and a 'free'
--- of that task while the count is above 0 takes one off it instead of deleting the lock.
--- A count no late delete was due for keeps the lock after its point: a key naming a copy
--- past its point, which counts as free for every reader (and goes at its expiry, or is
--- taken over by the next publish of the key), never a lock lost while its copy waits.
+-- The delete that follows a step reaching the lock's point is a call of its own, and
+-- compares the id only: a copy of the same id resubmitted between that step and that
+-- call (its take found the lock naming it, held already) would lose the lock to the late
+-- delete, and a publish of another copy would then be accepted. So such a renew counts
+-- one in KEYS[1]..':retaken' (same slot, the lock's expiry), and a 'free' by that task
+-- while the count is above 0 takes one off it instead of deleting the lock. A count no
+-- late delete was due for (a window's lock, which its copy's end keeps; a delete lost
+-- when the store went away) keeps the lock past the copy's next point instead: a key
+-- naming a copy past its point, which counts as free for every reader (it goes at its
+-- expiry, or the next publish of the key takes it over), never a lock lost while its
+-- copy waits.
 -- Returns take and swap: {'', 0} when the task took the lock now, {'', 1} when it held it
 -- already (an earlier publish of the same id: a refused step must not give it back), else
 -- {the id holding it, the lock's PTTL} (how long ago it was taken: a holder whose record
@@ -45,18 +48,12 @@ if op == 'renew' then
     redis.call('DEL', retaken)
   elseif holder == id then
     redis.call('SET', KEYS[1], id, 'PX', ms)
+    if ARGV[4] ~= '1' then redis.call('INCR', retaken) end
     if redis.call('EXISTS', retaken) == 1 then redis.call('PEXPIRE', retaken, ms) end
   end
   return ''
 end
-if holder == id then
-  if ARGV[5] ~= '1' then
-    local pttl = redis.call('PTTL', KEYS[1])
-    redis.call('INCR', retaken)
-    redis.call('PEXPIRE', retaken, pttl > 0 and pttl or ms)
-  end
-  return {'', 1}
-end
+if holder == id then return {'', 1} end
 if holder and not (op == 'swap' and holder == ARGV[4]) then
   return {holder, redis.call('PTTL', KEYS[1])}
 end
