@@ -14,10 +14,13 @@ What these tests found, and assert:
   and beside each other, and the copies recorded late hold no lock while they run, so a
   publish of their key after the outage is accepted too unless a copy recorded before it
   holds the lock.
-- A paused store: the publish whose step was already written on the publisher's open
-  connection when the server stopped is applied when it resumes (its record and lock made
-  then; its message went out at the socket timeout already); the publishes after it
-  (the connection, timed out, connects again and gets no answer) go out unrecorded as above.
+- A paused store: the publish whose first write was already on the publisher's open
+  connection when the server stopped has it applied when the server resumes (its message
+  went out at the socket timeout already); the publishes after it (the connection, timed
+  out, connects again and gets no answer) go out unrecorded as above. With one Redis that
+  write is the publish's step: the copy's record and lock are made then. On several
+  shards it is the lock's take (``uniq.lua``), the step never sent: the lock names a copy
+  the worker records without it, a key that counts as free, as after a kill.
 - A lock taken before the store was killed and restarted with ``appendfsync always`` holds
   after the restart: a publish of its key is answered with the holder (the store-level
   test is test_unique_store.py::test_the_lock_survives_a_store_restart_with_aof).
@@ -46,6 +49,7 @@ import pytest
 import redis
 
 from jobbers_celery import TaskState
+from jobbers_celery.core.unique import key_digest
 from jobbers_celery.store import RedisStore
 from tests.conftest import ROOT, Worker, start_worker, subprocess_env, wait_for
 from tests.integration.topology_servers import RestartableRedis, restartable_redis
@@ -143,24 +147,33 @@ def states(store: RedisStore, ids: list[str]) -> list[S | None]:
     return [r.state if (r := store.get(i)) is not None else None for i in ids]
 
 
+def lock_of(up: Any, store: RedisStore, key: str) -> str:
+    """The lock key of ``uq.end``'s copies of ``key``."""
+    task = up.until_end
+    return store.keys.unique(
+        key_digest(task.name, task.jobbers_options.unique, [key], {}, task.run)
+    )
+
+
 def recorded_by(store: RedisStore, task_id: str) -> str | None:
     """The reason of the record's ``submitted`` step: who recorded the publish."""
     return next((t.reason for t in store.history(task_id) if t.to_state is S.SUBMITTED), None)
 
 
+@pytest.mark.parametrize("shards", [1, 16])
 @pytest.mark.parametrize("fault", ["killed", "paused"])
 def test_copies_published_while_the_store_is_away_all_run_without_the_lock(
-    up: Any, worker: Any, fault: str
+    up: Any, worker: Any, fault: str, shards: int
 ) -> None:
     """A holds ``k``'s lock and runs when the store goes away (killed and restarted with
     ``appendfsync always``, or paused); meanwhile the publisher publishes two copies of
     ``k2`` (C, D), which nobody holds, and one of ``k`` (B): each goes out with an id of
-    its own. Once the store answers, all four run at once. B and D (and C when killed) are
-    recorded by the worker at their start, without the lock; when paused, C's publish,
-    written on the open connection, is applied at the resume and takes ``k2``'s lock. A's
-    lock held through the outage: a publish of ``k`` after it is answered with A. When
-    killed, nothing holds ``k2`` although C and D run: a publish of it is accepted, a third
-    copy."""
+    its own. Once the store answers, all four run at once. B and D (and C, but when paused
+    with one Redis) are recorded by the worker at their start, without the lock; paused,
+    one Redis: C's step, on the open connection, is applied at the resume and takes
+    ``k2``'s lock. A's lock held through the outage: a publish of ``k`` after it is
+    answered with A. Otherwise nothing holds ``k2`` although C and D run: a publish of it
+    is accepted, a third copy. On one Redis and on 16 shards."""
     client = up._client
     k, k2 = new_key("held"), new_key("free")
     client.set(f"{k}:hold", 1)
@@ -169,8 +182,9 @@ def test_copies_published_while_the_store_is_away_all_run_without_the_lock(
         env = {
             "UNIQUE_PROJ_STORE": f"{server.url()}?socket_timeout={SOCKET_TIMEOUT}",
             "UNIQUE_PROJ_PREFIX": f"outage{fault}",
+            "UNIQUE_PROJ_SHARDS": str(shards),
         }
-        store = RedisStore.from_url(server.url(), prefix=f"outage{fault}", shards=1)
+        store = RedisStore.from_url(server.url(), prefix=f"outage{fault}", shards=shards)
         publish = Publisher(env)
         try:
             w = worker(env)
@@ -207,16 +221,22 @@ def test_copies_published_while_the_store_is_away_all_run_without_the_lock(
                 interval=0.1,
                 message="the four copies to run at once",
             )
-            paused = fault == "paused"
+            # paused, one Redis: C's step, on the wire, applied at the resume
+            resumed = fault == "paused" and shards == 1
             assert recorded_by(store, a) == "published"
             assert recorded_by(store, b) == LATE
-            assert recorded_by(store, c) == ("published" if paused else LATE)
+            assert recorded_by(store, c) == ("published" if resumed else LATE)
             assert recorded_by(store, d) == LATE
             locks = {i: store.get_raw(i).get("uq") for i in copies}
-            assert [bool(locks[i]) for i in copies] == [True, False, paused, False]
+            assert [bool(locks[i]) for i in copies] == [True, False, resumed, False]
+            if fault == "paused" and shards > 1:
+                # the lock's take (uniq.lua, before the step) was on the wire: applied at
+                # the resume, it names C, whose record the worker made without the lock:
+                # a key that counts as free
+                assert store.client.get(lock_of(up, store, k2)) == c
             assert publish(k) == a  # A's lock held through the outage
             e = publish(k2)
-            assert (e == c) if paused else (e not in copies)
+            assert (e == c) if resumed else (e not in copies)
             client.delete(f"{k}:hold", f"{k2}:hold")
             ended = [*copies, e]
             wait_for(
@@ -225,7 +245,7 @@ def test_copies_published_while_the_store_is_away_all_run_without_the_lock(
                 interval=0.1,
                 message="every copy to complete",
             )
-            assert (runs(client, k), runs(client, k2)) == (2, 2 if paused else 3)
+            assert (runs(client, k), runs(client, k2)) == (2, 2 if resumed else 3)
         finally:
             publish.close()
             store.client.close()
