@@ -288,13 +288,19 @@ class SubmitRecorder:
 
     def late_submit(self, task_id: str, name: str, version: int, queue: str, dead_letter: bool,
                     msg: str, retries: int,
-                    workflow: Mapping[str, str] | None = None) -> StepResult:
+                    workflow: Mapping[str, str] | None = None,
+                    uq: str | None = None) -> StepResult:
         """A worker records the submission of a message published without a record
-        (``workflow``: its canvas fields, as :meth:`publish` records them)."""
+        (``workflow``: its canvas fields, as :meth:`publish` records them; ``uq``: its
+        unique lock, the message's header, which the step takes as the publish would have:
+        refused ``duplicate:<holder>`` when another copy holds it)."""
+        create = {"name": name, "ver": str(version), "queue": queue,
+                  "dlq": "1" if dead_letter else "0", **(workflow or {})}
+        if parse_field(uq) is not None:
+            create["uq"] = str(uq)
         return self.store.submit(
             task_id, sources=_FROM_UNSUBMITTED,
-            create={"name": name, "ver": str(version), "queue": queue,
-                    "dlq": "1" if dead_letter else "0", **(workflow or {})},
+            create=create,
             fields={"msg": msg, "retries": str(retries)},
             reason="recorded by the worker: no submission record", name=name,
         )

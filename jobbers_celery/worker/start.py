@@ -22,10 +22,12 @@ from jobbers_celery.core.options import DeadLetterPolicy, TaskOptions
 from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.ratelimit import RateKey, RateLimitKeyError
 from jobbers_celery.core.states import TERMINAL, TaskState
+from jobbers_celery.core.unique import HEADER_UNIQUE, duplicate_of
 from jobbers_celery.core.workflow import HEADER_WORKFLOW
 from jobbers_celery.lifecycle import liveness
 from jobbers_celery.lifecycle import payload as pl
 from jobbers_celery.lifecycle.publisher import internal_publish_ms
+from jobbers_celery.lifecycle.results import mark_revoked
 from jobbers_celery.lifecycle.scheduler import call_fair_key, release_and_publish
 from jobbers_celery.store import UNREACHABLE, StepResult
 from jobbers_celery.worker.outage import HEADER_GIVEN_BACK, Delivery, Handover
@@ -209,6 +211,9 @@ class Starter:
         return bool(epoch) and epoch == self.store.epoch(d.task_id)
 
     def _record_late_submit(self, d: Delivery, opts: TaskOptions) -> None:
+        """Record the submission of a message published without a record; a unique copy
+        takes its lock then, and one whose key another copy holds does not run: ``Ignore``
+        (its result REVOKED, naming the holder, as a duplicate in a canvas is)."""
         req = d.request
         sig = d.signature()
         data = pl.from_signature_options(req.args, req.kwargs, dict(sig.options))
@@ -217,10 +222,18 @@ class Starter:
                       "group": req.group, HEADER_WORKFLOW: d.header(HEADER_WORKFLOW)},
             (req.args, req.kwargs, {"chain": req.chain, "callbacks": req.callbacks,
                                     "chord": req.chord}))
-        self.recorder.late_submit(
+        res = self.recorder.late_submit(
             d.task_id, d.name, opts.version, pl.queue_of(data["options"]),
             opts.dead_letter_policy is DeadLetterPolicy.SAVE, self.recorder.encode(data),
-            d.retries, workflow=canvas)
+            d.retries, workflow=canvas, uq=d.header(HEADER_UNIQUE))
+        holder = duplicate_of(res.why)
+        if holder is not None:
+            log.warning("not running %s[%s]: published while the store could not be reached, "
+                        "and a copy with the same unique key holds it (%s)", d.name, d.task_id,
+                        holder)
+            mark_revoked(sig.app.backend, d.task_id,
+                         f"{d.name}: a copy with the same unique key is pending ({holder})")
+            raise Ignore()
 
 
 def fair_publish_key(task: Any, args: Any, kwargs: Any, options: dict[str, Any]

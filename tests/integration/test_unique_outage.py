@@ -5,27 +5,26 @@ or pauses (SIGSTOP, then SIGCONT) while a publisher process, connected before, p
 copies of the same key (``until=end``; each copy's body runs while ``<key>:hold`` exists,
 see ``unique_proj``).
 
-What these tests found, and assert:
+What these tests assert:
 
 - A copy published while the store is away goes out (its publish is not recorded, so no
   lock is taken), each copy of the same key alike. Once the store answers, the worker
-  records each such copy at its start ("recorded by the worker: no submission record"),
-  without the lock: every copy runs, beside the copy that held the lock before the outage
-  and beside each other, and the copies recorded late hold no lock while they run, so a
-  publish of their key after the outage is accepted too unless a copy recorded before it
-  holds the lock.
+  records each such copy at its start ("recorded by the worker: no submission record") and
+  takes its lock then, as the publish would have: a copy whose key another copy holds (one
+  recorded before the outage, or one recorded late just before) does not run: no record,
+  its result REVOKED naming the holder. One copy of a key runs; a publish of the key after
+  the outage is answered with the holder.
 - A paused store: the publish whose first write was already on the publisher's open
   connection when the server stopped has it applied when the server resumes (its message
-  went out at the socket timeout already); the publishes after it (the connection, timed
-  out, connects again and gets no answer) go out unrecorded as above. With one Redis that
-  write is the publish's step: the copy's record and lock are made then. On several
-  shards it is the lock's take (``uniq.lua``), the step never sent: the lock names a copy
-  the worker records without it, a key that counts as free, as after a kill.
+  went out at the socket timeout already). With one Redis that write is the publish's
+  step: that copy's record and lock are made then. On several shards it is the lock's
+  take (``uniq.lua``): the lock names that copy, whose late record keeps it.
 - A lock taken before the store was killed and restarted with ``appendfsync always`` holds
   after the restart: a publish of its key is answered with the holder (the store-level
   test is test_unique_store.py::test_the_lock_survives_a_store_restart_with_aof).
-- A store without persistence restarted: the lock is lost with the records, a new publish of
-  the key is accepted, and the copy whose message still waited at the broker runs beside it.
+- A store without persistence restarted: the lock is lost with the records, and a new
+  publish of the key is accepted; the copy whose message still waited at the broker is
+  recorded late, finds the key held by the new one and does not run.
 
 A lost last second of an ``appendfsync everysec`` store is not tested: whether the kill
 falls before or after the fsync of the lock's write is timing, not something a test can
@@ -162,18 +161,17 @@ def recorded_by(store: RedisStore, task_id: str) -> str | None:
 
 @pytest.mark.parametrize("shards", [1, 16])
 @pytest.mark.parametrize("fault", ["killed", "paused"])
-def test_copies_published_while_the_store_is_away_all_run_without_the_lock(
+def test_copies_published_while_the_store_is_away_run_one_at_a_time(
     up: Any, worker: Any, fault: str, shards: int
 ) -> None:
     """A holds ``k``'s lock and runs when the store goes away (killed and restarted with
     ``appendfsync always``, or paused); meanwhile the publisher publishes two copies of
     ``k2`` (C, D), which nobody holds, and one of ``k`` (B): each goes out with an id of
-    its own. Once the store answers, all four run at once. B and D (and C, but when paused
-    with one Redis) are recorded by the worker at their start, without the lock; paused,
-    one Redis: C's step, on the open connection, is applied at the resume and takes
-    ``k2``'s lock. A's lock held through the outage: a publish of ``k`` after it is
-    answered with A. Otherwise nothing holds ``k2`` although C and D run: a publish of it
-    is accepted, a third copy. On one Redis and on 16 shards."""
+    its own. Once the store answers, the worker records B, C and D at their start (paused
+    with one Redis: C's step, on the open connection, applied at the resume) and each takes
+    its lock then: B finds A holding ``k`` and one of C, D the other holding ``k2``: those
+    two do not run (REVOKED, no record). Publishes after the outage are answered with the
+    holders. On one Redis and on 16 shards."""
     client = up._client
     k, k2 = new_key("held"), new_key("free")
     client.set(f"{k}:hold", 1)
@@ -210,42 +208,45 @@ def test_copies_published_while_the_store_is_away_all_run_without_the_lock(
                     server.restart()
                 else:
                     os.kill(pid, signal.SIGCONT)
-            copies = [a, b, c, d]
-            # each body marks its run after its start was recorded
+            # paused, one Redis: C's step, on the wire, applied at the resume
+            resumed = fault == "paused" and shards == 1
+
+            def k2_holder() -> str | None:
+                started = [i for i in (c, d) if states(store, [i]) == [S.STARTED]]
+                return started[0] if len(started) == 1 else None
+
+            # B and one of C, D do not run: recorded late, each finds its key held
             wait_for(
                 lambda: (
-                    states(store, copies) == [S.STARTED] * 4
-                    and (runs(client, k), runs(client, k2)) == (2, 2)
+                    states(store, [a]) == [S.STARTED] and k2_holder() is not None
+                    and (runs(client, k), runs(client, k2)) == (1, 1)
+                    and [up.app.AsyncResult(i).state for i in (b, c, d)].count("REVOKED") == 2
                 ),
                 timeout=40,
                 interval=0.1,
-                message="the four copies to run at once",
+                message="A and one copy of k2 to run, the two duplicates REVOKED",
             )
-            # paused, one Redis: C's step, on the wire, applied at the resume
-            resumed = fault == "paused" and shards == 1
+            holder = k2_holder()
+            loser = d if holder == c else c
+            assert up.app.AsyncResult(b).state == "REVOKED"
+            assert up.app.AsyncResult(loser).state == "REVOKED"
+            assert states(store, [b, loser]) == [None, None]  # no record: never ran
             assert recorded_by(store, a) == "published"
-            assert recorded_by(store, b) == LATE
-            assert recorded_by(store, c) == ("published" if resumed else LATE)
-            assert recorded_by(store, d) == LATE
-            locks = {i: store.get_raw(i).get("uq") for i in copies}
-            assert [bool(locks[i]) for i in copies] == [True, False, resumed, False]
-            if fault == "paused" and shards > 1:
-                # the lock's take (uniq.lua, before the step) was on the wire: applied at
-                # the resume, it names C, whose record the worker made without the lock:
-                # a key that counts as free
-                assert store.client.get(lock_of(up, store, k2)) == c
+            assert recorded_by(store, holder) == (
+                "published" if resumed and holder == c else LATE)
+            if resumed:
+                assert holder == c  # its step, with its lock, was applied at the resume
+            assert store.get_raw(holder).get("uq")  # the late record took the lock
             assert publish(k) == a  # A's lock held through the outage
-            e = publish(k2)
-            assert (e == c) if resumed else (e not in copies)
+            assert publish(k2) == holder  # and the late copy's lock holds too
             client.delete(f"{k}:hold", f"{k2}:hold")
-            ended = [*copies, e]
             wait_for(
-                lambda: set(states(store, ended)) == {S.COMPLETED},
+                lambda: set(states(store, [a, holder])) == {S.COMPLETED},
                 timeout=30,
                 interval=0.1,
-                message="every copy to complete",
+                message="the two copies that ran to complete",
             )
-            assert (runs(client, k), runs(client, k2)) == (2, 2 if resumed else 3)
+            assert (runs(client, k), runs(client, k2)) == (1, 1)
         finally:
             publish.close()
             store.client.close()
@@ -254,8 +255,8 @@ def test_copies_published_while_the_store_is_away_all_run_without_the_lock(
 def test_a_restart_without_persistence_loses_the_lock(up: Any, worker: Any) -> None:
     """A store that keeps nothing on disk (``appendonly no``, no snapshot) killed and
     restarted: A's record and lock are gone while its message waits at the broker; B, a
-    copy of the same key published then, is accepted, and both run at once (A recorded by
-    the worker at its start)."""
+    copy of the same key published then, is accepted. A, recorded by the worker at its
+    start, finds the key held by B and does not run (REVOKED)."""
     client = up._client
     k = new_key("nopersist")
     client.set(f"{k}:hold", 1)
@@ -284,21 +285,24 @@ def test_a_restart_without_persistence_loses_the_lock(up: Any, worker: Any) -> N
             b = publish(k)
             assert b != a  # the lock went with the restart
             worker(env)
+            # A's message, recorded late by the worker, finds the key held by B: not run
             wait_for(
-                lambda: states(store, [a, b]) == [S.STARTED] * 2 and runs(client, k) == 2,
+                lambda: states(store, [b]) == [S.STARTED] and runs(client, k) == 1
+                and up.app.AsyncResult(a).state == "REVOKED",
                 timeout=30,
                 interval=0.1,
-                message="both copies to run at once",
+                message="B to run and A to be REVOKED",
             )
-            assert recorded_by(store, a) == LATE
+            assert states(store, [a]) == [None]
             assert recorded_by(store, b) == "published"
             client.delete(f"{k}:hold")
             wait_for(
-                lambda: states(store, [a, b]) == [S.COMPLETED] * 2,
+                lambda: states(store, [b]) == [S.COMPLETED],
                 timeout=30,
                 interval=0.1,
-                message="both copies to complete",
+                message="B to complete",
             )
+            assert runs(client, k) == 1
         finally:
             publish.close()
             store.client.close()
