@@ -23,8 +23,10 @@ A unique task's member whose key another copy holds is not sent (see
 once, as Celery stores a member revoked before it ran, so that the ``GroupResult`` does not
 wait for it for ever (``get()`` raises ``TaskRevokedError``, or returns it with
 ``propagate=False``), a chord's header member counts its part (the chord's callback fails
-with ``ChordError``) and the links of a chain it starts are REVOKED too. It gets no jobbers
-record (its step was refused).
+with ``ChordError``) and every task of the chain it starts is REVOKED too (a group link's
+members, a chord link's callback and header). It gets no jobbers record (its step was
+refused). A single publish refused so (a chain's link, a callback a worker publishes) goes
+through :func:`revoke_in_canvas`, called where the refusal is caught.
 
 What differs from Celery: ``after_task_publish`` is sent when the message is held, before it
 reaches the broker (at the next cut, at most ``jobbers_publish_batch`` members later, or when
@@ -38,7 +40,8 @@ failed; the members published before it are the same.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from celery import canvas
@@ -166,22 +169,23 @@ def revoke_duplicate(app: Any, task_id: str, name: str, holder: str, *, chord: A
                      chain: Any = None) -> None:
     """Store REVOKED for the publish of ``name`` as ``task_id`` that was not sent because
     ``holder`` holds its unique key, when it belongs to a canvas, as Celery's worker stores
-    a task revoked before it ran: the reason names the holder, a chord's header member
-    counts its part (``chord``, ``group_id``, ``group_index``: its callback fails with
-    ``ChordError`` once every part returned), and each link of the ``chain`` it starts that
-    has an id is REVOKED too (a link in a chord's header counts its part), as Celery's
-    ``mark_as_failure`` does for a failed link's chain. A backend error is logged, never
-    raised: nothing was sent either way."""
+    a task revoked before it ran (``Backend.mark_as_revoked`` with its request): the reason
+    names the holder, and a chord's header member counts its part (``chord``, ``group_id``,
+    ``group_index``: its callback fails with ``ChordError`` once every part returned).
+
+    The rest of the ``chain`` it starts is never sent either: every task in it that has an
+    id is REVOKED too (see :func:`_rest`), a task in a chord's header counting its part.
+    Celery's worker does not do this for a revoked link (the rest of its chain stays
+    PENDING); it is how ``Backend._fail_chain`` ends a failed link's chain, and further. A
+    backend error is logged, never raised: nothing was sent either way."""
     reason = str(DuplicateTask(name, holder))
     request = Context(id=task_id, task=name, group=group_id, group_index=group_index,
                       chord=chord, delivery_info={})
     try:
         _backend(app, name).mark_as_revoked(task_id, reason, request=request)
-        for link in chain if isinstance(chain, list | tuple) else ():
-            later = _link_request(link)
-            if later is not None:
-                _backend(app, link.get("task")).mark_as_revoked(later.id, reason,
-                                                               request=later)
+        for later in _rest(chain, task_id):
+            _backend(app, getattr(later, "task", None)).mark_as_revoked(later.id, reason,
+                                                                         request=later)
     except Exception:
         log.warning("%s[%s] was not sent (a copy holds its unique key: %s), and its result "
                     "could not be stored REVOKED: whatever waits for it waits on",
@@ -192,13 +196,16 @@ def revoke_in_canvas(app: Any, task_id: Any, name: Any, holder: str,
                      options: Mapping[str, Any]) -> None:
     """A single publish (not a group's batch) of ``name`` as ``task_id`` not sent because
     ``holder`` holds its unique key: :func:`revoke_duplicate` when ``options`` (its
-    ``send_task``/``apply_async`` options) put it in a canvas (a chain's link, a chord's
-    header member, a group's member published through a producer of its own or delayed);
-    a lone publish stores nothing (its caller gets the holder's result)."""
+    ``send_task``/``apply_async`` options) put it in a canvas (a chain's link, its last
+    included, a chord's header member, a group's member published through a producer of
+    its own or delayed) or a worker publishes it as a callback (a chord's callback, a
+    ``link``, a chain's next link: Celery's ``_retry_publish``), whose id was made before
+    and may be waited on; a lone publish stores nothing (its caller gets the holder's
+    result)."""
     chain, chord, group_id = options.get("chain"), options.get("chord"), \
         options.get("group_id")
-    if not (chain or chord or group_id) or not isinstance(task_id, str) or \
-            not isinstance(name, str):
+    if not isinstance(task_id, str) or not isinstance(name, str) or not (
+            chain is not None or chord or group_id or _celery_retries_each()):
         return
     index = options.get("group_index")
     revoke_duplicate(app, task_id, name, holder, chord=chord,
@@ -211,12 +218,53 @@ def _backend(app: Any, name: Any) -> Any:
     return task.backend if task is not None else app.backend
 
 
-def _link_request(link: Any) -> Context | None:
-    """A chain link's request (a signature, or its dict in a message), as Celery's
-    ``mark_as_failure`` builds it: ``None`` for a link that is not a plain task's (a group
-    or a chord in the chain: their members are not marked) or has no id."""
-    if not isinstance(link, dict) or link.get("subtask_type"):
-        return None
+#: The canvases a chain's rest holds: where their tasks are in the signature's kwargs.
+_NESTED = {"group": ("tasks",), "chain": ("tasks",), "chord": ("header", "body")}
+
+#: At most this many signatures of one chain's rest are read (a bound on what a message
+#: may hold, not met by a real canvas: a chain ending in a group of 10,000 members is
+#: 10,001).
+_REST_MAX = 1_000_000
+
+
+def _rest(chain: Any, first: str) -> Iterator[Context]:
+    """The requests of every task of a chain's rest (``chain``: the link's ``chain`` option,
+    signatures or their dicts in a message, last link first) that has an id, each once, as
+    Celery's ``Backend._fail_chain`` walks it for a failed link: each link (a group's or a
+    chord's own id too), a chord link's body; and further, as none of them is ever sent: a
+    group link's members and a chord link's header members, so that a ``GroupResult`` the
+    chain ends with, or a chord's header, does not wait for ever either. A task in a chord's
+    header (its request's ``chord``) counts its part."""
+    pending: deque[Any] = deque(_signatures(chain))
+    seen = {first}
+    read = 0
+    while pending and read < _REST_MAX:
+        sig, read = pending.popleft(), read + 1
+        if not isinstance(sig, dict):
+            continue
+        request = _link_request(sig)
+        if request is not None and isinstance(request.id, str) and request.id not in seen:
+            seen.add(request.id)
+            yield request
+        kwargs = sig.get("kwargs")
+        for field in _NESTED.get(str(sig.get("subtask_type")), ()):
+            part = kwargs.get(field) if isinstance(kwargs, dict) else None
+            pending.extend([part] if isinstance(part, dict) else _signatures(part))
+
+
+def _signatures(value: Any) -> list[Any]:
+    """A list of signatures (a list, a tuple, Celery's ``regen`` of a group's tasks)."""
+    if value is None or isinstance(value, str | bytes | dict):
+        return []
+    try:
+        return list(value)
+    except TypeError:
+        return []
+
+
+def _link_request(link: dict[str, Any]) -> Context | None:
+    """A signature's request (a signature, or its dict in a message), as Celery's
+    ``_fail_chain`` builds it: ``None`` for one that has no id."""
     options = link.get("options")
     options = options if isinstance(options, dict) else {}
     task_id = options.get("task_id")

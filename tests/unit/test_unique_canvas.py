@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from celery import Celery, chord, group
 from celery import states as celery_states
+from celery.exceptions import TaskRevokedError
 
 from jobbers_celery import JobbersTask, Unique
 from jobbers_celery.testing import InMemoryDeadLetterSink, InMemoryStore, in_memory
@@ -182,3 +183,104 @@ def test_a_message_without_protocol_2_headers_is_left_alone(app: Celery) -> None
                                              "content_type": "application/json"}), "h")
     assert revokes.ids() == ["t"]  # the second one: no embed read, revoked alone
     assert revokes.calls[0][2].chord is None
+
+
+def test_a_group_link_after_a_duplicate_first_link_has_its_members_revoked(
+        app: Celery, producer: FakeProducer) -> None:
+    """What the chain's caller waits on is the group link's ``GroupResult``: its members are
+    never sent, and each is REVOKED (Celery's ``_fail_chain`` marks only the group's id)."""
+    once, total = _tasks(app)
+    with default_producer(app, producer):
+        holder = once.delay("g")
+        revokes = Revokes(app)
+        result: Any = (once.s("g") | group(total.s(), total.s())).apply_async()
+    assert [h["id"] for h in producer.sent] == [holder.id]
+    members = [r.id for r in result.results]
+    assert set(members) <= set(revokes.ids())
+    assert result.id in revokes.ids()  # the group's own id, as _fail_chain stores it
+    assert all(app.AsyncResult(m).state == celery_states.REVOKED for m in members)
+    assert len(revokes.ids()) == len(set(revokes.ids()))  # each once
+    with pytest.raises(TaskRevokedError, match=holder.id):
+        result.get(timeout=1)
+
+
+def test_a_chord_link_after_a_duplicate_first_link_has_its_body_and_header_revoked(
+        app: Celery, producer: FakeProducer) -> None:
+    """The chain's result is the chord's body (REVOKED, as _fail_chain descends into it);
+    the header's members are REVOKED too, without counting a part (they carry no chord)."""
+    once, total = _tasks(app)
+    with default_producer(app, producer):
+        holder = once.delay("c")
+        revokes = Revokes(app)
+        body: Any = (once.s("c") | chord([total.s(), total.s()], total.s())).apply_async()
+    assert [h["id"] for h in producer.sent] == [holder.id]
+    assert body.state == celery_states.REVOKED
+    header = body.parent
+    assert [r.state for r in header.results] == [celery_states.REVOKED] * 2
+    assert not any(request.chord for _, _, request in revokes.calls)
+    with pytest.raises(TaskRevokedError, match=holder.id):
+        body.get(timeout=1)
+
+
+def test_a_chain_ending_in_a_chord_whose_body_is_a_chain_is_revoked_to_its_end(
+        app: Celery, producer: FakeProducer) -> None:
+    once, total = _tasks(app)
+    with default_producer(app, producer):
+        once.delay("n")
+        revokes = Revokes(app)
+        last: Any = (once.s("n") | chord([total.s()], total.s() | total.s())).apply_async()
+    assert last.state == celery_states.REVOKED
+    assert last.id in revokes.ids()
+
+
+def test_the_last_link_a_worker_publishes_is_revoked(app: Celery,
+                                                      producer: FakeProducer) -> None:
+    """A worker publishes a chain's next link with the rest of the chain (``chain=[]`` for
+    the last one): a duplicate last link is REVOKED too, not left PENDING."""
+    once, _ = _tasks(app)
+    with default_producer(app, producer):
+        holder = once.delay("last")
+        revokes = Revokes(app)
+        answer = once.s("last").set(task_id="the-last-link").apply_async(chain=[])
+    assert answer.id == holder.id
+    assert revokes.ids() == ["the-last-link"]
+    assert app.AsyncResult("the-last-link").state == celery_states.REVOKED
+
+
+def test_a_duplicate_callback_a_worker_publishes_is_revoked(app: Celery,
+                                                            producer: FakeProducer) -> None:
+    """A chord's callback (or a ``link``) is published by a worker through Celery's
+    ``_retry_publish``; its id was made with the canvas and the caller waits on it: a
+    duplicate one is REVOKED, as Celery's worker stores a revoked callback."""
+    once, _ = _tasks(app)
+    connection: Any = producer.connection
+    connection.recoverable_connection_errors = ()  # read by Celery's publish retry
+    with default_producer(app, producer):
+        holder = once.delay("cb")
+        revokes = Revokes(app)
+        callback = once.s("cb").set(task_id="the-callback")
+        answer = app.amqp._retry_publish(callback.delay)
+        assert once.delay("cb").id == holder.id  # outside a callback: nothing stored
+    assert answer.id == holder.id
+    assert revokes.ids() == ["the-callback"]
+    assert holder.id in revokes.calls[0][1]
+
+
+def test_a_chord_whose_last_part_is_a_duplicate_fails_in_the_publisher(
+        app: Celery, producer: FakeProducer) -> None:
+    """The publisher counts a duplicate header member's part: when it is the last, Celery's
+    handling of the failed chord runs there (docs/howto/unique.md, "The result backend"),
+    an errback taking ``(request, exc, traceback)`` called in this process."""
+    once, total = _tasks(app)
+    called: list[tuple[str, str]] = []
+
+    @app.task(name="uc.on_error", shared=False)
+    def on_error(request: Any, exc: BaseException, traceback: Any) -> None:
+        called.append((request.id, type(exc).__name__))
+
+    with default_producer(app, producer):
+        once.delay("e")
+        callback: Any = chord([once.s("e"), once.s("e")],
+                              total.s().on_error(on_error.s())).apply_async()
+    assert called == [(callback.id, "ChordError")]
+    assert callback.state == celery_states.FAILURE
