@@ -16,6 +16,7 @@ from celery import Celery
 from jobbers_celery.core import redaction
 from jobbers_celery.core.config import JobbersConfig
 from jobbers_celery.core.options import OPTION_NAMES, validate_options
+from jobbers_celery.core.printable import escaped_logger
 from jobbers_celery.core.unique import HeldElsewhere
 from jobbers_celery.jobbers import Jobbers
 from jobbers_celery.lifecycle import bodyjson, bulk, publisher
@@ -30,6 +31,7 @@ from jobbers_celery.worker.runtime import ShutdownStep, WorkerStep
 __all__ = ["get_jobbers", "install"]
 
 _lock = threading.Lock()
+log = escaped_logger("jobbers.install")
 
 
 def install(app: Celery) -> Jobbers:
@@ -92,9 +94,7 @@ def _mark_publishes(app: Celery) -> None:
         try:
             if "argsrepr" not in kwargs and "kwargsrepr" not in kwargs \
                     and app.conf.task_protocol == 2:
-                kwargs.update(taskrepr.celery_reprs(  # Celery's text, made cheaply
-                    app, args[1] if len(args) > 1 else kwargs.get("args"),
-                    args[2] if len(args) > 2 else kwargs.get("kwargs")))
+                kwargs.update(_celery_reprs(app, args, kwargs))
             with publishing():
                 return _send_sharing(app, send_task, args, kwargs)
         except HeldElsewhere as held:  # a unique task's copy holds its lock: nothing sent
@@ -108,6 +108,18 @@ def _mark_publishes(app: Celery) -> None:
             publisher.unmark_publishing(token)
 
     app.send_task = send_task_marked  # type: ignore[method-assign]
+
+
+def _celery_reprs(app: Celery, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, str]:
+    """Celery's ``argsrepr``/``kwargsrepr`` of large arguments, made cheaply
+    (:func:`~jobbers_celery.worker.taskrepr.celery_reprs`); none (Celery makes them) if
+    that fails: it never fails a publish."""
+    try:
+        return taskrepr.celery_reprs(app, args[1] if len(args) > 1 else kwargs.get("args"),
+                                     args[2] if len(args) > 2 else kwargs.get("kwargs"))
+    except Exception:
+        log.debug("Celery makes the reprs of this publish", exc_info=True)
+        return {}
 
 
 def _send_sharing(app: Celery, send_task: Any, args: tuple[Any, ...],

@@ -61,8 +61,9 @@ def shown_part(value: Any, maxlen: int, maxlevels: int) -> Any | None:
     """A copy of ``value`` whose ``saferepr(copy, maxlen, maxlevels=maxlevels)`` equals
     ``saferepr(value, maxlen, maxlevels=maxlevels)``, holding at most about
     ``budget(maxlen)`` elements expanded; ``None`` when that cannot be promised."""
-    if not maxlevels or maxlevels < 0 or maxlen <= 0:
-        return None
+    if not isinstance(maxlen, int) or not isinstance(maxlevels, int) or maxlevels <= 0 \
+            or maxlen <= 0:
+        return None  # no cut (None: Celery's repr is whole) or no level limit: Celery's
     left = [budget(maxlen)]
     try:
         return _copy(value, 0, maxlevels, left, set())

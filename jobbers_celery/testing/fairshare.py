@@ -122,8 +122,13 @@ class MemoryFairShares(MemorySteps):
         with self._lock:
             now = self.now_ms()
             parked, released, _ = self._fair_entry(name, fair, now)
-            busy = self._fair_running(name, fair.digest) + len(released)
-            if busy < fair.cap and not parked:
+            _expire(released, now)
+            mine = task_id in released
+            busy = self._fair_running(name, fair.digest) + len(released) - mine
+            # as fair_full: room, and no parked task ahead of it (itself at the head: a
+            # parked task come due is published)
+            if busy < fair.cap and (mine or not parked or _in_order(parked)[0] == task_id):
+                parked.pop(task_id, None)
                 released[task_id] = now + store_fairshare.ON_THE_WAY_MS
                 return res
             _park(parked, task_id, now, now)  # at its publish: its submission

@@ -105,6 +105,12 @@ def on_before_publish(
                                 taskrepr.redactor_of(jobbers.config))
     except Exception:
         log.exception("could not redact the argsrepr of %s[%s]", sender, headers.get("id"))
+    if properties is not None:
+        # Celery copies apply_async's leftover options into the message's properties: a
+        # repr passed to it (jobbers' own, taskrepr.celery_reprs) would travel there as
+        # given, unredacted; the headers carry it
+        properties.pop("argsrepr", None)
+        properties.pop("kwargsrepr", None)
     opts = getattr(task, "jobbers_options", None)
     recorder = jobbers.recorder
     try:

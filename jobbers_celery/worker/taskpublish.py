@@ -85,12 +85,22 @@ def fair_send_task(app: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if not isinstance(name, str) or len(args) > 3 or _NOT_APPLY & options.keys() \
             or internal_publish_ms() is not None or publishing_unrecorded():
         return None
-    task = app.tasks.get(name)
+    if app.conf.task_always_eager:
+        return None  # Celery's send_task sends the message even then: so does this
+    # the registry as Celery's send_task reads it (``app.tasks`` would finalize an app made
+    # with autofinalize=False, and raise before it is)
+    task = app._tasks.get(name)
     opts: TaskOptions | None = getattr(task, "jobbers_options", None)
     if opts is None or opts.concurrency_key is None or not isinstance(task, PublishMixin):
         return None
     call_args = args[1] if len(args) > 1 else options.pop("args", None)
     call_kwargs = args[2] if len(args) > 2 else options.pop("kwargs", None)
+    check = getattr(task, "__header__", None) if task.typing else None
+    if check is not None:
+        try:  # arguments apply_async refuses: Celery's send_task sends them (the worker fails it)
+            check(*(call_args or ()), **(call_kwargs or {}))
+        except TypeError:
+            return None
     return task.apply_async(call_args, call_kwargs, options.pop("task_id", None),
                             options.pop("producer", None), options.pop("link", None),
                             options.pop("link_error", None), options.pop("shadow", None),

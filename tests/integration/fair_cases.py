@@ -218,3 +218,25 @@ def case_a_task_first_parked_at_its_start_is_placed_by_its_submission(store: Any
     assert start(store, "s0", A) is S.STARTED
     complete(store, "t1")
     assert release(store) == ["t2"]
+
+
+def case_a_parked_task_come_due_is_published_once_and_no_longer_parked(store: Any) -> None:
+    """A parked task at the head of its key's list whose backstop came before a release
+    pass visited its key, published by the scheduler's submit step (``scheduled ->
+    submitted`` under fair shares) while its key has room: it leaves the parked list (it
+    counted as parked and on its way, held the key's next publishes back, and a release
+    pass released it again, whose unclaim then gave back its place while its message was
+    on its way: found by review)."""
+    states = [publish(store, f"d{i}", A) for i in range(3)]
+    assert states == [S.SUBMITTED, S.SUBMITTED, S.SCHEDULED]
+    for i in (0, 1):
+        assert start(store, f"d{i}", A) is S.STARTED
+        complete(store, f"d{i}")
+    res = store.submit("d2", sources=(S.SCHEDULED,), reason="run_at reached", name=NAME,
+                       lease_ms=60_000, fair=A, ret=("msg", "retries", "queue"))
+    assert res.state is S.SUBMITTED
+    store.confirm_published(["d2"])
+    assert all(h.parked == 0 for h in store.fair_held())  # nothing parked any more
+    assert release(store) == []  # not released again
+    assert publish(store, "d3", A) is S.SUBMITTED  # d2 on its way + d3: the cap
+    assert publish(store, "d4", A) is S.SCHEDULED

@@ -112,6 +112,7 @@ def test_the_store_is_a_cluster_client(proj: Any) -> None:
     fair_cases.case_start_parks_an_unthrottled_publish_past_the_cap,
     fair_cases.case_a_task_parked_again_keeps_its_place,
     fair_cases.case_a_task_first_parked_at_its_start_is_placed_by_its_submission,
+    fair_cases.case_a_parked_task_come_due_is_published_once_and_no_longer_parked,
 ])
 def test_fair_shares_on_the_cluster(proj: Any, case: Callable[[Any], None]) -> None:
     """Fair shares: a key's lists live in the global slot, which a publish and a keyed start

@@ -114,6 +114,7 @@ def test_the_parked_reason_names_the_key_by_its_digest_only() -> None:
     fair_cases.case_a_cancelled_parked_task_is_skipped,
     fair_cases.case_a_refused_publish_holds_no_place_of_its_key,
     fair_cases.case_a_bulk_publish_parks_its_members_past_the_room,
+    fair_cases.case_a_parked_task_come_due_is_published_once_and_no_longer_parked,
     fair_cases.case_a_task_parked_again_keeps_its_place,
     fair_cases.case_a_task_first_parked_at_its_start_is_placed_by_its_submission,
 ])

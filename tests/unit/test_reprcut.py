@@ -52,7 +52,8 @@ _values = st.recursive(_leaves, _containers, max_leaves=60)
 
 
 @settings(max_examples=600, deadline=None)
-@given(value=_values, maxlen=st.integers(1, 80), maxlevels=st.integers(1, 5))
+@given(value=_values.filter(lambda v: v is not None), maxlen=st.integers(1, 80),
+       maxlevels=st.integers(1, 5))
 def test_the_cut_copy_reads_as_the_whole(value: Any, maxlen: int, maxlevels: int) -> None:
     part = reprcut.shown_part(value, maxlen, maxlevels)
     assert part is not None
@@ -127,3 +128,41 @@ def test_large_arguments_with_a_secret_are_redacted_as_before() -> None:
     taskrepr.redact_headers(app, load, celerys, body, redactor())
     assert headers == celerys
     assert "tok-1" not in headers["argsrepr"]
+
+
+def test_no_cut_configured_is_left_to_celery() -> None:
+    app = Celery("reprs-nocut", set_as_current=False)
+    app.amqp.argsrepr_maxsize = None  # type: ignore[assignment]
+    assert reprcut.shown_part(list(range(1000)), None, 3) is None  # type: ignore[arg-type]
+    assert "argsrepr" not in taskrepr.celery_reprs(app, (list(range(1000)),), {})
+
+
+def test_the_reprs_jobbers_passes_do_not_travel_in_the_message_properties() -> None:
+    """Celery copies apply_async's leftover options into the message's properties: the
+    repr jobbers passes must not travel there unredacted (found by review)."""
+    from jobbers_celery import JobbersTask
+    from jobbers_celery.testing import InMemoryDeadLetterSink, InMemoryStore, in_memory
+    from tests.unit.test_fast_bulk_publish import FakeProducer, default_producer
+
+    app = Celery("reprs-props", broker="memory://", set_as_current=False)
+    store = InMemoryStore()
+    in_memory(app, store, InMemoryDeadLetterSink())
+
+    @app.task(base=JobbersTask, name="t.load2", shared=False)
+    def load(rows: list[Any], password: str) -> None: ...
+
+    seen: list[dict[str, Any]] = []
+
+    class Recording(FakeProducer):
+        def publish(self, body: Any, **kwargs: Any) -> None:
+            seen.append(kwargs)
+            super().publish(body, **kwargs)
+
+    producer = Recording(store)
+    with default_producer(app, producer):
+        load.delay([{"id": i, "token": f"tok-{i}"} for i in range(300)], "hunter2")
+    (sent,) = seen
+    assert "argsrepr" not in sent
+    assert "kwargsrepr" not in sent
+    assert "tok-1" not in sent["headers"]["argsrepr"]
+    assert "hunter2" not in sent["headers"]["argsrepr"]

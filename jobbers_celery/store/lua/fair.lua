@@ -55,6 +55,7 @@ if ARGV[1] == 'admit' then
     return had
   end
   redis.call('ZADD', f.r, now + tonumber(ARGV[2]), ARGV[4])
+  redis.call('ZREM', f.p, ARGV[4])  -- the head of the parked ones published (came due)
   return 1 + had
 end
 

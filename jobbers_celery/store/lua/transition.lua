@@ -41,6 +41,7 @@ if spec.fairpub and out[1] == 1 and out[5] == 'submitted' then
     spec.later = {delay_ms = f.park_ms, reason = fair_reason(f, f.cap)}
   else
     redis.call('ZADD', f.r, ctx.now + tonumber(f.way_ms), spec.id)  -- on its way to start
+    redis.call('ZREM', f.p, spec.id)  -- the head of the parked ones published (came due)
   end
 end
 if spec.later and out[1] == 1 and out[5] == 'submitted' then
