@@ -246,8 +246,9 @@ def parse_field(value: Any) -> UniqueField | None:
     if not isinstance(value, str) or len(value) > 100:
         return None
     parts = value.split(":")
-    if len(parts) != 3 or parts[0] not in _CODE_UNTIL or not parts[1].isdigit() \
-            or len(parts[1]) > 12 or len(parts[2]) != 64:
+    if len(parts) != 3 or parts[0] not in _CODE_UNTIL or not parts[1].isascii() \
+            or not parts[1].isdigit() or len(parts[1]) > 12 or len(parts[2]) != 64 \
+            or int(parts[1]) < 1:  # "²" is a digit int() refuses; PX 0 is refused
         return None
     digest = parts[2]
     if any(c not in "0123456789abcdef" for c in digest):

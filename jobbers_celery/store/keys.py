@@ -216,9 +216,9 @@ class Keys:
         """String: the id of the copy holding a unique task's lock (``digest``: its key's
         SHA-256, see core/unique.py), with an expiry. The record's tag with one shard (the
         step that creates the record takes it), the global one with several. With
-        several, ``<this>:retaken`` (built in uniq.lua, same slot and expiry) counts the
-        resubmits that took it again while its copy held it: a late delete by that copy
-        takes one off instead of deleting."""
+        several, ``<this>:retaken`` (a hash, field ``n``; built in uniq.lua, same slot and
+        expiry) counts the resubmits that took it again while its copy held it: a late
+        delete by that copy takes one off instead of deleting."""
         return f"{self._ns}:uq:{digest}"
 
     def concurrency(self, name: str) -> str:

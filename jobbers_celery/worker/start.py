@@ -27,9 +27,9 @@ from jobbers_celery.core.workflow import HEADER_WORKFLOW
 from jobbers_celery.lifecycle import liveness
 from jobbers_celery.lifecycle import payload as pl
 from jobbers_celery.lifecycle.publisher import internal_publish_ms
-from jobbers_celery.lifecycle.results import mark_revoked
 from jobbers_celery.lifecycle.scheduler import call_fair_key, release_and_publish
 from jobbers_celery.store import UNREACHABLE, StepResult
+from jobbers_celery.worker import bulk
 from jobbers_celery.worker.outage import HEADER_GIVEN_BACK, Delivery, Handover
 
 if TYPE_CHECKING:
@@ -147,13 +147,13 @@ class Starter:
         if not res.applied and res.previous in ("missing", S.UNSUBMITTED):
             # Published without a record (Redis was unreachable at publish, or by a client
             # without jobbers): record the submission now rather than lose track of it.
-            self._record_late_submit(d, opts)
+            self._record_late_submit(d, opts, made=res.previous == "missing")
             res = self.once(d, opts, keys)
         if not res.applied and res.previous in (S.STARTED, S.STALLED) \
                 and d.header(HEADER_GIVEN_BACK):
             back = self.handover.take_back(d, res)
             if back is S.UNSUBMITTED:
-                self._record_late_submit(d, opts)
+                self._record_late_submit(d, opts, made=False)
                 self.publisher.confirm([d.task_id])
             if back is not None:
                 res = self.once(d, opts, keys)
@@ -210,10 +210,14 @@ class Starter:
         epoch = d.header(pl.HEADER_EPOCH)
         return bool(epoch) and epoch == self.store.epoch(d.task_id)
 
-    def _record_late_submit(self, d: Delivery, opts: TaskOptions) -> None:
-        """Record the submission of a message published without a record; a unique copy
-        takes its lock then, and one whose key another copy holds does not run: ``Ignore``
-        (its result REVOKED, naming the holder, as a duplicate in a canvas is)."""
+    def _record_late_submit(self, d: Delivery, opts: TaskOptions, *, made: bool) -> None:
+        """Record the submission of a message published without a record (``made``: the
+        record is made now; else it exists, ``unsubmitted``). A unique copy whose record is
+        made now takes its lock then, as its publish would have (a record that exists had
+        its lock taken when it was made, on every layout), and one whose key another copy
+        holds does not run: ``Ignore``, its result REVOKED naming the holder, as a
+        duplicate member of a canvas is (a chord's part counted, the rest of its chain
+        REVOKED: :func:`~jobbers_celery.worker.bulk.revoke_duplicate`)."""
         req = d.request
         sig = d.signature()
         data = pl.from_signature_options(req.args, req.kwargs, dict(sig.options))
@@ -225,14 +229,16 @@ class Starter:
         res = self.recorder.late_submit(
             d.task_id, d.name, opts.version, pl.queue_of(data["options"]),
             opts.dead_letter_policy is DeadLetterPolicy.SAVE, self.recorder.encode(data),
-            d.retries, workflow=canvas, uq=d.header(HEADER_UNIQUE))
+            d.retries, workflow=canvas, uq=d.header(HEADER_UNIQUE) if made else None)
         holder = duplicate_of(res.why)
         if holder is not None:
             log.warning("not running %s[%s]: published while the store could not be reached, "
                         "and a copy with the same unique key holds it (%s)", d.name, d.task_id,
                         holder)
-            mark_revoked(sig.app.backend, d.task_id,
-                         f"{d.name}: a copy with the same unique key is pending ({holder})")
+            bulk.revoke_duplicate(sig.app, d.task_id, d.name, holder, chord=req.chord,
+                                  group_id=req.group,
+                                  group_index=getattr(req, "group_index", None),
+                                  chain=req.chain)
             raise Ignore()
 
 

@@ -159,3 +159,21 @@ def test_a_default_no_key_can_be_made_of_is_left_out_of_an_all_argument_key() ->
     assert one != key_digest("t", Unique(), [6], {}, run)
     with pytest.raises(UniqueKeyError):
         key_digest("t", Unique(on="client"), [5], {}, run)
+
+
+@given(value=st.one_of(st.text(max_size=120), st.binary(max_size=8), st.integers(), st.none(),
+                       st.builds(lambda u, n, d: f"{u}:{n}:{d}",
+                                 st.sampled_from(["s", "e", "w", "x"]),
+                                 st.text(max_size=14), st.text(alphabet="0123456789abcdef",
+                                                               min_size=63, max_size=65))))
+def test_a_forged_field_is_refused_never_raised(value: object) -> None:
+    """A ``jobbers_unique`` header is outside input (a worker records a late copy's lock
+    from it): a malformed one reads as none, never raises, never holds for 0 ms."""
+    parsed = parse_field(value)
+    assert parsed is None or parsed.hold_ms >= 1
+
+
+def test_a_digit_int_refuses_and_a_zero_hold_are_malformed() -> None:
+    assert parse_field("e:\u00b2:" + "a" * 64) is None
+    assert parse_field("e:0:" + "a" * 64) is None
+    assert parse_field("e:5:" + "a" * 64) is not None

@@ -33,8 +33,9 @@ local retaken = KEYS[1] .. ':retaken'
 local holder = redis.call('GET', KEYS[1])
 if op == 'free' then
   if holder == id then
-    if tonumber(redis.call('GET', retaken) or '0') > 0 then
-      if redis.call('DECR', retaken) <= 0 then redis.call('DEL', retaken) end
+    if tonumber(redis.call('HGET', retaken, 'n') or '0') > 0 then
+      -- a hash's field: HINCRBY is in the documented ACL rule, DECR/INCRBY are not
+      if redis.call('HINCRBY', retaken, 'n', -1) <= 0 then redis.call('DEL', retaken) end
     else
       redis.call('DEL', KEYS[1], retaken)
     end
@@ -48,7 +49,7 @@ if op == 'renew' then
     redis.call('DEL', retaken)
   elseif holder == id then
     redis.call('SET', KEYS[1], id, 'PX', ms)
-    if ARGV[4] ~= '1' then redis.call('INCR', retaken) end
+    if ARGV[4] ~= '1' then redis.call('HINCRBY', retaken, 'n', 1) end
     if redis.call('EXISTS', retaken) == 1 then redis.call('PEXPIRE', retaken, ms) end
   end
   return ''
