@@ -209,6 +209,9 @@ def test_send_task_by_name_of_a_registered_keyed_task_is_its_apply_async(
 
 # ---------------------------------------------------------------------- the scheduler alone
 quiet = Celery("fair_paths_scheduler", broker="memory://")  # no worker: steps by hand
+#: its messages wait in a queue of their own: an embedded worker of another test in this
+#: process (the memory transport is the process's) never takes them
+quiet.conf.task_default_queue = "fps-quiet-unconsumed"
 
 
 @quiet.task(base=JobbersTask, name="fps.one", shared=False, max_concurrent=1,

@@ -27,6 +27,9 @@ before_task_publish.connect(_count, weak=False, dispatch_uid="test_fair_send_tas
 
 def _app(**kw: Any) -> tuple[Celery, InMemoryStore]:
     app = Celery("fair_send_task", broker="memory://", **kw)
+    # never consumed: a queue of its own, which no embedded worker of another test in this
+    # process (the memory transport is the process's) takes from
+    app.conf.task_default_queue = "fst-unconsumed"
     store = InMemoryStore()
     in_memory(app, store, InMemoryDeadLetterSink())
     return app, store

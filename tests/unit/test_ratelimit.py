@@ -288,7 +288,7 @@ def test_a_start_works_out_its_key_once() -> None:
     starter = Starter(store=SimpleNamespace(epoch=lambda _id: None, recheck_master=lambda: False),  # type: ignore[arg-type]
                       recorder=Recorder(), publisher=None, handover=None,  # type: ignore[arg-type]
                       lost_after=10.0)
-    starter._record_late_submit = lambda d, opts: None  # type: ignore[method-assign]
+    starter._record_late_submit = lambda d, opts, made: None  # type: ignore[method-assign]
     d = Delivery(name="t.x", task_id="k1", retries=0, worker="w",
                  request=SimpleNamespace(args=(), kwargs={"acct": "a"}, headers={}),
                  signature=lambda: None)  # type: ignore[arg-type,return-value]
