@@ -75,7 +75,11 @@ def _for_publish(name: str) -> tuple[Jobbers | None, JobbersTask | None]:
             return None, None
     candidates = Jobbers.installed()
     for jobbers in candidates:
-        task = jobbers.app.tasks.get(name)
+        app: Any = jobbers.app  # (finalized, autofinalize, _tasks: not in the stubs)
+        # an app made with autofinalize=False is not finalized by another app's publish
+        # (``app.tasks`` would, or raise): its registry as Celery's send_task reads it
+        registry = app._tasks if not (app.finalized or app.autofinalize) else app.tasks
+        task = registry.get(name)
         if task is not None:
             return (jobbers, task) if isinstance(task, JobbersTask) else (None, None)
     # Unknown here (``send_task`` by name): track it so that a worker lacking it drops it.

@@ -366,11 +366,15 @@ def test_rate_limit_and_fair_shares_across_a_failover(flow: Flow) -> None:
     assert most_in_a_window(times) <= 2 * COUNT
     assert most_at_once(bodies) <= 2 * CAP
     # a parked task whose release, start and end all reached the old master is parked still
-    # on the new one, released again once its key has room there: the places the lost
-    # writes left (a start whose end was lost, a release whose start was lost) can hold it
-    # past this test's wait (seen once in a clean-clone run); never left `submitted`
-    assert all(shares.states[i] is S.SCHEDULED for i in shares.unfinished()), \
-        {i: shares.states[i] for i in shares.unfinished()}
+    # on the new one (released again once its key has room there: the places the lost
+    # writes left, a start whose end was lost, a release whose start was lost, can hold it
+    # past this test's wait), or released there and claimed (its publish lease, 30 s,
+    # lapses after this test's wait: then the scheduler publishes it again). Seen in two
+    # clean-clone runs; never left `submitted` by anything but a release's claim
+    for i in shares.unfinished():
+        last = [t.reason or "" for t in flow.jobbers.history(i)][-1]
+        assert shares.states[i] is S.SCHEDULED or (
+            shares.states[i] is S.SUBMITTED and last.startswith("released")), (i, last)
     assert len(shares.unfinished()) <= 1
     assert sorted(rate.unfinished()) == sorted(rate.stranded())  # no stall verdict missing
     # a start the demoted master refused is asked again once every connection checked the

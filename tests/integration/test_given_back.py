@@ -141,8 +141,14 @@ def test_the_store_takes_a_stall_back_only_on_its_workers_own_word(make_store: A
     store.alive(wid, (2000, 10000), [], 60_000)
     for task_id, kind in (("t-gone", "gone"), ("t-hb", "hb")):
         _started(store, task_id, wid)
-        store.client.hset(store.shards.keys[store.shards.index(task_id)].task(task_id),
+        keys = store.shards.keys[store.shards.index(task_id)]
+        store.client.hset(keys.task(task_id),
                           mapping={"hb_iv": "1", "hb_at": "1"})  # silent: a heartbeat verdict
+        # silence counts from the clock's resumed_at, which a fresh store's first step sets
+        # to now: a verdict in that same millisecond keeps the task (seen in a CI run)
+        resumed = int(store.client.hget(keys.clock, "resumed_at") or 0)
+        wait_for(lambda r=resumed: store.now_ms() > r + 1, timeout=5, interval=0.001,
+                 message="a millisecond past resumed_at")
         assert store.stall([(task_id, kind, wid, "proj.add")], 60_000, 5_000).stalled == 1
     for task_id, applied in (("t-hb", False), ("t-gone", True)):
         res = store.step(task_id, S.SUBMITTED, sources=(S.STALLED,), fence=1, wid_fence=wid,
