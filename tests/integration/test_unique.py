@@ -20,7 +20,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,13 +42,15 @@ pytestmark = [pytest.mark.redis, pytest.mark.worker]
 S = TaskState
 MODULE = "tests.integration.unique_proj"
 
-#: A publisher process: waits for the go key, publishes each key of argv in order, prints
-#: the ids it was answered with (JSON).
+#: A publisher process: says it is ready (imported and connected), waits for the go key,
+#: publishes each key of argv in order, prints the ids it was answered with (JSON).
 PUBLISHER = """
 import json, sys, time, redis
 from tests.integration import unique_proj as p
-go, keys = sys.argv[1], sys.argv[2:]
+ready, go, keys = sys.argv[1], sys.argv[2], sys.argv[3:]
 c = redis.Redis.from_url(p.URL)
+p.jobbers.store.client.ping()
+c.incr(ready)
 while not c.exists(go):
     time.sleep(0.001)
 print(json.dumps([p.until_end.delay(k).id for k in keys]))
@@ -86,12 +87,14 @@ def ran(client: Any, k: str) -> int:
 
 def race(n: int, keys: list[str], env: dict[str, str] | None = None) -> list[list[str]]:
     """``n`` publisher processes publishing ``keys`` at once; the ids each was answered."""
-    go = key("go")
-    procs = [subprocess.Popen([sys.executable, "-c", PUBLISHER, go, *keys], cwd=ROOT,
+    go, ready = key("go"), key("ready")
+    procs = [subprocess.Popen([sys.executable, "-c", PUBLISHER, ready, go, *keys], cwd=ROOT,
                               env=subprocess_env(env), stdout=subprocess.PIPE, text=True)
              for _ in range(n)]
     client = redis.Redis.from_url(os.environ["JOBBERS_TEST_REDIS_URL"])
-    time.sleep(1.5)  # the processes import and connect (each then polls the go key)
+    # every process imported and connected (each then polls the go key)
+    wait_for(lambda: int(client.get(ready) or 0) == n, timeout=60, interval=0.05,
+             message="the publishers to be ready")
     client.set(go, 1)
     out = []
     for proc in procs:
