@@ -52,7 +52,11 @@ def _kill_once(point: str, task_id: str | None) -> None:
     killed = marks / f"{task_id}.killed"
     if killed.exists():
         return
-    killed.write_text(f"{time.time()!r}")  # when, for the window the test measures
+    # when, for the window the test measures; written whole then renamed, as the test
+    # polls for the file and would otherwise read it empty between create and write
+    part = marks / f"{task_id}.killed.part"
+    part.write_text(f"{time.time()!r}")
+    os.replace(part, killed)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
