@@ -688,6 +688,30 @@ def shared(side: Side) -> Outcome:
     return out
 
 
+def sent_by_name(side: Side) -> Outcome:
+    """``app.send_task`` by the name of a task the app registers, three calls of one tenant:
+    jobbers caps the tenant at one (``max_concurrent=1, concurrency_key="tenant"``) and parks
+    the calls past its place at their publish, as ``delay()`` does; plain Celery has no such
+    cap."""
+    key = side.key("by_name")
+    results = [side.app.send_task("parity.keyed", args=(key, key)) for _ in range(3)]
+    out = Outcome("; ".join(settle(r) for r in results), results[-1].state)
+    traces = side.traces(key)
+    out.runs = len(traces)
+    out.seen["result type"] = type(results[0]).__name__
+    spans = sorted((t["started"], t["at"]) for t in traces)
+    out.apart["overlapping runs"] = sum(1 for (_, end), (start, _) in pairwise(spans)
+                                        if start < end)
+    if side.tracked:
+        jobbers = get_jobbers(side.app)
+        out.apart["parked at their publish"] = sum(
+            1 for r in results for t in jobbers.history(r.id)
+            if t.to_state is S.SCHEDULED and not t.worker)
+        for i, r in enumerate(results):
+            out.records[f"call {i}"] = side.record(r.id)
+    return out
+
+
 # --------------------------------------------------------------------------- eager, apply()
 def eager_run(side: Side, sig: Any, key: str | None = None) -> Outcome:
     res = sig.apply_async()

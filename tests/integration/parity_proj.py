@@ -110,6 +110,16 @@ def build(variant: str, redis: str, style: str = "base", eager: bool = False) ->
         mark(self, key, value=value)
         return value
 
+    @task("keyed", **({"max_concurrent": 1, "concurrency_key": "tenant"}
+                      if variant == "jobbers" else {}))
+    def keyed(self: Task, key: str, tenant: str) -> str:
+        """Holds its tenant's place a moment (jobbers: one at a time per tenant); its trace
+        says when it started and when it ended."""
+        started = time.time()
+        time.sleep(0.3)
+        mark(self, key, started=started)
+        return tenant
+
     @task("note")
     def note(self: Task, value: Any, key: str) -> Any:
         """A callback: its first argument is the result of the task it follows."""

@@ -85,6 +85,7 @@ from tests.integration.parity_cases import (
     retry_no_exc,
     revoked_running,
     revoked_waiting,
+    sent_by_name,
     shared,
     soft_limit,
     starmapped,
@@ -149,6 +150,12 @@ DELIBERATE: dict[str, str] = {
         "resubmitted deliberately (a task that kills its worker does not loop). The caller "
         "sees what plain Celery shows without reject_on_worker_lost (FAILURE, "
         "WorkerLostError). The default follows Celery (rerun when reject_on_worker_lost)."),
+    "send_task_fair_key": (
+        "app.send_task by the name of a JobbersTask with max_concurrent and concurrency_key "
+        "takes its key's turn as delay() does: past the key's cap it is parked at its publish "
+        "(submitted -> scheduled, no message) and published when the key has room. Plain "
+        "Celery has no cap per key and runs the calls side by side. The same results for "
+        "the caller."),
     "chord_member_dead_lettered": (
         "A chord header member that fails into the dead-letter queue (dead_letter_policy="
         "save) holds its chord part: the callback stays PENDING instead of failing with "
@@ -628,6 +635,21 @@ def check_chord_member_dead_lettered(plain: Outcome, jobbers: Outcome) -> None:
     assert (callback.state, callback.attempt) == ("completed", 1), callback
 
 
+def check_sent_by_name(plain: Outcome, jobbers: Outcome) -> None:
+    """send_task by name of a keyed task: the same results; jobbers ran one at a time and
+    parked the calls past the key's place at their publish (a run takes 0.3 s, the three
+    publishes a few milliseconds: at least the third, usually the second too)."""
+    all_completed(plain, jobbers)
+    assert jobbers.apart["overlapping runs"] == 0, jobbers.apart
+    assert jobbers.apart["parked at their publish"] >= 1, jobbers.apart
+    parked = [label for label, rec in jobbers.records.items()
+              if rec.moved("submitted", "scheduled")]
+    assert len(parked) >= 1, jobbers.records
+    for label in parked:
+        [reason] = jobbers.records[label].moved("submitted", "scheduled")
+        assert reason.endswith("at max_concurrent=1: parked, no retry used"), (label, reason)
+
+
 def no_record(plain: Outcome, jobbers: Outcome) -> None:
     """Eager and apply(): nothing recorded (DELIBERATE)."""
     for label, rec in jobbers.records.items():
@@ -703,6 +725,7 @@ CASES: dict[str, Case] = {
                                        check_chord_member_dead_lettered),
     "max_tasks_per_child": Case(tasks_per_child, all_completed, ("recycling",)),
     "shared_task": Case(shared, all_completed, ("prefork", "eventlet")),
+    "send_task_fair_key": Case(sent_by_name, check_sent_by_name),
 }
 
 EAGER: dict[str, Callable[[Side], Outcome]] = {
