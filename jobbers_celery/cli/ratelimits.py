@@ -1,7 +1,8 @@
 """``celery jobbers rate-limits``: the rate limits keyed by arguments (``rate_limit_by``),
 each name's declared rate, the override in force and how many of its tasks wait on it; and
 ``set NAME RATE`` / ``clear NAME``, which every worker applies from its next start (no
-restart; ``docs/howto/rate-limits.md``). A bad rate or an unknown name exits 2."""
+restart; ``docs/howto/rate-limits.md``). A bad rate, an unknown name, or setting a name no
+task declares ``rate_limit_by`` under (it would never apply) exits 2."""
 
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ def set_(ctx: click.Context, name: str, rate: str, as_json: bool) -> None:
     """Override NAME's rate (like 10/s, 5/m, 100/h, 1000/d; or off) in every worker."""
     e = env(ctx, as_json)
     check_task_name(e, name, option="NAME")
+    try:  # the refusal the admin and the REST API make: an override that would never apply
+        e.jobbers.check_rate_limit_override(name, rate)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
     try:
         e.jobbers.set_rate_limit(name, rate)
     except ValueError as exc:
