@@ -1,8 +1,9 @@
 """``celery jobbers rate-limits``: the rate limits keyed by arguments (``rate_limit_by``),
 each name's declared rate, the override in force and how many of its tasks wait on it; and
 ``set NAME RATE`` / ``clear NAME``, which every worker applies from its next start (no
-restart; ``docs/howto/rate-limits.md``). A bad rate, an unknown name, or setting a name no
-task declares ``rate_limit_by`` under (it would never apply) exits 2."""
+restart; ``docs/howto/rate-limits.md``). ``set`` with a bad rate, an unknown name, or a
+task without ``rate_limit_by`` (its override would never apply) exits 2; ``clear`` takes any
+name."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ task name's declared rate, the override in force and how many of its tasks wait 
 setting or clearing an override, which every worker applies from its next start.
 
 Reading uses the read rule of the live task records; setting
-``JOBBERS_RATE_LIMIT_PERMISSION``. A bad rate is a 400 naming the field.
+``JOBBERS_RATE_LIMIT_PERMISSION``. A bad rate, or setting a name that is not a task with
+``rate_limit_by`` here, is a 400 naming the field.
 """
 
 from __future__ import annotations

@@ -327,12 +327,12 @@ def test_the_rate_limits_console_as_typed(project: Project) -> None:
         _, listed = output_table(listing, "TASK", f"{where}: the listing after `{command}`")
         assert {k: v for k, v in listed[name].items() if k != "WAITING"} == \
             {k: v for k, v in rows[name].items() if k != "WAITING"}, (command, listed, rows)
-    # "A bad rate, a name no task has, ... exits 2 with the reason"
+    # "`set` with a bad rate, a name no task has, ... exits 2 with the reason"
     assert "Invalid value for RATE" in project.refused(
         f"celery -A proj jobbers rate-limits set {project.module}.call_partner 2/x")
     assert f"no task named {project.module}.no_such_task" in project.refused(
         f"celery -A proj jobbers rate-limits set {project.module}.no_such_task 2/s")
-    # "or `set` for a name that is not a task with `rate_limit_by` in the app ... exits 2"
+    # "... or a task without `rate_limit_by` in the app ... exits 2"
     assert "is not a task with rate_limit_by here" in project.refused(
         f"celery -A proj jobbers rate-limits set {project.module}.import_rows 2/s")
 

@@ -30,6 +30,11 @@ def build(url: str, shards: int, prefix: str, broker: str | None = None) -> Cele
     def call(account: str, n: int) -> int:
         return n
 
+    @app.task(base=JobbersTask, name="rl.plain", shared=False)
+    def plain(n: int) -> int:
+        """No rate_limit_by: an override of its name would never apply."""
+        return n
+
     return app
 
 

@@ -189,6 +189,14 @@ def test_the_cli_shows_sets_and_clears_an_override(redis_url: str) -> None:
     assert "\x1b" not in bad.stderr
     unknown = _cli(redis_url, "rl", "set", "rl.nope", "1/s")
     assert unknown.returncode == 2
+    # a task without rate_limit_by: set (a rate or off) is refused and stores nothing, as the
+    # admin and the REST API refuse it; clearing is always allowed
+    for rate in ("1/s", "off"):
+        undeclared = _cli(redis_url, "rl", "set", "rl.plain", rate)
+        assert undeclared.returncode == 2, (rate, undeclared.stdout, undeclared.stderr)
+        assert "is not a task with rate_limit_by here" in undeclared.stderr
+    assert "rl.plain" not in {i.name for i in get_jobbers(app).rate_limits()}
+    assert _cli(redis_url, "rl", "clear", "rl.plain").returncode == 0
     cleared = _cli(redis_url, "rl", "clear", "rl.call", "--json")
     assert cleared.returncode == 0
     assert '"override": null' in cleared.stdout
