@@ -115,6 +115,7 @@ def hook_scheduler(scheduler: Any, watch: PeriodicWatch, beat: str) -> None:
     def apply_async_watched(entry: Any, producer: Any = None, advance: bool = True,
                             **kwargs: Any) -> Any:
         slot_in = info_of(entry).next_in_ms  # the due entry: its slot, now or passed
+        asked = time.monotonic()
         token = _publishing.set(bounded(entry.name))
         try:
             result = apply_async(entry, producer=producer, advance=advance, **kwargs)
@@ -125,7 +126,11 @@ def hook_scheduler(scheduler: Any, watch: PeriodicWatch, beat: str) -> None:
             try:
                 new = reserved.pop(entry.name, None) or scheduler.schedule.get(entry.name)
                 info = info_of(new if new is not None else entry)
-                watch.published(info, str(task_id), min(0, slot_in or 0))
+                # the store places the slot from its own clock when the record arrives:
+                # the publish's time is taken off, or the slot would come after the run's
+                # publish, even its start (a worker may start it before beat records it)
+                waited = (time.monotonic() - asked) * 1000
+                watch.published(info, str(task_id), round(min(0, slot_in or 0) - waited))
             except Exception:  # the watch never stops beat
                 log.exception("could not record the publish of %s", entry.name)
         return result

@@ -312,6 +312,42 @@ def test_the_hook_records_beats_schedule_and_each_publish_with_its_slot():
     assert abs(s.runs[0].published_at - s.runs[0].slot_at) < 1000
 
 
+def test_a_slot_is_placed_before_a_publish_that_took_time_and_a_start_it_let_in_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store places a run's slot from its own clock when beat's record arrives, which is
+    after the publish: the publish's time is taken off. Before, a run a worker started while
+    the broker call returned had its slot after its start (seen with a real beat: slot 3 ms
+    after the publish)."""
+    app = Celery("t", set_as_current=False)
+    app.conf.beat_schedule = {"tick": {"task": "test_periodic.hooked", "schedule": 10.0}}
+    scheduler = Scheduler(app, lazy=True)
+    scheduler.setup_schedule()
+    w = Watched(tolerance=1.0)
+    real, spent = glue.time.monotonic, [0.0]
+    monkeypatch.setattr(glue.time, "monotonic", lambda: real() + spent[0])
+
+    def send_task(name: str, args: Any, kwargs: Any, producer: Any = None,
+                  **options: Any) -> _Sent:
+        w.watch.started("tick", "id-0", name)  # a worker takes it before beat records it
+        spent[0] += 0.25  # the broker call returns 250 ms later, on both clocks
+        w.store.advance(0.25)
+        return _Sent("id-0")
+
+    scheduler.send_task = send_task  # type: ignore[method-assign]
+    glue.hook_scheduler(scheduler, w.watch, "beat@test")
+    scheduler.tick()
+    entry = scheduler.schedule["tick"]
+    entry.last_run_at = entry.last_run_at - timedelta(seconds=10)  # due now
+    scheduler.apply_entry(entry)
+    (run,) = w.one().runs
+    assert run.slot_at is not None
+    assert run.started_at is not None
+    assert run.published_at is not None
+    assert run.slot_at <= run.published_at <= run.started_at, run
+    assert run.started_at - run.slot_at < 100, run  # the slot was due when it was published
+    assert not run.late
+
+
 def test_a_message_names_its_schedule_by_header_or_by_its_config_entry():
     app = Celery("t", set_as_current=False)
     app.conf.beat_schedule = {"one": {"task": "a", "schedule": 1.0},
