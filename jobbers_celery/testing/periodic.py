@@ -107,7 +107,10 @@ class MemoryPeriodic(Memory):
             run = sched.runs.get(task_id)
             if run is not None:  # a worker started it before beat recorded its publish
                 start = run.get("start")
-                run.update(slot=slot, pub=min(now, int(start)) if start is not None else now)
+                pub = min(now, int(start)) if start is not None else now
+                # each time is estimated: slot <= publish <= start (periodic.lua)
+                slot = min(slot, pub)
+                run.update(slot=slot, pub=pub)
                 if start is not None and not run.get("late") and int(start) - slot > tolerance_ms:
                     run["late"], out = 1, 2
                     sched.incr("late")
@@ -140,6 +143,13 @@ class MemoryPeriodic(Memory):
             if "start" in run:
                 return False, []
             run.update(start=started, state="started")
+            # times estimated from other clocks and sends: slot <= publish <= start
+            if run.get("pub") is not None and int(run["pub"]) > started:
+                run["pub"] = started
+            first = int(run.get("pub", started))
+            if run.get("slot") is not None and int(run["slot"]) > first:
+                run["slot"] = first
+                sched.order[task_id] = first
             late = False
             slot = run.get("slot")
             if slot is not None and not run.get("late") and started - int(slot) > tolerance_ms:
@@ -170,6 +180,8 @@ class MemoryPeriodic(Memory):
                 sched.waiting.pop(task_id, None)
                 return sched.settle(now)
             ended = now - max(0, min(int(age_ms), MAX_EVENT_AGE_MS))
+            if run.get("start") is not None:  # estimated: an end never precedes its start
+                ended = max(ended, int(run["start"]))
             run.update(end=ended, state=state)
             sched.h.update(last_end=str(ended), last_state=state)
             if "start" in run:

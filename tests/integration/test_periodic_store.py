@@ -124,6 +124,33 @@ def test_times_are_the_events_not_the_sends(store):
     assert now - 50 <= c.ended_at <= now + 1000
 
 
+def test_estimated_times_keep_their_order(store):
+    """Each time is estimated from another process's clock and send (a slot from beat's
+    offset, a start or end from a worker's age): where two estimates cross, a run still
+    reads slot <= publish <= start <= end (seen with a real beat: an end 2 ms before its
+    start, a slot 3 ms after the publish)."""
+    store.periodic_learn("tick", FIELDS, 1000)
+    # an end whose age puts it before its start (ages measured in another process)
+    store.periodic_publish("tick", "a", "proj.add", 0, 1000, 10, 1000)
+    store.periodic_start("tick", "a", "proj.add", 10, 1000, 600_000, age_ms=0)
+    store.periodic_end("tick", "a", "SUCCESS", age_ms=5_000)
+    # a start recorded after the publish but estimated before it, before its slot too
+    store.periodic_publish("tick", "b", "proj.add", 0, 1000, 10, 1000)
+    store.periodic_start("tick", "b", "proj.add", 10, 1000, 600_000, age_ms=5_000)
+    # a slot placed after the start a worker recorded first
+    store.periodic_start("tick", "c", "proj.add", 10, 1000, 600_000, age_ms=5_000)
+    store.periodic_publish("tick", "c", "proj.add", 0, 1000, 10, 1000)
+    runs = {r.id: r for r in store.periodic_schedules(5)[0].runs}
+    for rid, run in runs.items():
+        times = [t for t in (run.slot_at, run.published_at, run.started_at, run.ended_at)
+                 if t is not None]
+        assert times == sorted(times), (rid, run)
+        assert not run.late, (rid, run)
+    assert runs["a"].ended_at == runs["a"].started_at
+    assert runs["b"].slot_at == runs["b"].published_at == runs["b"].started_at
+    assert runs["c"].slot_at == runs["c"].published_at == runs["c"].started_at
+
+
 def test_missed_slots_compare_and_set_and_the_late_scan(store):
     store.periodic_learn("tick", FIELDS, -3000)
     h = store.periodic_state("tick")

@@ -127,9 +127,9 @@ elseif op == 'publish' then
   local out = 1
   if run then
     -- beat records its publish once the broker took it: a worker may have started it
-    run.slot = slot
     run.pub = math.min(now, run.start or now)
-    if run.start and not run.late and run.start - slot > tonumber(ARGV[9]) then
+    run.slot = math.min(slot, run.pub)  -- each time is estimated: slot <= publish <= start
+    if run.start and not run.late and run.start - run.slot > tonumber(ARGV[9]) then
       run.late = 1
       out = 2
       redis.call('HINCRBY', KEYS[2], 'late', 1)
@@ -171,6 +171,14 @@ elseif op == 'start' then
   end
   run.start = started
   run.state = 'started'
+  -- times estimated from other clocks and sends: keep slot <= publish <= start
+  if run.pub and run.pub > started then
+    run.pub = started
+  end
+  if run.slot and run.slot > (run.pub or started) then
+    run.slot = run.pub or started
+    redis.call('ZADD', KEYS[4], run.slot, id)
+  end
   local late = 0
   if run.slot and not run.late and started - run.slot > tonumber(ARGV[5]) then
     run.late = 1
@@ -206,6 +214,9 @@ elseif op == 'end' then
   if not run then
     redis.call('ZREM', KEYS[6], id)
     return settle(nil, 0, 0, most)
+  end
+  if run.start and ended < run.start then  -- estimated: an end never precedes its start
+    ended = run.start
   end
   run['end'] = ended
   run.state = ARGV[4]
