@@ -358,6 +358,36 @@ def test_passes_slower_than_the_outage_gap_still_stall_a_dead_workers_tasks(proj
     assert ms(stalled.at) - died_ms <= (LOST_AFTER_S + 2 * every) * 1000
 
 
+def test_everyones_silence_shorter_than_an_outage_is_not_a_tasks_silence(proj):
+    """Redis refusing everything (full memory, a pause) for less than the outage gap but for
+    longer than a task's max_heartbeat_interval: no sign of life reached it, so its
+    heartbeats may have been refused too. Seen with real workers: a 4 s full memory stalled
+    4 live heartbeating tasks, the cleaner's pass reaching Redis 10 ms before their
+    heartbeats, and ran them twice. The verdict leaves that window out, and still stalls the
+    task once it stays silent while its worker is heard."""
+    store, cleaner = proj.jobbers.store, proj.jobbers.cleaner
+    gap = gaps(JobbersConfig(redis_url="redis://unused", worker_lost_after=LOST_AFTER_S,
+                             cleaner_interval=1))
+    assert 1700 < gap[0] <= 1800  # a refresh period (quiet) is 600 ms, an outage 1.8 s
+    wid = "live:1:quiet0"
+    store.alive(wid, gap, [], int(LOST_AFTER_S * 1000))
+    fabricate(store, ["quiet"], wid=wid, hb_ms=300, srec=1)
+    time.sleep(1.2)  # everyone's silence itself (nothing to poll): 0.6 s < 1.2 s < 1.8 s
+    store.alive(wid, gap, [], int(LOST_AFTER_S * 1000))  # the worker is heard first
+    first = cleaner.run(by="after the quiet")
+    assert (first.stalled, first.kept) == (0, 1), first
+    clock = store.client.hgetall(store.shards.keys[0].clock)
+    assert 1100 <= int(clock["quiet_to"]) - int(clock["quiet_from"]) < 1800, clock
+    # silent while its worker is heard: stalled, one max_heartbeat_interval later
+    began = time.monotonic()
+    with ticking(store, wid=wid, period=0.1):
+        wait_for(lambda: cleaner.run(by="heard").stalled == 1, timeout=10, interval=0.05,
+                 message="the stall verdict")
+    assert time.monotonic() - began < 5
+    [stalled] = transitions(proj.jobbers, "quiet", S.STALLED)
+    assert (stalled.reason or "").startswith("stalled: no heartbeat for"), stalled
+
+
 def test_a_worker_reports_no_orphan_until_the_grace_after_an_outage_is_over(proj):
     """A task recorded as started by a live worker that does not run it is an orphan (its
     end was lost), but not within ``orphan_grace_ms`` of the end of an outage: a message

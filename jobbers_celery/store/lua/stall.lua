@@ -5,9 +5,11 @@
 --   kind "worker": its worker incarnation has not been seen for lost_ms
 --   kind "gone":   its worker, alive, says it does not run it (alive.lua's orphans)
 -- Silence is counted from resumed_at when that is later (after a Redis outage, pause,
--- restart or failover nobody could report). A stalled task is resubmitted at once (stalled -> submitted, same
--- id, publish lease) while it has stall recoveries left; otherwise it is returned for the
--- dead-letter queue. Dead incarnations left without tasks are forgotten.
+-- restart or failover nobody could report); a heartbeat silence also leaves out the clock's
+-- last quiet window (a shorter silence of everyone, _lib.lua's tick). A stalled task is
+-- resubmitted at once (stalled -> submitted, same id, publish lease) while it has stall
+-- recoveries left; otherwise it is returned for the dead-letter queue. Dead incarnations
+-- left without tasks are forgotten.
 -- A verdict on an attempt its worker may still run (kinds "hb" and "worker": frozen, or cut
 -- off from Redis) also enters it in that incarnation's halt hash (id -> "<now>|<attempt>"):
 -- the worker, alive, ends the attempt at its next liveness refresh (alive.lua), freeing
@@ -39,6 +41,9 @@ local clock, workers = KEYS[k], ctx.workers
 local now = ctx.now
 new_server(clock, now)  -- failed over since the pass looked: the grace starts now
 local resumed = tonumber(redis.call('HGET', clock, 'resumed_at') or '0') or 0
+-- the last quiet window (_lib.lua's tick): a heartbeat silence within it is not counted
+local quiet = redis.call('HMGET', clock, 'quiet_from', 'quiet_to')
+local quiet_from, quiet_to = tonumber(quiet[1] or '') or 0, tonumber(quiet[2] or '') or 0
 local lost_ms = tonumber(req.lost_ms)
 local recovered, dead, stalled, kept, freed, unlock, again = {}, {}, 0, 0, {}, {}, {}
 local FIELDS = {'state', 'attempt', 'hb_at', 'hb_iv', 'wid', 'srec', 'stalls', 'worker',
@@ -71,11 +76,16 @@ for i, item in ipairs(req.items) do
       redis.call('ZREM', ctx.hbdue, item.id)
     else
       local from = math.max(hb, resumed)
-      if now - from > iv then
+      local silent = now - from
+      if quiet_to > from then
+        silent = silent - (quiet_to - math.max(quiet_from, from))
+      end
+      if silent > iv then
         reason = 'stalled: no heartbeat for ' .. secs(now - hb) .. ' (max_heartbeat_interval '
           .. secs(iv) .. '); last heartbeat ' .. iso(hb) .. '; worker ' .. (f.worker or '?')
       else
-        redis.call('ZADD', ctx.hbdue, from + iv, item.id)  -- refreshed, or in grace
+        -- refreshed, in grace, or silent while Redis was quiet
+        redis.call('ZADD', ctx.hbdue, now + iv - silent, item.id)
         kept = kept + 1
       end
     end
