@@ -279,7 +279,7 @@ class Keys:
         """A shard's hash: ``tick`` (last sign of life from any worker or cleaner, ms),
         ``resumed_at`` (end of the last gap in those signs: a Redis outage or pause, or a
         change of server: restart or failover, told by ``run_id``), ``quiet_from`` and
-        ``quiet_to`` (the last shorter silence, longer than a refresh period: heartbeat
+        ``quiet_to`` (the last shorter silence, longer than 1.5 refresh periods: heartbeat
         verdicts leave it out). The global one: the
         cleaner's last pass (``last_at``, ``last_ms``, ``report``, ``by``)."""
         return f"{self._ns}:clock"

@@ -91,8 +91,9 @@ local function new_server(clock, now)
   return true
 end
 
--- A silence shorter than an outage but longer than a refresh period (gap_ms / 3) is kept as
--- the clock's last quiet window (quiet_from, quiet_to): nobody reached Redis then, so a task's
+-- A silence shorter than an outage but longer than 1.5 refresh periods (gap_ms / 2; a live
+-- worker refreshes every period, a little over it as seen by Redis) is kept as the clock's
+-- last quiet window (quiet_from, quiet_to): nobody reached Redis then, so a task's
 -- heartbeats may have been refused too; a heartbeat verdict (stall.lua) does not count it.
 local function tick(clock, now, gap_ms, cgap_ms, from_worker)
   local got = redis.call('HMGET', clock, 'tick', 'wtick')
@@ -104,7 +105,7 @@ local function tick(clock, now, gap_ms, cgap_ms, from_worker)
   elseif not last or silent > cgap_ms
       or (silent > gap_ms and lastw and last - lastw <= gap_ms) then
     redis.call('HSET', clock, 'resumed_at', now, 'gap_ms', silent)
-  elseif silent > gap_ms / 3 then
+  elseif silent > gap_ms / 2 then
     redis.call('HSET', clock, 'quiet_from', last, 'quiet_to', now)
   end
   local w = {}
