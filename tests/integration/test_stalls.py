@@ -366,24 +366,24 @@ def test_everyones_silence_shorter_than_an_outage_is_not_a_tasks_silence(proj):
     heartbeats, and ran them twice. The verdict leaves that window out, and still stalls the
     task once it stays silent while its worker is heard."""
     store, cleaner = proj.jobbers.store, proj.jobbers.cleaner
-    gap = gaps(JobbersConfig(redis_url="redis://unused", worker_lost_after=LOST_AFTER_S,
-                             cleaner_interval=1))
-    assert 1700 < gap[0] <= 1800  # quiet past 0.9 s (1.5 refresh periods), an outage 1.8 s
+    # the worker's gaps: quiet past 2 s (1.5 refresh periods), an outage past 4 s; wide, so
+    # that a loaded machine's delays keep the silence below between the two
+    gap = (4000, 4000)
     wid = "live:1:quiet0"
     store.alive(wid, gap, [], int(LOST_AFTER_S * 1000))
-    fabricate(store, ["quiet"], wid=wid, hb_ms=300, srec=1)
-    time.sleep(1.2)  # everyone's silence itself (nothing to poll): 0.9 s < 1.2 s < 1.8 s
+    fabricate(store, ["quiet"], wid=wid, hb_ms=1000, srec=1)
+    time.sleep(2.5)  # everyone's silence itself (nothing to poll): 2 s < 2.5 s < 4 s
     store.alive(wid, gap, [], int(LOST_AFTER_S * 1000))  # the worker is heard first
     first = cleaner.run(by="after the quiet")
     assert (first.stalled, first.kept) == (0, 1), first
     clock = store.client.hgetall(store.shards.keys[0].clock)
-    assert 1100 <= int(clock["quiet_to"]) - int(clock["quiet_from"]) < 1800, clock
+    assert 2000 < int(clock["quiet_to"]) - int(clock["quiet_from"]) <= 4000, clock
     # silent while its worker is heard: stalled, one max_heartbeat_interval later
     began = time.monotonic()
     with ticking(store, wid=wid, period=0.1):
-        wait_for(lambda: cleaner.run(by="heard").stalled == 1, timeout=10, interval=0.05,
+        wait_for(lambda: cleaner.run(by="heard").stalled == 1, timeout=15, interval=0.05,
                  message="the stall verdict")
-    assert time.monotonic() - began < 5
+    assert time.monotonic() - began < 10
     [stalled] = transitions(proj.jobbers, "quiet", S.STALLED)
     assert (stalled.reason or "").startswith("stalled: no heartbeat for"), stalled
 
