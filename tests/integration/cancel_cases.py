@@ -63,6 +63,10 @@ def started_task_ends_cancelled_at_its_next_heartbeat(proj, worker_factory, pool
     result = proj.heartbeating.delay(key, 30)
     wait_state(jobbers, result.id, S.STARTED, worker=worker)
     wait_for(lambda: client.lrange(key, 0, -1) == ["started"], message="the task body")
+    # The body marks "started" before its first heartbeat, which is always sent: a cancel
+    # landing between the two is honoured at once. Cancel once that heartbeat is in, so
+    # the next one is a throttle gap (1 s) away and the record is seen still STARTED.
+    wait_for(lambda: jobbers.get(result.id).progress is not None, message="a first heartbeat")
 
     cancelled_at = time.monotonic()
     assert jobbers.cancel(result.id) is True
