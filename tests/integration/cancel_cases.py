@@ -65,12 +65,14 @@ def started_task_ends_cancelled_at_its_next_heartbeat(proj, worker_factory, pool
     wait_for(lambda: client.lrange(key, 0, -1) == ["started"], message="the task body")
     # The body marks "started" before its first heartbeat, which is always sent: a cancel
     # landing between the two is honoured at once. Cancel once that heartbeat is in, so
-    # the next one is a throttle gap (1 s) away and the record is seen still STARTED.
+    # the next one is a throttle gap (1 s) away and the record is seen still STARTED
+    # (unless that heartbeat falls in the few ms between the two calls: then CANCELLED;
+    # the reason below says the task, not cancel(), ended it either way).
     wait_for(lambda: jobbers.get(result.id).progress is not None, message="a first heartbeat")
 
     cancelled_at = time.monotonic()
     assert jobbers.cancel(result.id) is True
-    assert jobbers.get(result.id).state == S.STARTED  # requested, honoured by the task
+    assert jobbers.get(result.id).state in (S.STARTED, S.CANCELLED)  # requested only
     record = wait_state(jobbers, result.id, S.CANCELLED, timeout=10, worker=worker)
     took = time.monotonic() - cancelled_at
     print(f"\n[{pool}] heartbeat cancel: cancel() -> cancelled in {took:.2f}s")
