@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -67,8 +68,9 @@ def up(redis_url: str) -> Any:
 def workers(up: Any, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
     started: list[Worker] = []
 
-    def start(**env: str) -> Worker:
-        worker = start_worker(up.app, MODULE, tmp_path, concurrency=2, env=env or None)
+    def start(concurrency: int = 2, **env: str) -> Worker:
+        worker = start_worker(up.app, MODULE, tmp_path, concurrency=concurrency,
+                              env=env or None)
         started.append(worker)
         return worker
 
@@ -155,11 +157,15 @@ def test_until_start_dedups_waiting_copies_only(up: Any, workers: Any) -> None:
     client.set(f"{k}:hold", 1)
     first = up.until_start.delay(k)
     assert up.until_start.delay(k).id == first.id  # waiting: the same copy
-    workers()
+    # One process, busy with first: second waits (submitted) until first ends. With two,
+    # second would start on the free one at once, its start freeing the lock, and the
+    # publish after it could be told second's id or a new one, whichever came first.
+    workers(concurrency=1)
     wait_state(jobbers, first.id, S.STARTED)
     second = up.until_start.delay(k)  # started: a new copy may wait
     assert second.id != first.id
     assert up.until_start.delay(k).id == second.id
+    assert jobbers.get(second.id).state is S.SUBMITTED  # it was waiting, as meant
     client.delete(f"{k}:hold")
     wait_state(jobbers, second.id, S.COMPLETED)
     assert ran(client, k) == 2
@@ -169,11 +175,15 @@ def test_a_window_outlives_its_task_until_its_ttl(up: Any, workers: Any) -> None
     client, jobbers = up._client, up.jobbers
     workers()
     k = key()
+    published = time.monotonic()
     first = up.window.delay(k)
     wait_state(jobbers, first.id, S.COMPLETED)
-    assert up.window.delay(k).id == first.id  # ttl 1.5 s from the publish
-    later = wait_for(lambda: (r := up.window.delay(k)).id != first.id and r, timeout=5,
+    # ttl 5 s from the publish: wide enough that a loaded worker's run and the polls of its
+    # record end well inside it
+    assert up.window.delay(k).id == first.id
+    later = wait_for(lambda: (r := up.window.delay(k)).id != first.id and r, timeout=20,
                      interval=0.1, message="the window to pass")
+    assert time.monotonic() - published >= up.WINDOW_TTL_S - 0.1  # not before its ttl
     wait_state(jobbers, later.id, S.COMPLETED)
     assert ran(client, k) == 2
 
