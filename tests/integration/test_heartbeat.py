@@ -140,7 +140,11 @@ def test_a_tight_heartbeat_loop_is_throttled(proj, worker_factory, redis_url):
     assert counter.calls == len(counter.accepted)  # every one sent was accepted
     assert counter.calls <= duration / HEARTBEAT_MIN_GAP_S + 2
     assert counter.calls >= 2  # but they are sent: the first at once, then one a second
-    assert all(g >= HEARTBEAT_MIN_GAP_S - 0.05 for g in gaps)
+    # Gaps as Redis saw the heartbeats, while the throttle counts from the worker's clock
+    # read before each round trip: one send late by a NOSCRIPT reload or a pause of the
+    # worker, the next not, narrows a gap by that delay. An unthrottled loop sends well
+    # under a millisecond apart, and the bound on calls above still checks the rate.
+    assert all(g >= HEARTBEAT_MIN_GAP_S - 0.3 for g in gaps)
     record = jobbers.get(task_id)
     assert record.progress is not None
     assert record.progress["i"] < 10_000
