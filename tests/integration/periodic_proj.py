@@ -3,9 +3,11 @@
 ``tick`` every second (a quick task) and ``slow`` every second (a task that runs 2.5 s:
 its runs overlap), the cleaner on a queue of its own (``jobbers``), a short tolerance and
 check interval (``PERIODIC_TOLERANCE``, ``PERIODIC_CHECK``) so that verdicts come in
-seconds. Every alert the watch emits is also pushed, with the Redis clock's time, to the
-list ``test:periodic:alerts`` (the test reads when each came); ``PERIODIC_WEBHOOK``: a rule
-sends ``tick``'s missed slots to that URL."""
+seconds; the tolerance, 2 s, is still wide enough that a beat running late on a loaded
+machine has none of its slots counted missed (with 0.5 s, a beat late by that much once
+while alive had a slot missed). Every alert the watch emits is also pushed, with the Redis
+clock's time, to the list ``test:periodic:alerts`` (the test reads when each came);
+``PERIODIC_WEBHOOK``: a rule sends ``tick``'s missed slots to that URL."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ app = make_app(
     "periodic_proj", REDIS_URL,
     jobbers_cleaner_interval=1,
     jobbers_cleaner_queue="jobbers",
-    jobbers_periodic_tolerance=float(os.environ.get("PERIODIC_TOLERANCE", "0.5")),
+    jobbers_periodic_tolerance=float(os.environ.get("PERIODIC_TOLERANCE", "2")),
     jobbers_periodic_check_interval=float(os.environ.get("PERIODIC_CHECK", "0.25")),
     beat_schedule={
         "tick": {"task": "periodic.tick", "schedule": 1.0},
