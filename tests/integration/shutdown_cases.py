@@ -38,6 +38,13 @@ S = TaskState
 LOST_AFTER_S = 3.0  # proj: jobbers_worker_lost_after
 SOFT_SHUTDOWN_S = 1.0  # PROJ_SOFT_SHUTDOWN for the cold shutdowns
 LONG_S = 10.0  # a stop task: never reaches its end here
+#: A prefork worker notices SIGTERM when its event loop next wakes, up to WAKE_UP_S (1 s)
+#: after the signal (a Redis broker's BRPOP wakes it every second too), and only then
+#: interrupts the ``stop`` and ``resubmit`` tasks. A task that must still be running then
+#: lasts INTERRUPTED_S: well past that second plus the test's own delay between seeing the
+#: body start and signalling (a 1 s body ended first, now and then, on a loaded machine).
+INTERRUPTED_S = 3.0
+CKPT_STEPS = 30  # proj.on_resubmit_ckpt's steps of 0.1 s: as long as INTERRUPTED_S
 
 #: kind -> (proj task, its on_shutdown)
 KINDS = {
@@ -179,7 +186,7 @@ def rerun(proj: Any, r: redis.Redis, worker_factory: Any, first: Any, jobs: list
         assert record.attempt == 2
         assert runs(r, job)[0] == (1, first.name)
         assert runs(r, job)[-2:] == [(2, second.name), (2, "done")]
-        assert result(proj, job) == ("done" if job.kind != "checkpoint" else 15)
+        assert result(proj, job) == ("done" if job.kind != "checkpoint" else CKPT_STEPS)
     return second
 
 
@@ -211,7 +218,8 @@ def prefork_sigterm_three_policies_at_once(proj, worker_factory, r, acks_late):
     env = env_for(acks_late)
     first = worker_factory(pool="prefork", concurrency=3, env=env)
     stop = submit(proj, "stop", LONG_S)
-    resubmit = submit(proj, "resubmit", 1.0, retries=2)  # keeps its retry count
+    # still running when the worker's loop wakes and interrupts it; keeps its retry count
+    resubmit = submit(proj, "resubmit", INTERRUPTED_S, retries=2)
     cont = submit(proj, "continue", 1.5)
     jobs = [stop, resubmit, cont]
     running(proj, r, first, *jobs)

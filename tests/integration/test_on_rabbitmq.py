@@ -120,8 +120,11 @@ def test_a_frozen_task_is_ended_by_its_worker_and_its_slot_runs_the_next(proj, w
 
 @ACKS
 def test_prefork_sigterm_three_policies_at_once(proj, worker_factory, r, acks_late):
-    # The resubmit task runs 1 s: it is interrupted only if the worker notices the SIGTERM
-    # at once (an idle amqp event loop used to sleep up to 10 s: ShutdownStep wakes it).
+    # The resubmit task runs 3 s (INTERRUPTED_S): it is interrupted only if the worker
+    # notices the SIGTERM soon enough. Without ShutdownStep's 1 s wake-up an idle amqp
+    # event loop sleeps until its next timer, the prefork pool's maintain_pool every 5 s:
+    # when that sleep outlasts the body, this fails (the loop's phase is random, so not every
+    # time); tests/unit/test_shutdown_step.py checks the wake-up timer itself.
     shutdown_cases.prefork_sigterm_three_policies_at_once(proj, worker_factory, r, acks_late)
 
 

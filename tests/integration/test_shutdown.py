@@ -34,6 +34,8 @@ from tests.conftest import wait_for
 from tests.integration import shutdown_cases
 from tests.integration.lifecycle_helpers import unique, wait_state
 from tests.integration.shutdown_cases import (
+    CKPT_STEPS,
+    INTERRUPTED_S,
     LONG_S,
     LOST_AFTER_S,
     assert_completed,
@@ -85,8 +87,8 @@ def test_prefork_sigterm_applies_the_policy(proj, worker_factory, r, kind, acks_
     first = worker_factory(pool="prefork", concurrency=1, env=env)
     jobbers = proj.jobbers
     retries = 2  # a resubmission keeps the retry count
-    if kind == "checkpoint":  # proj.on_resubmit_ckpt: 15 steps of 0.1 s, a checkpoint after each
-        job = submit(proj, kind, 15, retries=retries)
+    if kind == "checkpoint":  # proj.on_resubmit_ckpt: steps of 0.1 s, a checkpoint after each
+        job = submit(proj, kind, CKPT_STEPS, retries=retries)
     else:
         job = submit(proj, kind, LONG_S if kind == "stop" else 4.5, retries=retries)
     running(proj, r, first, job)
@@ -127,8 +129,8 @@ def test_prefork_sigterm_applies_the_policy(proj, worker_factory, r, kind, acks_
         assert first_run == f"1:{retries}:None"
         attempt, got_retries, ckpt = resumed.split(":")
         assert (attempt, got_retries) == ("2", str(retries))
-        assert 1 <= int(ckpt) < 15
-        assert record.checkpoint == 15
+        assert 1 <= int(ckpt) < CKPT_STEPS
+        assert record.checkpoint == CKPT_STEPS
         settle(r, second)
         assert len(runs(r, job)) == 3
     observe("prefork", "sigterm", acks_late, took, proj, r, after, [job])
@@ -215,7 +217,7 @@ def test_prefork_policy_in_a_child_that_was_interrupted_before(proj, worker_fact
     assert proj.jobbers.history(cancelled.id)[-1].reason == (
         "cancellation honoured: interrupted by its worker")  # the child unwound and lives on
     del cancelled
-    job = submit(proj, "resubmit", 1.0)
+    job = submit(proj, "resubmit", INTERRUPTED_S)  # still running when the loop wakes
     running(proj, r, first, job)
 
     shut(first, "sigterm")
