@@ -62,8 +62,15 @@ def most_in_a_window(times: list[int], period: int = PERIOD) -> int:
 
 #: Sharded layout: a start is admitted by rl.lua, then recorded by its step (the next call),
 #: so the recorded times lag the admissions by the gap between the two calls; the history's
-#: windows are counted a little shorter there (docs/howto/rate-limits.md says so).
-GAP_MS = 50
+#: windows are counted shorter there (docs/howto/rate-limits.md says so). Five recorded
+#: starts fit in a window of one period less GAP_MS only if the first start of a window
+#: lagged its admission by more than the fifth's lag plus GAP_MS plus the scheduler's
+#: latency in bringing that fifth one back (a few ms: the shortest span of five starts
+#: measured 990-1026 ms, idle or under CPU load). A worker process held off the CPU for
+#: 50 ms between its two calls is plausible on a loaded CI machine, for 200 ms rare. A
+#: broken limiter is still far inside 800 ms: a fifth start in a window comes in a burst
+#: with the other four (a 5/s limiter counted at 4/s: five starts within 12-21 ms).
+GAP_MS = 200
 
 
 def run(app: Any, calls: list[tuple[str, int]], timeout: float = 30) -> dict[str, list[int]]:
@@ -93,8 +100,9 @@ def test_k_per_second_per_key_across_two_workers_and_another_key_unaffected(
         big, small = sorted(got["big"]), sorted(got["small"])
         print(f"\n{shards} shard(s): 14 calls of one key at {RATE}: started over "
               f"{(big[-1] - big[0]) / 1000:.2f} s (ideal {(14 // COUNT) - (14 % COUNT == 0)}"
-              f" s); most in any 1 s window {most_in_a_window(big)}; the other key's 3 "
-              f"started within {(small[-1] - t0) / 1000:.2f} s of the publish")
+              f" s); most in any 1 s window {most_in_a_window(big)}, the shortest span of "
+              f"{COUNT + 1} starts {min(big[i + COUNT] - big[i] for i in range(len(big) - COUNT))} ms; the "
+              f"other key's 3 started within {(small[-1] - t0) / 1000:.2f} s of the publish")
         assert most_in_a_window(big, PERIOD - (GAP_MS if shards > 1 else 0)) == COUNT
         assert big[-1] - big[0] < 3 * PERIOD + 2000  # 14 at 4/s: places at 0, 1, 2, 3 s
         assert small[-1] - t0 < 1500  # the other key did not wait behind the big one
