@@ -15,21 +15,52 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jobbers_celery import TaskState
+from jobbers_celery import PauseOutcome, TaskState
 from jobbers_celery.core.pauses import HELD_REASON
-from tests.conftest import wait_for
-from tests.integration.test_cli import cli
+from jobbers_celery.lifecycle import pausing
+from tests.conftest import ROOT, subprocess_env, wait_for
+from tests.integration.test_cli import Run, cli
 from tests.rabbitmq import RabbitVhost, use_broker
 
 pytestmark = [pytest.mark.redis, pytest.mark.worker]
 
 S = TaskState
+
+
+#: A pause waits ``pausing.REPLY_TIMEOUT_S`` (1 s) for the workers' replies; a worker that
+#: replies later (a loaded machine) applies the pause all the same but is missing from the
+#: outcome's ``workers``. The pauses whose ``workers`` a test checks wait REPLY_S (the
+#: whole of it: Celery collects replies until the timeout), still far from a worker that
+#: never replies, the only way to miss it here.
+REPLY_S = 5.0
+
+
+def pause(proj: Any, **target: str) -> PauseOutcome:
+    """``jobbers.pause(**target)`` waiting up to REPLY_S for the replies."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(pausing, "REPLY_TIMEOUT_S", REPLY_S)  # read at each broadcast
+        return proj.jobbers.pause(by="test", **target)
+
+
+def cli_pause(*args: str) -> Run:
+    """``cli("pause", *args)``, waiting up to REPLY_S for the replies (set in the command's
+    own process)."""
+    code = ("import sys; from jobbers_celery.lifecycle import pausing; "
+            f"pausing.REPLY_TIMEOUT_S = {REPLY_S}; from celery.__main__ import main; "
+            "sys.argv[0] = 'celery'; main()")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "-A", "tests.integration.proj", "jobbers", "pause",
+         *args], cwd=ROOT, env=subprocess_env({"NO_COLOR": "1"}), capture_output=True,
+        text=True, timeout=60, check=False)
+    return Run(("pause", *args), proc.returncode, proc.stdout, proc.stderr)
 
 
 def _held(proj: Any, task_id: str) -> bool:
@@ -47,7 +78,7 @@ def _ran_once_each(r: Any, key: str, ids: list[str]) -> bool:
 
 def test_paused_task_name_is_held_then_runs_once_after_resume(proj, worker_factory, r):
     w1 = worker_factory(concurrency=2)
-    out = proj.jobbers.pause(name="proj.record_run", by="test")
+    out = pause(proj, name="proj.record_run")
     assert out.changed
     assert w1.name in out.workers
     key = "pause:runs"
@@ -100,8 +131,8 @@ def test_pause_of_messages_already_fetched_holds_them(proj, worker_factory, r):
     wait_for(lambda: r.llen("pause:block") == 1, timeout=10, message="the blocker started")
     key = "pause:fetched"
     ids = [proj.record_run.delay(key).id for _ in range(2)]
-    out = proj.jobbers.pause(name="proj.record_run", by="test")
-    assert out.workers
+    out = pause(proj, name="proj.record_run")
+    assert out.workers  # it holds the pause before the blocker ends
     r.set("pause:block:release", "ok")
     assert blocker.get(timeout=10) == "ok"
     wait_for(lambda: all(_held(proj, i) for i in ids), timeout=10,
@@ -123,12 +154,12 @@ def _queue_paused_keeps_messages(proj: Any, worker_factory: Any, r: Any,
     there too. Returns the queue's info while paused."""
     w1 = worker_factory(queues="celery,other")
     if full:
-        out = cli("pause", "--queue", "other", "--json")  # the command line, end to end
+        out = cli_pause("--queue", "other", "--json")  # the command line, end to end
         assert out.rc == 0, out.err
         assert out.json()["changed"] is True
         assert w1.name in out.json()["workers"]
     else:
-        assert w1.name in proj.jobbers.pause(queue="other", by="test").workers
+        assert w1.name in pause(proj, queue="other").workers
     wait_for(lambda: "Canceling queue other" in w1.log, timeout=10,
              message="the consumer of other cancelled")
     key = "pause:queue"
@@ -277,7 +308,7 @@ def test_a_paused_queue_is_the_one_consumed_not_the_routing_key(proj, worker_fac
                                                routing_key="h2-daily").id)
 
     try:
-        assert w.name in proj.jobbers.pause(queue="h2-daily", by="test").workers
+        assert w.name in pause(proj, queue="h2-daily").workers
         wait_for(lambda: "Canceling queue h2-daily" in w.log, timeout=10,
                  message="the consumer of h2-daily cancelled")
         first = send()
@@ -288,7 +319,7 @@ def test_a_paused_queue_is_the_one_consumed_not_the_routing_key(proj, worker_fac
         fetched = [send() for _ in range(2)]
         wait_for(lambda: all(f"[{i}] received" in w.log for i in fetched), timeout=10,
                  message="both fetched behind the busy slot")
-        assert w.name in proj.jobbers.pause(queue="h2-reports", by="test").workers
+        assert w.name in pause(proj, queue="h2-reports").workers
         wait_for(lambda: "Canceling queue h2-reports" in w.log, timeout=10,
                  message="the consumer of h2-reports cancelled")
         r.set("pause:bound:block:release", "ok")
@@ -336,7 +367,7 @@ def test_a_give_back_on_redis_goes_to_its_queue_not_every_bound_one(proj, worker
             wait_for(lambda: all(f"[{i}] received" in w.log for i in fetched), timeout=10,
                      message="both fetched from h9-q behind the busy slot")
             assert depth(s) == 2  # the copies the exchange routed into h9-s
-            assert w.name in proj.jobbers.pause(queue="h9-q", by="test").workers
+            assert w.name in pause(proj, queue="h9-q").workers
             wait_for(lambda: "Canceling queue h9-q" in w.log, timeout=10,
                      message="the consumer of h9-q cancelled")
             r.set("pause:h9:block:release", "ok")
