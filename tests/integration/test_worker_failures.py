@@ -159,8 +159,8 @@ def test_a_fork_waits_for_the_running_scheduler_pass(proj):
     try:
         assert entered.wait(5)
         timer = threading.Timer(0.3, release.set)
+        started = time.monotonic()  # before the timer: the pass ends 0.3 s after it, at least
         timer.start()
-        started = time.monotonic()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads, 3.12+
             pid = os.fork()
