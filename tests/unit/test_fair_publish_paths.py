@@ -62,8 +62,11 @@ def hold(self: JobbersTask, tenant: str) -> str:
 
 @app.task(base=JobbersTask, bind=True, name="fp.flaky", shared=False, max_concurrent=1,
           concurrency_key="tenant")
-def flaky(self: JobbersTask, tenant: str) -> int:
-    """Retries once at once (no delay), then returns its retry count."""
+def flaky(self: JobbersTask, tenant: str, gate: str | None = None) -> int:
+    """Retries once at once (no delay), then returns its retry count; first waits for the
+    test to open ``gate`` (bounded), if one is named."""
+    if gate is not None:
+        _gates.setdefault(gate, threading.Event()).wait(20)
     if not self.request.retries:
         raise self.retry(countdown=0)
     return int(self.request.retries)
@@ -149,9 +152,16 @@ def test_a_retry_is_parked_at_its_publish_behind_its_keys_parked_task_and_keeps_
         jobbers: Jobbers) -> None:
     """``flaky`` retries at once while another task of its key (the same name and tenant)
     waits parked: its retry is parked behind it (no message), released after it, and runs
-    with ``retries`` 1."""
+    with ``retries`` 1. ``other`` holds the key's place once released (until the test
+    opens its gate): else, with this thread held off the CPU between ``first``'s end of
+    attempt and its retry's publish, ``other`` could run to its end meanwhile and leave the
+    retry a free key (seen once, at 6 xdist workers on 2 cores)."""
+    gate = _gates.setdefault("retry-other", threading.Event())
     first = flaky.delay("retry")
-    other = flaky.delay("retry")  # parked at its publish: the key's one place is taken
+    other = flaky.delay("retry", gate="retry-other")  # parked at its publish: key full
+    wait_for(lambda: ("scheduled", _parked("retry")) in _moves(jobbers, first.id)[2:],
+             timeout=15, message="first's retry parked behind other")
+    gate.set()
     assert first.get(timeout=15) == 1
     assert other.get(timeout=15) == 1
     wait_for(lambda: _done(jobbers, first.id), timeout=10, message="the retry completed")
