@@ -76,9 +76,11 @@ def test_progress_and_checkpoint_show_on_the_record_while_running(proj, worker_f
     jobbers = proj.jobbers
     worker = worker_factory(pool="prefork", concurrency=2)
     key = unique("progress")
-    # 6 steps of 0.4 s, a heartbeat with progress and checkpoint after each; the task's
-    # max_heartbeat_interval=2 s makes the throttle 0.5 s.
-    result = proj.resumable.delay(key, 6, 0.4)
+    # 12 steps of 0.4 s, a heartbeat with progress and checkpoint after each; the task's
+    # max_heartbeat_interval=2 s makes the throttle 0.5 s: a new value every 0.8 s or so,
+    # for 4.8 s (6 steps left a test process held up 1.5 s one value at most to see).
+    steps = 12
+    result = proj.resumable.delay(key, steps, 0.4)
     seen: list[dict[str, Any]] = []
 
     def progressed() -> bool:
@@ -93,17 +95,17 @@ def test_progress_and_checkpoint_show_on_the_record_while_running(proj, worker_f
         return len(seen) >= 2
 
     wait_for(progressed, timeout=15, interval=0.02, message="two progress updates while running")
-    assert result.get(timeout=20) == 6
+    assert result.get(timeout=20) == steps
     record = wait_state(jobbers, result.id, S.COMPLETED, worker=worker)
     print(f"\nprogress seen while running: {seen}; on the completed record: {record.progress}")
-    assert all(p["of"] == 6 and 1 <= p["done"] < 6 for p in seen)
+    assert all(p["of"] == steps and 1 <= p["done"] < steps for p in seen)
     assert [p["done"] for p in seen] == sorted(p["done"] for p in seen)
     # A heartbeat throttled just before the end is not saved by the completion: the
     # completed record shows the last heartbeat that was sent.
-    assert record.progress["of"] == 6
+    assert record.progress["of"] == steps
     assert record.progress["done"] >= seen[-1]["done"]
     assert record.checkpoint == record.progress["done"]
-    assert [x.split(":")[0] for x in jobbers.store.client.lrange(key, 0, -1)] == ["1"] * 6
+    assert [x.split(":")[0] for x in jobbers.store.client.lrange(key, 0, -1)] == ["1"] * steps
 
 
 def test_checkpoint_is_handed_to_the_next_attempt_after_a_retry(proj, worker_factory):

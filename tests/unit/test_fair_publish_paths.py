@@ -157,8 +157,12 @@ def test_a_retry_is_parked_at_its_publish_behind_its_keys_parked_task_and_keeps_
     attempt and its retry's publish, ``other`` could run to its end meanwhile and leave the
     retry a free key (seen once, at 6 xdist workers on 2 cores)."""
     gate = _gates.setdefault("retry-other", threading.Event())
-    first = flaky.delay("retry")
-    other = flaky.delay("retry", gate="retry-other")  # parked at its publish: key full
+    go = _gates.setdefault("retry-first", threading.Event())  # and first waits for other's
+    first = flaky.delay("retry", gate="retry-first")  # publish: else, this thread held up
+    other = flaky.delay("retry", gate="retry-other")  # meanwhile, its retry went first
+    assert _moves(jobbers, other.id) == [("submitted", "published"),
+                                         ("scheduled", _parked("retry"))]  # key full
+    go.set()
     wait_for(lambda: ("scheduled", _parked("retry")) in _moves(jobbers, first.id)[2:],
              timeout=15, message="first's retry parked behind other")
     gate.set()

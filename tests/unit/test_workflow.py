@@ -295,7 +295,9 @@ def test_a_dead_letter_resubmitted_after_its_record_expired_rejoins_its_workflow
     res = group(add.s(1, 1), boom.s()).apply_async()
     wf = _settled(jobbers, res.id, 2, W.FAILED)
     failed = wf.blocking[0]
-    entry = next(e for e in _sink(jobbers).entries if e.task_id == failed)
+    # written by the failing thread just after its failed step settled the workflow
+    entry = wait_for(lambda: next((e for e in _sink(jobbers).entries if e.task_id == failed),
+                                  None), message="the failed member's dead letter")
     assert jobbers.store.remove_terminal([failed]) == 1  # as if its record expired
     assert len(_settled(jobbers, res.id, 1, W.COMPLETED).members) == 1
     assert jobbers.resubmit_dead_letters([entry]) == [failed]
