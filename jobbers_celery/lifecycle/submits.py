@@ -174,6 +174,15 @@ class SubmitRecorder:
         result = self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
                                    fields=fields, reason="published", name=name)
         holder = duplicate_of(result.why)
+        if holder is not None and self.store.recheck_master():
+            # On Redis Sentinel the answer may come from a master a failover just demoted
+            # (it takes writes until the sentinels reconfigure it; a connection checks the
+            # master at most every 0.5 s), which still sees a holder the new master knows
+            # ended: its word would drop this publish. Asked once more, after every
+            # connection of this process checked the master (a refusal wrote nothing).
+            result = self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
+                                       fields=fields, reason="published", name=name)
+            holder = duplicate_of(result.why)
         if holder is not None:  # another copy holds the unique lock: no message goes
             raise HeldElsewhere(holder)
         if result.applied and result.previous == "missing":

@@ -1,0 +1,65 @@
+"""A unique task's publish answered ``duplicate`` (lifecycle/submits.py), on a fake store:
+on Redis Sentinel the answer may come from a master a failover just demoted, which still
+sees a holder the new master knows ended; the publish is asked once more after every
+connection checked the master, so its message is not dropped for a copy that ended.
+Elsewhere a duplicate is final, at no extra call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jobbers_celery.core.unique import HeldElsewhere
+from jobbers_celery.lifecycle.submits import SubmitRecorder
+from jobbers_celery.store import StepResult
+
+DUPLICATE = StepResult(applied=False, previous="missing", now_ms=5, attempt=0,
+                       why="duplicate:holder-1")
+APPLIED = StepResult(applied=True, previous="missing", now_ms=5, attempt=0, epoch="e1")
+
+
+class _Store:
+    """The two calls a publish's submit makes: the step and, on a duplicate, the check."""
+
+    def __init__(self, on_sentinel: bool, replies: list[StepResult]) -> None:
+        self.on_sentinel = on_sentinel
+        self.replies = replies
+        self.submits = 0
+        self.rechecks = 0
+
+    def submit(self, *args: Any, **kwargs: Any) -> StepResult:
+        self.submits += 1
+        return self.replies.pop(0)
+
+    def recheck_master(self) -> bool:
+        self.rechecks += 1
+        return self.on_sentinel
+
+
+def _publish(store: _Store) -> str | None:
+    """The holder a publish was told of (``None``: its message goes)."""
+    recorder = SubmitRecorder(store)  # type: ignore[arg-type]
+    try:
+        recorder._submit_published("t1", "t.unique", {"name": "t.unique"}, {}, None, "{}")
+    except HeldElsewhere as held:
+        return str(held.holder)
+    return None
+
+
+@pytest.mark.parametrize(("on_sentinel", "second", "holder", "submits"), [
+    (True, APPLIED, None, 2),            # the old master answered: the new one records it
+    (True, DUPLICATE, "holder-1", 2),    # a duplicate again after the check: one indeed
+    (False, APPLIED, "holder-1", 1),     # no Sentinel: final at once
+])
+def test_a_duplicate_publish_is_asked_again_after_a_master_check_on_sentinel(
+        on_sentinel: bool, second: StepResult, holder: str | None, submits: int) -> None:
+    store = _Store(on_sentinel, [DUPLICATE, second])
+    assert _publish(store) == holder
+    assert (store.submits, store.rechecks) == (submits, 1)
+
+
+def test_an_applied_publish_asks_nothing_more() -> None:
+    store = _Store(True, [APPLIED])
+    assert _publish(store) is None
+    assert (store.submits, store.rechecks) == (1, 0)
