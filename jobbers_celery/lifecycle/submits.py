@@ -10,6 +10,7 @@ that only publishes needs no more of the recorder than this.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -79,6 +80,14 @@ def publishing() -> Iterator[None]:
         _made.reset(token)
 
 
+#: A unique task's publish answered ``duplicate`` is asked again after a master check (Redis
+#: Sentinel) at most this often per recorder. Each connection checks the master every 0.5 s
+#: on its own anyway: under a stream of duplicates this keeps that pace (two sentinel round
+#: trips and resubmits a second at most), and a duplicate after a quiet spell is asked again
+#: at once, the stale window it would otherwise meet closed.
+DUPLICATE_RECHECK_S = 0.5
+
+
 class SubmitRecorder:
     """Records submissions: the publish side of the store's lifecycle step."""
 
@@ -92,6 +101,7 @@ class SubmitRecorder:
         self.codec = codec  # seals the arguments of every payload and dead letter it writes
         self.payload_warn_bytes = payload_warn_bytes
         self.publish_lease_ms = int(publish_lease_s * 1000)
+        self._rechecked_at = float("-inf")  # the last duplicate asked again (monotonic)
 
     # ------------------------------------------------------------------ publish
     def publish(
@@ -174,12 +184,13 @@ class SubmitRecorder:
         result = self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
                                    fields=fields, reason="published", name=name)
         holder = duplicate_of(result.why)
-        if holder is not None and self.store.recheck_master():
+        if holder is not None and self._may_recheck() and self.store.recheck_master():
             # On Redis Sentinel the answer may come from a master a failover just demoted
             # (it takes writes until the sentinels reconfigure it; a connection checks the
             # master at most every 0.5 s), which still sees a holder the new master knows
-            # ended: its word would drop this publish. Asked once more, after every
-            # connection of this process checked the master (a refusal wrote nothing).
+            # ended: its word would drop this publish. Asked once more, each connection of
+            # this process checking the master before its next command (a refusal wrote
+            # nothing); at most every DUPLICATE_RECHECK_S.
             result = self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
                                        fields=fields, reason="published", name=name)
             holder = duplicate_of(result.why)
@@ -189,6 +200,14 @@ class SubmitRecorder:
             self.made(task_id)
         # epoch: None if refused (not recorded)
         stamp_published(headers, result.now_ms, result.epoch)
+
+    def _may_recheck(self) -> bool:
+        """Whether a duplicate may be asked again now (see ``DUPLICATE_RECHECK_S``)."""
+        now = time.monotonic()
+        if now - self._rechecked_at < DUPLICATE_RECHECK_S:
+            return False
+        self._rechecked_at = now
+        return True
 
     def made(self, task_id: str) -> None:
         """Note that the publish in progress (:func:`publishing`) made the ``submitted``

@@ -2,7 +2,8 @@
 on Redis Sentinel the answer may come from a master a failover just demoted, which still
 sees a holder the new master knows ended; the publish is asked once more after every
 connection checked the master, so its message is not dropped for a copy that ended.
-Elsewhere a duplicate is final, at no extra call."""
+Elsewhere a duplicate is final, at no extra call; on Sentinel a stream of duplicates is
+asked again at most every ``DUPLICATE_RECHECK_S``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from jobbers_celery.core.unique import HeldElsewhere
+from jobbers_celery.lifecycle import submits
 from jobbers_celery.lifecycle.submits import SubmitRecorder
 from jobbers_celery.store import StepResult
 
@@ -37,9 +39,9 @@ class _Store:
         return self.on_sentinel
 
 
-def _publish(store: _Store) -> str | None:
+def _publish(store: _Store, recorder: SubmitRecorder | None = None) -> str | None:
     """The holder a publish was told of (``None``: its message goes)."""
-    recorder = SubmitRecorder(store)  # type: ignore[arg-type]
+    recorder = recorder or SubmitRecorder(store)  # type: ignore[arg-type]
     try:
         recorder._submit_published("t1", "t.unique", {"name": "t.unique"}, {}, None, "{}")
     except HeldElsewhere as held:
@@ -63,3 +65,19 @@ def test_an_applied_publish_asks_nothing_more() -> None:
     store = _Store(True, [APPLIED])
     assert _publish(store) is None
     assert (store.submits, store.rechecks) == (1, 0)
+
+
+def test_a_stream_of_duplicates_is_asked_again_at_most_every_recheck_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dedup-heavy traffic keeps the connections' own pace (a check every 0.5 s), not a
+    sentinel round trip and a resubmit per duplicate."""
+    now = [100.0]
+    monkeypatch.setattr(submits.time, "monotonic", lambda: now[0])
+    store = _Store(True, [DUPLICATE] * 5)
+    recorder = SubmitRecorder(store)  # type: ignore[arg-type]
+    assert _publish(store, recorder) == "holder-1"  # asked again: 2 submits
+    now[0] += 0.1
+    assert _publish(store, recorder) == "holder-1"  # within the period: final at once
+    now[0] += submits.DUPLICATE_RECHECK_S
+    assert _publish(store, recorder) == "holder-1"  # past it: asked again
+    assert (store.submits, store.rechecks) == (5, 2)
