@@ -181,25 +181,28 @@ class SubmitRecorder:
             batch.add(self, Submission(task_id, name, create, fields, fair=member_fair()),
                       headers)
             return
-        result = self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
-                                   fields=fields, reason="published", name=name)
+        result = self._submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
+                              fields=fields, reason="published", name=name)
         holder = duplicate_of(result.why)
-        if holder is not None and self._may_recheck() and self.store.recheck_master():
-            # On Redis Sentinel the answer may come from a master a failover just demoted
-            # (it takes writes until the sentinels reconfigure it; a connection checks the
-            # master at most every 0.5 s), which still sees a holder the new master knows
-            # ended: its word would drop this publish. Asked once more, each connection of
-            # this process checking the master before its next command (a refusal wrote
-            # nothing); at most every DUPLICATE_RECHECK_S.
-            result = self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
-                                       fields=fields, reason="published", name=name)
-            holder = duplicate_of(result.why)
         if holder is not None:  # another copy holds the unique lock: no message goes
             raise HeldElsewhere(holder)
         if result.applied and result.previous == "missing":
             self.made(task_id)
         # epoch: None if refused (not recorded)
         stamp_published(headers, result.now_ms, result.epoch)
+
+    def _submit(self, task_id: str, **step: Any) -> StepResult:
+        """``store.submit`` of a first publish. On Redis Sentinel a ``duplicate`` answer may
+        come from a master a failover just demoted (it takes writes until the sentinels
+        reconfigure it; a connection checks the master at most every 0.5 s), which still
+        sees a holder the new master knows ended: its word would drop this publish. Asked
+        once more, each connection of this process checking the master before its next
+        command (a refused step wrote nothing); at most every ``DUPLICATE_RECHECK_S``."""
+        result = self.store.submit(task_id, **step)
+        if (duplicate_of(result.why) is not None and self._may_recheck()
+                and self.store.recheck_master()):
+            result = self.store.submit(task_id, **step)
+        return result
 
     def _may_recheck(self) -> bool:
         """Whether a duplicate may be asked again now (see ``DUPLICATE_RECHECK_S``)."""
@@ -277,10 +280,9 @@ class SubmitRecorder:
         uq = (payload["options"].get("headers") or {}).get(HEADER_UNIQUE)
         if parse_field(uq) is not None:  # a unique task: its step takes the lock
             create["uq"] = str(uq)
-        return self.store.submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
-                                 fields={"msg": msg}, reason="published", name=name,
-                                 later=(delay_ms, reason) if fair is None else None,
-                                 fair=fair)
+        return self._submit(task_id, sources=_FROM_UNSUBMITTED, create=create,
+                            fields={"msg": msg}, reason="published", name=name,
+                            later=(delay_ms, reason) if fair is None else None, fair=fair)
 
     def _create(self, name: str, payload: Mapping[str, Any], version: int | None,
                 dead_letter: bool, workflow: Mapping[str, str] | None) -> dict[str, str]:

@@ -73,7 +73,10 @@ def _parked(jobbers: Any, task_id: str) -> list[str]:
 def test_small_tenant_starts_while_large_tenant_has_hundreds_parked(fair, workers):
     jobbers, client = fair.jobbers, fair.jobbers.store.client
     key = f"fair-{uuid.uuid4().hex[:8]}"
-    big = [fair.work.delay(key, "big", 0.05).id for _ in range(300)]
+    # 0.2 s each at the key's cap of 2: the big tenant drains at 10 a second, so the counts
+    # below (hundreds waiting, >= 150 parked when the CLI, a new process, reads them) hold
+    # on a loaded machine too (at 0.05 s, 40 a second, a CLI slow to start read fewer)
+    big = [fair.work.delay(key, "big", 0.2).id for _ in range(300)]
     published = time.monotonic()
     small = [fair.work.delay(key, "small", 0.05).id for _ in range(4)]
     wait_for(lambda: all(jobbers.get(i).state is S.COMPLETED for i in small), timeout=30,

@@ -1,7 +1,8 @@
 """A unique task's publish answered ``duplicate`` (lifecycle/submits.py), on a fake store:
 on Redis Sentinel the answer may come from a master a failover just demoted, which still
 sees a holder the new master knows ended; the publish is asked once more after every
-connection checked the master, so its message is not dropped for a copy that ended.
+connection checked the master, so its message is not dropped for a copy that ended (a
+first publish with or without a delay).
 Elsewhere a duplicate is final, at no extra call; on Sentinel a stream of duplicates is
 asked again at most every ``DUPLICATE_RECHECK_S``."""
 
@@ -81,3 +82,25 @@ def test_a_stream_of_duplicates_is_asked_again_at_most_every_recheck_period(
     now[0] += submits.DUPLICATE_RECHECK_S
     assert _publish(store, recorder) == "holder-1"  # past it: asked again
     assert (store.submits, store.rechecks) == (5, 2)
+
+
+def test_a_delayed_or_fair_first_publish_is_asked_again_too() -> None:
+    """``countdown``/``eta`` and fair-share publishes record through ``publish_later``:
+    the same re-ask, and the step's own arguments both times."""
+    store = _Store(True, [DUPLICATE, APPLIED])
+    seen: list[dict[str, Any]] = []
+    submit = store.submit
+
+    def recording(*args: Any, **kwargs: Any) -> StepResult:
+        seen.append(kwargs)
+        return submit(*args, **kwargs)
+
+    store.submit = recording  # type: ignore[method-assign]
+    recorder = SubmitRecorder(store)  # type: ignore[arg-type]
+    payload = {"args": [1], "kwargs": {}, "options": {"queue": "q", "headers": {}}}
+    res = recorder.publish_later("t2", "t.unique", payload, version=None, dead_letter=False,
+                                 delay_ms=1000, reason="countdown")
+    assert res is APPLIED
+    assert (store.submits, store.rechecks) == (2, 1)
+    assert seen[0] == seen[1]
+    assert seen[0]["later"] == (1000, "countdown")
