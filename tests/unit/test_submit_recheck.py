@@ -8,14 +8,16 @@ asked again at most every ``DUPLICATE_RECHECK_S``."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 
+from jobbers_celery.core.states import TaskState
 from jobbers_celery.core.unique import HeldElsewhere
 from jobbers_celery.lifecycle import submits
 from jobbers_celery.lifecycle.submits import SubmitRecorder
-from jobbers_celery.store import StepResult
+from jobbers_celery.store import StepResult, steps
 
 DUPLICATE = StepResult(applied=False, previous="missing", now_ms=5, attempt=0,
                        why="duplicate:holder-1")
@@ -104,3 +106,18 @@ def test_a_delayed_or_fair_first_publish_is_asked_again_too() -> None:
     assert (store.submits, store.rechecks) == (2, 1)
     assert seen[0] == seen[1]
     assert seen[0]["later"] == (1000, "countdown")
+
+
+def test_a_duplicate_refusal_is_not_logged_as_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A unique task's duplicate is the feature at work (the caller gets the holder): one
+    Redis's step logs it at DEBUG, not as a refused transition warning per duplicate."""
+    caplog.set_level(logging.DEBUG, logger="jobbers.store")
+    res = steps._step_result("t1", TaskState.SUBMITTED, [0, "missing", 5, 0, "duplicate:h"],
+                             (), None)
+    assert res.why == "duplicate:h"
+    refused = [r for r in caplog.records if "refused transition" in r.getMessage()]
+    assert [r.levelno for r in refused] == [logging.DEBUG]
+    caplog.clear()
+    steps._step_result("t1", TaskState.STARTED, [0, "completed", 5, 1, "state"], (), None)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]  # others still warn
