@@ -540,11 +540,8 @@ def _step_result(
         epoch=epoch,
     )
     if not applied:
-        log.log(  # a step refused for lack of a field it needs (its caller takes it
-            # elsewhere), or because another copy of a unique task holds its lock (the
-            # feature at work, told to the caller): no warning
-            logging.DEBUG if expect_refusal
-            or (result.why or "").startswith(("no_", "duplicate:"))
+        log.log(  # no warning for a field it lacks (taken elsewhere) or a unique duplicate
+            logging.DEBUG if expect_refusal or (result.why or "").startswith(("no_", "duplicate:"))
             else logging.WARNING,
             "refused transition %s -> %s of task %s (%s, attempt %s, fence %s)",
             result.previous, to.value, task_id, result.why, result.attempt, fence,
