@@ -344,7 +344,9 @@ def test_a_slot_is_placed_before_a_publish_that_took_time_and_a_start_it_let_in_
     assert run.started_at is not None
     assert run.published_at is not None
     assert run.slot_at <= run.published_at <= run.started_at, run
-    assert run.started_at - run.slot_at < 100, run  # the slot was due when it was published
+    # the slot was due when it was published: real time between the two clock reads counts
+    # too (128 ms once on a loaded CI machine); taken off twice, it would be 250 ms and more
+    assert run.started_at - run.slot_at < 200, run
     assert not run.late
 
 
